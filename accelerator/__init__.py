@@ -1,0 +1,115 @@
+"""One device-agnostic runtime API over every GPU on the machine.
+
+The API of ``torch.accelerator`` (is_available, current_accelerator,
+device_count, current_device_index, set_device_index, current_stream,
+set_stream, synchronize, device_index) with ``device``, ``Stream`` and
+``Event`` objects, implemented in C over the CUDA Driver API (``cuda``)
+and the oneAPI Level Zero loader (``xpu``).  PyTorch is not needed.
+
+Importing the package calls no driver function; the first call that needs
+a backend probes the drivers once.
+"""
+from __future__ import annotations
+
+import warnings
+from types import TracebackType
+
+from . import _accelerator
+from ._accelerator import (
+    MAX_DEVICES,
+    AcceleratorError,
+    DeviceIndexError,
+    DeviceProperties,
+    Event,
+    OutOfMemoryError,
+    Stream,
+    backends,
+    current_accelerator,
+    current_device_index,
+    current_stream,
+    device,
+    device_count,
+    get_device_name,
+    get_device_properties,
+    get_memory_info,
+    is_available,
+    set_device_index,
+    set_stream,
+    synchronize,
+)
+
+__all__ = [
+    "MAX_DEVICES",
+    "AcceleratorError",
+    "DeviceIndexError",
+    "DeviceProperties",
+    "Event",
+    "OutOfMemoryError",
+    "Stream",
+    "backends",
+    "current_accelerator",
+    "current_device_idx",
+    "current_device_index",
+    "current_stream",
+    "device",
+    "device_count",
+    "device_index",
+    "get_device_name",
+    "get_device_properties",
+    "get_memory_info",
+    "is_available",
+    "set_device_idx",
+    "set_device_index",
+    "set_stream",
+    "synchronize",
+]
+
+__version__ = "0.1.0"
+
+
+class device_index:
+    """device_index(device, /)
+
+    Context manager that makes ``device`` (an int index, or None for a
+    no-op) the current device, and restores the previous one on exit.
+    Re-entrant: the same object may be entered again while active.
+    """
+
+    __slots__ = ("idx", "_previous")
+
+    def __init__(self, device: int | None, /) -> None:
+        self.idx = device
+        self._previous: list[int] = []
+
+    def __enter__(self) -> None:
+        if self.idx is not None:
+            self._previous.append(_accelerator._exchange_device(self.idx))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.idx is not None:
+            _accelerator._exchange_device(self._previous.pop())
+
+
+def current_device_idx() -> int:
+    """current_device_idx()
+
+    Deprecated alias of :func:`current_device_index`.
+    """
+    warnings.warn(
+        "Use `current_device_index` instead.", FutureWarning, stacklevel=2
+    )
+    return current_device_index()
+
+
+def set_device_idx(device: object, /) -> None:
+    """set_device_idx(device, /)
+
+    Deprecated alias of :func:`set_device_index`.
+    """
+    warnings.warn("Use `set_device_index` instead.", FutureWarning, stacklevel=2)
+    set_device_index(device)

@@ -1,0 +1,785 @@
+/*
+ * _accelerator.c - the module accelerator._accelerator: module state,
+ * the torch.accelerator-style functions, and errors -> exceptions.
+ *
+ * Multi-phase initialisation (PEP 489), module state (PEP 573) and heap
+ * types (PEP 630): no static PyObject *.  Device, Stream and Event types
+ * live in py_device.c, py_stream.c and py_event.c.
+ */
+#include "pyaccel.h"
+
+#include <limits.h>
+#include <stdio.h>
+
+/* Shared helpers --------------------------------------------------------- */
+
+acc_state *
+acc_state_from_type(PyTypeObject *type)
+{
+    PyObject *module = PyType_GetModuleByDef(type, &acc_module_def);
+
+    return module ? acc_module_state(module) : NULL;
+}
+
+static PyObject *
+driver_error(acc_state *st, PyObject *cls, const acc_error *err)
+{
+    PyObject *exc, *value;
+    int rc = 0;
+
+    exc = PyObject_CallFunction(cls, "s", err->message);
+    if (exc == NULL) {
+        return NULL;
+    }
+#define SET(name, expr)                                        \
+    if (rc == 0) {                                             \
+        value = (expr);                                        \
+        rc = value ? PyObject_SetAttrString(exc, name, value)  \
+                   : -1;                                       \
+        Py_XDECREF(value);                                     \
+    }
+    SET("backend", err->backend ? PyUnicode_FromString(err->backend)
+                                : Py_NewRef(Py_None))
+    SET("api", err->api ? PyUnicode_FromString(err->api)
+                        : Py_NewRef(Py_None))
+    SET("code", err->api ? PyLong_FromLongLong(err->code)
+                         : Py_NewRef(Py_None))
+    SET("error_name", err->code_name ? PyUnicode_FromString(err->code_name)
+                                     : Py_NewRef(Py_None))
+#undef SET
+    (void)st;
+    if (rc == 0) {
+        PyErr_SetObject(cls, exc);
+    }
+    Py_DECREF(exc);
+    return NULL;
+}
+
+PyObject *
+acc_raise(acc_state *st, const acc_error *err)
+{
+    switch (err->status) {
+    case ACC_ERR_INVALID_ARGUMENT:
+        PyErr_SetString(PyExc_ValueError, err->message);
+        return NULL;
+    case ACC_ERR_DEVICE_INDEX:
+        PyErr_SetString(st->DeviceIndexError, err->message);
+        return NULL;
+    case ACC_ERR_UNSUPPORTED:
+        PyErr_SetString(PyExc_NotImplementedError, err->message);
+        return NULL;
+    case ACC_ERR_HOST_MEMORY:
+        return PyErr_NoMemory();
+    case ACC_ERR_OUT_OF_MEMORY:
+        return driver_error(st, st->OutOfMemoryError, err);
+    case ACC_ERR_NO_ACCELERATOR:
+    case ACC_ERR_DRIVER:
+    case ACC_ERR_STATE:
+    case ACC_ERR_FORKED:
+        return driver_error(st, st->AcceleratorError, err);
+    case ACC_OK:
+    case ACC_NOT_READY:
+        break;
+    }
+    PyErr_Format(PyExc_SystemError, "accelerator: unexpected status %d",
+                 (int)err->status);
+    return NULL;
+}
+
+int
+acc_require_usable(acc_state *st)
+{
+    acc_error err;
+
+    if (acc_check_usable(&err) != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+int
+acc_check_index(acc_state *st, long long index)
+{
+    acc_error err;
+
+    if (acc_check_device(index, &err) != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+int
+acc_switch_device(acc_state *st, int device)
+{
+    acc_error err;
+    acc_status status;
+
+    if (acc_device_ready(device)) {
+        status = acc_set_device(device, &err);
+    }
+    else {
+        /* The first switch to a device may create its context. */
+        Py_BEGIN_ALLOW_THREADS
+        status = acc_set_device(device, &err);
+        Py_END_ALLOW_THREADS
+    }
+    if (status != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* A device argument that defaults to the current device, range-checked. */
+static int
+optional_device(acc_state *st, PyObject *const *args, Py_ssize_t nargs,
+                const char *name, int *device)
+{
+    long long index;
+
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most 1 argument (%zd "
+                     "given)", name, nargs);
+        return -1;
+    }
+    acc_ensure_probed();
+    if (acc_require_usable(st) < 0
+        || acc_resolve_device(st, nargs ? args[0] : Py_None, 1, &index) < 0
+        || acc_check_index(st, index) < 0) {
+        return -1;
+    }
+    *device = (int)index;
+    return 0;
+}
+
+/* Module functions ------------------------------------------------------- */
+
+PyDoc_STRVAR(is_available_doc,
+"is_available($module, /)\n--\n\n"
+"True when an accelerator backend with at least one device is usable.\n"
+"Probes the drivers once; creates no context.");
+
+static PyObject *
+is_available(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    acc_ensure_probed();
+    return PyBool_FromLong(acc_is_available());
+}
+
+PyDoc_STRVAR(device_count_doc,
+"device_count($module, /)\n--\n\n"
+"The number of devices of the current accelerator; 0 when none.");
+
+static PyObject *
+device_count(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    acc_ensure_probed();
+    return PyLong_FromLong(acc_device_count());
+}
+
+PyDoc_STRVAR(current_accelerator_doc,
+"current_accelerator($module, /, check_available=False)\n--\n\n"
+"The accelerator in use as a device with index None (device('cuda')),\n"
+"or None when there is none.  A backend is only selected when usable, so\n"
+"check_available changes nothing; it is accepted for torch's API.");
+
+static PyObject *
+current_accelerator(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"check_available", NULL};
+    acc_state *st = acc_module_state(module);
+    int check_available = 0;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:current_accelerator",
+                                     keywords, &check_available)) {
+        return NULL;
+    }
+    acc_ensure_probed();
+    if (!acc_is_available()) {
+        Py_RETURN_NONE;
+    }
+    if (st->accelerator == NULL) {
+        st->accelerator = acc_device_new(st, acc_device_type(), -1);
+        if (st->accelerator == NULL) {
+            return NULL;
+        }
+    }
+    return Py_NewRef(st->accelerator);
+}
+
+PyDoc_STRVAR(current_device_index_doc,
+"current_device_index($module, /)\n--\n\n"
+"The calling thread's current device index (a new thread starts at 0).");
+
+static PyObject *
+current_device_index(PyObject *module, PyObject *unused)
+{
+    (void)unused;
+    acc_ensure_probed();
+    if (acc_require_usable(acc_module_state(module)) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLong(acc_current_device());
+}
+
+PyDoc_STRVAR(set_device_index_doc,
+"set_device_index($module, device, /)\n--\n\n"
+"Make device the calling thread's current device.  device is an int, a\n"
+"device string, a device or any object with .type and .index; a negative\n"
+"int is a no-op, as in torch.");
+
+static PyObject *
+set_device_index(PyObject *module, PyObject *device)
+{
+    acc_state *st = acc_module_state(module);
+    long long index;
+
+    if (acc_resolve_device(st, device, 0, &index) < 0) {
+        return NULL;
+    }
+    if (index < 0) {
+        Py_RETURN_NONE;
+    }
+    acc_ensure_probed();
+    if (acc_check_index(st, index) < 0
+        || acc_switch_device(st, (int)index) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(exchange_device_doc,
+"_exchange_device($module, index, /)\n--\n\n"
+"Make index current and return the previous index (device_index uses it).");
+
+static PyObject *
+exchange_device(PyObject *module, PyObject *arg)
+{
+    acc_state *st = acc_module_state(module);
+    long long index;
+    int previous, overflow;
+
+    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "device_index() expects an int device "
+                     "index or None, got %.100s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    index = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (index == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow) {
+        index = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    }
+    acc_ensure_probed();
+    if (acc_check_index(st, index) < 0) {
+        return NULL;
+    }
+    previous = acc_current_device();
+    if (previous != index && acc_switch_device(st, (int)index) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLong(previous);
+}
+
+PyDoc_STRVAR(synchronize_doc,
+"synchronize($module, device=None, /)\n--\n\n"
+"Wait for all work on device (default: the current device).  Does not\n"
+"change the current device.");
+
+static PyObject *
+synchronize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    acc_state *st = acc_module_state(module);
+    acc_error err;
+    acc_status status;
+    int device;
+
+    if (optional_device(st, args, nargs, "synchronize", &device) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_synchronize_device(device, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(current_stream_doc,
+"current_stream($module, device=None, /)\n--\n\n"
+"The calling thread's current stream on device (default: the current\n"
+"device).  The same object on every call for the same stream.");
+
+static PyObject *
+current_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    acc_state *st = acc_module_state(module);
+    acc_stream *s;
+    acc_error err;
+    int device;
+
+    if (nargs == 0) {
+        acc_ensure_probed();
+        if (acc_require_usable(st) < 0) {
+            return NULL;
+        }
+        device = acc_current_device();
+    }
+    else if (optional_device(st, args, nargs, "current_stream", &device)
+             < 0) {
+        return NULL;
+    }
+    if (acc_current_stream(device, &s, &err) != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    return acc_stream_object(st, s);
+}
+
+PyDoc_STRVAR(set_stream_doc,
+"set_stream($module, stream, /)\n--\n\n"
+"Make stream the calling thread's current stream on its device, and its\n"
+"device the current device (as torch.accelerator.set_stream).");
+
+static PyObject *
+set_stream(PyObject *module, PyObject *stream)
+{
+    acc_state *st = acc_module_state(module);
+    acc_stream *s;
+    acc_error err;
+
+    if (!PyObject_TypeCheck(stream, st->stream_type)) {
+        PyErr_Format(PyExc_TypeError, "set_stream() expected an "
+                     "accelerator.Stream, got %.100s",
+                     Py_TYPE(stream)->tp_name);
+        return NULL;
+    }
+    if (acc_require_usable(st) < 0) {
+        return NULL;
+    }
+    s = acc_stream_of(stream);
+    if (s->device != acc_current_device()
+        && acc_switch_device(st, s->device) < 0) {
+        return NULL;
+    }
+    if (acc_set_current_stream(s, &err) != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(get_memory_info_doc,
+"get_memory_info($module, device=None, /)\n--\n\n"
+"(free, total) device memory in bytes, for device (default: current).");
+
+static PyObject *
+get_memory_info(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    acc_state *st = acc_module_state(module);
+    size_t free_bytes = 0, total_bytes = 0;
+    acc_error err;
+    acc_status status;
+    int device;
+
+    if (optional_device(st, args, nargs, "get_memory_info", &device) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_memory_info(device, &free_bytes, &total_bytes, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    return Py_BuildValue("(nn)", (Py_ssize_t)free_bytes,
+                         (Py_ssize_t)total_bytes);
+}
+
+static PyStructSequence_Field properties_fields[] = {
+    {"name", "the device's name"},
+    {"uuid", "the device's UUID, as 8-4-4-4-12 hex digits"},
+    {"total_memory", "device memory in bytes"},
+    {"pci_bus_id", "domain:bus:device.function, '' if unknown"},
+    {"multi_processor_count",
+     "streaming multiprocessors (CUDA) or execution units (Level Zero)"},
+    {"type", "the device type, 'cuda' or 'xpu'"},
+    {"index", "the device index"},
+    {"major", "compute capability major (CUDA), else -1"},
+    {"minor", "compute capability minor (CUDA), else -1"},
+    {"vendor_id", "PCI vendor id"},
+    {"device_id", "PCI device id"},
+    {"is_integrated", "shares memory with the host"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc properties_desc = {
+    "accelerator.DeviceProperties",
+    "Static properties of one device (get_device_properties()).",
+    properties_fields,
+    12,
+};
+
+static PyObject *
+make_properties(acc_state *st, int device, const acc_device_properties *p)
+{
+    PyObject *props = PyStructSequence_New(st->properties_type);
+    const unsigned char *u = p->uuid;
+    char uuid[40];
+    PyObject *items[12];
+
+    if (props == NULL) {
+        return NULL;
+    }
+    snprintf(uuid, sizeof(uuid),
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+             "%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4], u[5],
+             u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
+    items[0] = PyUnicode_FromString(p->name);
+    items[1] = PyUnicode_FromString(uuid);
+    items[2] = PyLong_FromUnsignedLongLong(p->total_memory);
+    items[3] = PyUnicode_FromString(p->pci_bus_id);
+    items[4] = PyLong_FromLong(p->multi_processor_count);
+    items[5] = PyUnicode_FromString(acc_device_type());
+    items[6] = PyLong_FromLong(device);
+    items[7] = PyLong_FromLong(p->major);
+    items[8] = PyLong_FromLong(p->minor);
+    items[9] = PyLong_FromUnsignedLong(p->vendor_id);
+    items[10] = PyLong_FromUnsignedLong(p->device_id);
+    items[11] = PyBool_FromLong(p->integrated);
+    for (int i = 0; i < 12; i++) {
+        if (items[i] == NULL) {
+            for (int j = 0; j < 12; j++) {
+                Py_XDECREF(items[j]);
+            }
+            Py_DECREF(props);
+            return NULL;
+        }
+        PyStructSequence_SetItem(props, i, items[i]);
+    }
+    return props;
+}
+
+static PyObject *
+properties_of(acc_state *st, int device)
+{
+    const acc_device_properties *p;
+    acc_error err;
+    acc_status status;
+
+    if (st->properties[device] == NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        status = acc_get_device_properties(device, &p, &err);
+        Py_END_ALLOW_THREADS
+        if (status != ACC_OK) {
+            return acc_raise(st, &err);
+        }
+        st->properties[device] = make_properties(st, device, p);
+        if (st->properties[device] == NULL) {
+            return NULL;
+        }
+    }
+    return Py_NewRef(st->properties[device]);
+}
+
+PyDoc_STRVAR(get_device_properties_doc,
+"get_device_properties($module, device=None, /)\n--\n\n"
+"The DeviceProperties of device (default: current), read once.");
+
+static PyObject *
+get_device_properties(PyObject *module, PyObject *const *args,
+                      Py_ssize_t nargs)
+{
+    acc_state *st = acc_module_state(module);
+    int device;
+
+    if (optional_device(st, args, nargs, "get_device_properties", &device)
+        < 0) {
+        return NULL;
+    }
+    return properties_of(st, device);
+}
+
+PyDoc_STRVAR(get_device_name_doc,
+"get_device_name($module, device=None, /)\n--\n\n"
+"The name of device (default: current).");
+
+static PyObject *
+get_device_name(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    acc_state *st = acc_module_state(module);
+    PyObject *props, *name;
+    int device;
+
+    if (optional_device(st, args, nargs, "get_device_name", &device) < 0) {
+        return NULL;
+    }
+    props = properties_of(st, device);
+    if (props == NULL) {
+        return NULL;
+    }
+    name = Py_NewRef(PyStructSequence_GetItem(props, 0));
+    Py_DECREF(props);
+    return name;
+}
+
+PyDoc_STRVAR(backends_doc,
+"backends($module, /)\n--\n\n"
+"One dict per known backend, in probe order: name, device_type, library,\n"
+"loaded, available, selected, driver_version, device_count, reason.\n"
+"Probes the backends selection did not need; creates no context.");
+
+static PyObject *
+backends(PyObject *module, PyObject *unused)
+{
+    PyObject *list;
+
+    (void)module;
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    acc_probe_all();
+    Py_END_ALLOW_THREADS
+    list = PyList_New(0);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < acc_backend_count(); i++) {
+        const acc_backend_info *b = acc_backend_info_at(i);
+        PyObject *item = Py_BuildValue(
+            "{s:s, s:s, s:z, s:O, s:O, s:O, s:z, s:i, s:z}",
+            "name", b->name, "device_type", b->device_type,
+            "library", b->library, "loaded", b->loaded ? Py_True : Py_False,
+            "available", b->available ? Py_True : Py_False,
+            "selected", b->selected ? Py_True : Py_False,
+            "driver_version",
+            b->driver_version_text[0] ? b->driver_version_text : NULL,
+            "device_count", b->device_count,
+            "reason", b->reason[0] ? b->reason : NULL);
+
+        if (item == NULL || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return list;
+}
+
+PyDoc_STRVAR(noop_doc,
+"_noop($module, /)\n--\n\n"
+"Do nothing: the baseline C call the benchmarks compare against.");
+
+static PyObject *
+noop(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"is_available", is_available, METH_NOARGS, is_available_doc},
+    {"device_count", device_count, METH_NOARGS, device_count_doc},
+    {"current_accelerator", (PyCFunction)(void (*)(void))current_accelerator,
+     METH_VARARGS | METH_KEYWORDS, current_accelerator_doc},
+    {"current_device_index", current_device_index, METH_NOARGS,
+     current_device_index_doc},
+    {"set_device_index", set_device_index, METH_O, set_device_index_doc},
+    {"_exchange_device", exchange_device, METH_O, exchange_device_doc},
+    {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL,
+     synchronize_doc},
+    {"current_stream", (PyCFunction)(void (*)(void))current_stream,
+     METH_FASTCALL, current_stream_doc},
+    {"set_stream", set_stream, METH_O, set_stream_doc},
+    {"get_memory_info", (PyCFunction)(void (*)(void))get_memory_info,
+     METH_FASTCALL, get_memory_info_doc},
+    {"get_device_properties",
+     (PyCFunction)(void (*)(void))get_device_properties, METH_FASTCALL,
+     get_device_properties_doc},
+    {"get_device_name", (PyCFunction)(void (*)(void))get_device_name,
+     METH_FASTCALL, get_device_name_doc},
+    {"backends", backends, METH_NOARGS, backends_doc},
+    {"_noop", noop, METH_NOARGS, noop_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Module ----------------------------------------------------------------- */
+
+PyDoc_STRVAR(accelerator_error_doc,
+"A driver or runtime failure.  Attributes: backend ('cuda', 'xpu' or\n"
+"None), api (the driver function, or None), code (the driver's code, or\n"
+"None) and error_name (the driver's name for code, or None).");
+
+PyDoc_STRVAR(oom_error_doc,
+"The device ran out of memory (an AcceleratorError).");
+
+PyDoc_STRVAR(index_error_doc,
+"A device index outside [0, device_count()).  It is an IndexError, a\n"
+"ValueError (a bad argument) and a RuntimeError (what torch raises).");
+
+static int
+add_type(PyObject *module, PyType_Spec *spec, PyObject *base,
+         PyTypeObject **slot)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
+
+    if (type == NULL) {
+        return -1;
+    }
+    *slot = (PyTypeObject *)type;
+    return PyModule_AddType(module, *slot);
+}
+
+static PyObject *
+new_error(PyObject *module, const char *name, const char *doc,
+          PyObject *bases)
+{
+    PyObject *dict = Py_BuildValue("{s:O, s:O, s:O, s:O}", "backend",
+                                   Py_None, "api", Py_None, "code", Py_None,
+                                   "error_name", Py_None);
+    PyObject *cls;
+
+    if (dict == NULL) {
+        return NULL;
+    }
+    cls = PyErr_NewExceptionWithDoc(name, doc, bases, dict);
+    Py_DECREF(dict);
+    if (cls != NULL && PyModule_AddObjectRef(module, name + 12, cls) < 0) {
+        Py_CLEAR(cls);
+    }
+    return cls;
+}
+
+static int
+module_exec(PyObject *module)
+{
+    acc_state *st = acc_module_state(module);
+    PyObject *bases;
+
+    if (add_type(module, &acc_device_spec, NULL, &st->device_type) < 0
+        || add_type(module, &acc_stream_spec, NULL, &st->stream_type) < 0
+        || add_type(module, &acc_event_spec, NULL, &st->event_type) < 0) {
+        return -1;
+    }
+    st->properties_type = PyStructSequence_NewType(&properties_desc);
+    if (st->properties_type == NULL
+        || PyModule_AddType(module, st->properties_type) < 0) {
+        return -1;
+    }
+    st->AcceleratorError = new_error(module, "accelerator.AcceleratorError",
+                                     accelerator_error_doc,
+                                     PyExc_RuntimeError);
+    if (st->AcceleratorError == NULL) {
+        return -1;
+    }
+    st->OutOfMemoryError = new_error(module, "accelerator.OutOfMemoryError",
+                                     oom_error_doc, st->AcceleratorError);
+    if (st->OutOfMemoryError == NULL) {
+        return -1;
+    }
+    bases = PyTuple_Pack(3, PyExc_IndexError, PyExc_ValueError,
+                         PyExc_RuntimeError);
+    if (bases == NULL) {
+        return -1;
+    }
+    st->DeviceIndexError = new_error(module, "accelerator.DeviceIndexError",
+                                     index_error_doc, bases);
+    Py_DECREF(bases);
+    if (st->DeviceIndexError == NULL) {
+        return -1;
+    }
+    st->str_type = PyUnicode_InternFromString("type");
+    st->str_index = PyUnicode_InternFromString("index");
+    st->str_cuda_stream = PyUnicode_InternFromString("__cuda_stream__");
+    st->stream_stack_key = PyUnicode_InternFromString(
+        "accelerator.stream_stack");
+    if (st->str_type == NULL || st->str_index == NULL
+        || st->str_cuda_stream == NULL || st->stream_stack_key == NULL) {
+        return -1;
+    }
+    return PyModule_AddIntConstant(module, "MAX_DEVICES", ACC_MAX_DEVICES);
+}
+
+static int
+module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    acc_state *st = acc_module_state(module);
+
+    Py_VISIT(st->device_type);
+    Py_VISIT(st->stream_type);
+    Py_VISIT(st->event_type);
+    Py_VISIT(st->properties_type);
+    Py_VISIT(st->AcceleratorError);
+    Py_VISIT(st->OutOfMemoryError);
+    Py_VISIT(st->DeviceIndexError);
+    Py_VISIT(st->accelerator);
+    for (int i = 0; i < ACC_MAX_DEVICES; i++) {
+        Py_VISIT(st->default_streams[i]);
+        Py_VISIT(st->properties[i]);
+    }
+    return 0;
+}
+
+static int
+module_clear(PyObject *module)
+{
+    acc_state *st = acc_module_state(module);
+
+    Py_CLEAR(st->device_type);
+    Py_CLEAR(st->stream_type);
+    Py_CLEAR(st->event_type);
+    Py_CLEAR(st->properties_type);
+    Py_CLEAR(st->AcceleratorError);
+    Py_CLEAR(st->OutOfMemoryError);
+    Py_CLEAR(st->DeviceIndexError);
+    Py_CLEAR(st->str_type);
+    Py_CLEAR(st->str_index);
+    Py_CLEAR(st->str_cuda_stream);
+    Py_CLEAR(st->stream_stack_key);
+    Py_CLEAR(st->accelerator);
+    for (int i = 0; i < ACC_MAX_DEVICES; i++) {
+        Py_CLEAR(st->default_streams[i]);
+        Py_CLEAR(st->properties[i]);
+    }
+    return 0;
+}
+
+static void
+module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+PyDoc_STRVAR(module_doc,
+"The C extension behind the accelerator package: one device-agnostic\n"
+"runtime API (torch.accelerator's) over the CUDA Driver API and Level Zero.");
+
+PyModuleDef acc_module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "accelerator._accelerator",
+    .m_doc = module_doc,
+    .m_size = sizeof(acc_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC
+PyInit__accelerator(void)
+{
+    return PyModuleDef_Init(&acc_module_def);
+}

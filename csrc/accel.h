@@ -1,0 +1,194 @@
+/*
+ * accel.h - the core C API that the Python layer calls.
+ *
+ * No Python types here: every function returns an acc_status and, on
+ * failure, fills an acc_error that _accelerator.c turns into an exception.
+ * The dispatcher (dispatch.c) validates arguments once and forwards to the
+ * selected backend (backend.h).
+ */
+#ifndef ACCEL_H
+#define ACCEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most devices one backend may expose; more are ignored (traced). */
+#define ACC_MAX_DEVICES 64
+
+typedef enum acc_status {
+    ACC_OK = 0,
+    ACC_NOT_READY,            /* query: work still pending; not an error */
+    ACC_ERR_NO_ACCELERATOR,   /* no backend is available */
+    ACC_ERR_INVALID_ARGUMENT, /* bad value from the caller -> ValueError */
+    ACC_ERR_DEVICE_INDEX,     /* index outside [0, count) -> DeviceIndexError */
+    ACC_ERR_UNSUPPORTED,      /* the backend lacks the operation */
+    ACC_ERR_DRIVER,           /* a driver call failed -> AcceleratorError */
+    ACC_ERR_OUT_OF_MEMORY,    /* device memory exhausted -> OutOfMemoryError */
+    ACC_ERR_HOST_MEMORY,      /* malloc failed -> MemoryError */
+    ACC_ERR_STATE,            /* object not in a state for this -> RuntimeError */
+    ACC_ERR_FORKED,           /* used in a child forked after init */
+} acc_status;
+
+/* Filled on failure.  Strings are static (or copied into message). */
+typedef struct acc_error {
+    acc_status status;
+    const char *backend;   /* "cuda", "xpu" or NULL */
+    const char *api;       /* the failing driver function, or NULL */
+    long long code;        /* the driver's code (0 when none) */
+    const char *code_name; /* the driver's name for code, or NULL */
+    char message[512];     /* a full sentence for the user */
+} acc_error;
+
+typedef struct acc_backend acc_backend;
+
+/*
+ * A stream: a native queue of work on one device.  Reference counted
+ * because a thread's "current stream" slot and the Python object that
+ * wraps it both keep it alive.  Default streams are never freed.
+ */
+typedef struct acc_stream {
+    _Atomic int refcount;         /* see acc_stream_incref */
+    const acc_backend *backend;
+    int device;
+    int priority;                 /* the driver's priority, as created */
+    unsigned flags;               /* ACC_STREAM_* */
+    uintptr_t handle;             /* the native handle, as users see it */
+    void *native;                 /* backend data */
+    void *wrapper;                /* Python layer's borrowed back-pointer */
+} acc_stream;
+
+enum {
+    ACC_STREAM_DEFAULT = 1u << 0,  /* the device's default stream */
+    ACC_STREAM_EXTERNAL = 1u << 1, /* made by another library: not ours */
+};
+
+/*
+ * An event.  The native event is created on first record, on the
+ * recording stream's device; until then device is -1 and native NULL.
+ */
+typedef struct acc_event {
+    const acc_backend *backend;
+    int device;
+    unsigned flags;               /* ACC_EVENT_* */
+    uintptr_t handle;             /* native handle, 0 before first record */
+    void *native;
+} acc_event;
+
+enum {
+    ACC_EVENT_TIMING = 1u << 0,   /* can measure elapsed time */
+    ACC_EVENT_BLOCKING = 1u << 1, /* synchronize() blocks the thread */
+};
+
+/* Static facts about one device, read once and cached by the caller. */
+typedef struct acc_device_properties {
+    char name[256];
+    unsigned char uuid[16];
+    unsigned long long total_memory; /* bytes */
+    char pci_bus_id[32];             /* "dddd:bb:dd.f", "" if unknown */
+    int multi_processor_count;       /* SMs (CUDA); EUs (Level Zero) */
+    int major, minor;                /* compute capability; -1 if none */
+    unsigned vendor_id, device_id;   /* PCI ids; 0 if unknown */
+    int integrated;                  /* shares memory with the host */
+} acc_device_properties;
+
+/* What the report shows for one backend (registered or not). */
+typedef struct acc_backend_info {
+    const char *name;          /* "cuda" */
+    const char *device_type;   /* "cuda" */
+    const char *library;       /* library opened or tried */
+    int loaded;                /* the library was opened */
+    int available;             /* usable: at least one device */
+    int selected;              /* the backend in use */
+    int driver_version;        /* backend-specific encoding, 0 if unknown */
+    int device_count;
+    char driver_version_text[64];
+    char reason[512];          /* why not available ("" when available) */
+} acc_backend_info;
+
+/* Selection and lifetime (dispatch.c) */
+
+/* Probe the backends once; thread-safe; may block (call without the GIL). */
+void acc_probe(void);
+/* Nonzero once acc_probe() has completed; never blocks. */
+int acc_probed(void);
+/* Nonzero when a backend is selected and usable. Requires acc_probed(). */
+int acc_is_available(void);
+int acc_device_count(void);
+/* The selected backend's device type ("cuda", "xpu"), or NULL. */
+const char *acc_device_type(void);
+/* The report: one record per registered backend.  acc_probe_all() also
+ * probes the backends that selection did not need (may block). */
+void acc_probe_all(void);
+int acc_backend_count(void);
+const acc_backend_info *acc_backend_info_at(int i);
+/* The device's properties, read once and cached. */
+acc_status acc_get_device_properties(int device,
+                                     const acc_device_properties **out,
+                                     acc_error *err);
+/* Fail with ACC_ERR_NO_ACCELERATOR (reasons listed) or ACC_ERR_FORKED. */
+acc_status acc_check_usable(acc_error *err);
+
+/* Devices (dispatch.c): per-thread current device, starting at 0. */
+int acc_current_device(void);
+/* Validate index against [0, count): ACC_ERR_DEVICE_INDEX otherwise. */
+acc_status acc_check_device(long long index, acc_error *err);
+acc_status acc_set_device(int device, acc_error *err);
+/* Nonzero when acc_set_device(device) needs no driver call. */
+int acc_device_ready(int device);
+/* Make the thread's current device ready for work (lazy context). */
+acc_status acc_activate_current(acc_error *err);
+acc_status acc_synchronize_device(int device, acc_error *err);
+
+/* Streams (dispatch.c) */
+/* The device's default stream (borrowed; immortal).  device is valid. */
+acc_status acc_default_stream(int device, acc_stream **out, acc_error *err);
+/* The thread's current stream on a valid device (borrowed). */
+acc_status acc_current_stream(int device, acc_stream **out, acc_error *err);
+/* Make s the thread's current stream on its device (takes a reference);
+ * does not change the current device. */
+acc_status acc_set_current_stream(acc_stream *s, acc_error *err);
+acc_status acc_stream_create(int device, int priority, acc_stream **out,
+                             acc_error *err);
+acc_status acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,
+                           acc_error *err);
+acc_status acc_stream_priority_range(int device, int *least, int *greatest,
+                                     acc_error *err);
+void acc_stream_incref(acc_stream *s);
+/* Drop a reference; the last one destroys the native stream. */
+void acc_stream_decref(acc_stream *s);
+acc_status acc_stream_query(acc_stream *s, acc_error *err);
+acc_status acc_stream_synchronize(acc_stream *s, acc_error *err);
+acc_status acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err);
+acc_status acc_stream_wait_stream(acc_stream *s, acc_stream *other,
+                                  acc_error *err);
+
+/* Events (dispatch.c) */
+void acc_event_init(acc_event *e, unsigned flags);
+acc_status acc_event_record(acc_event *e, acc_stream *s, acc_error *err);
+acc_status acc_event_query(acc_event *e, acc_error *err);
+acc_status acc_event_synchronize(acc_event *e, acc_error *err);
+acc_status acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
+                                acc_error *err);
+/* Release the native event, if any. */
+void acc_event_release(acc_event *e);
+
+/* Memory */
+acc_status acc_memory_info(int device, size_t *free_bytes,
+                           size_t *total_bytes, acc_error *err);
+
+/* Errors (dispatch.c) */
+void acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACCEL_H */

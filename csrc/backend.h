@@ -1,0 +1,157 @@
+/*
+ * backend.h - the contract between the dispatcher and each backend.
+ *
+ * A backend fills one acc_backend: a name, a probe, and function pointers
+ * grouped by the object they act on.  The dispatcher validates every
+ * argument before it forwards (device indices are in [0, count), handles
+ * come from this backend), so backends trust their inputs and never parse
+ * user input.  A backend that lacks an operation leaves the slot NULL and
+ * the dispatcher reports "backend X does not support Y".
+ *
+ * Threading: every slot may be called from any thread, concurrently, and
+ * without the GIL.  Backends keep their driver state process-global and
+ * protect what they mutate.  On failure a slot returns a status other than
+ * ACC_OK and fills err (see acc_error in accel.h): backend name, driver
+ * function, driver code and the driver's error name.
+ */
+#ifndef ACCEL_BACKEND_H
+#define ACCEL_BACKEND_H
+
+#include "accel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What probe() learns about the driver. */
+typedef struct acc_probe_result {
+    const char *library;          /* library path or soname tried */
+    int loaded;                   /* the library was opened */
+    int device_count;             /* usable devices (0 when unavailable) */
+    int driver_version;           /* as the driver encodes it, 0 if unknown */
+    char driver_version_text[64]; /* e.g. "12.4" */
+} acc_probe_result;
+
+struct acc_backend {
+    const char *name;        /* backend name: "cuda", "xpu" */
+    const char *device_type; /* device type users write: "cuda", "xpu" */
+
+    /* Lifetime ----------------------------------------------------------- */
+
+    /* Open the driver library, resolve its symbols, initialise the driver
+     * and count devices.  Called at most once per process, under the
+     * dispatcher's probe lock.  Must not create contexts or allocate
+     * device memory.  Returns ACC_OK with out->device_count > 0 when the
+     * backend is usable; otherwise a failure status and a reason in err
+     * (err->message is shown to users as "why not"). */
+    acc_status (*probe)(acc_probe_result *out, acc_error *err);
+
+    /* Release what the backend holds (contexts, pools).  Called at exit
+     * from the thread that probed; never after fork in the child. */
+    void (*shutdown)(void);
+
+    /* Devices ------------------------------------------------------------ */
+
+    /* Make `device` the calling thread's current device in the driver's
+     * own sense (CUDA: retain the primary context once per process, then
+     * make it current on this thread).  May be NULL when the driver has no
+     * per-thread notion of a current device. */
+    acc_status (*device_activate)(int device, acc_error *err);
+
+    /* Wait until all work queued on `device` by anyone has finished.
+     * Blocking.  Does not change the calling thread's current device. */
+    acc_status (*device_synchronize)(int device, acc_error *err);
+
+    /* Fill *props.  May be slow; the caller caches. */
+    acc_status (*device_properties)(int device, acc_device_properties *props,
+                                    acc_error *err);
+
+    /* Streams ------------------------------------------------------------ */
+
+    /* Fill *s for the default stream of `device`: handle and native.
+     * Called once per device, lazily; must not block. */
+    acc_status (*stream_default)(int device, acc_stream *s, acc_error *err);
+
+    /* Driver priority range of `device`: *greatest <= *least, lower is
+     * more urgent (both 0 when priorities are unsupported). */
+    acc_status (*stream_priority_range)(int device, int *least,
+                                        int *greatest, acc_error *err);
+
+    /* Create a new stream on s->device with driver priority s->priority
+     * (already clamped to the range).  Fill s->handle and s->native. */
+    acc_status (*stream_create)(acc_stream *s, acc_error *err);
+
+    /* Adopt a native handle made elsewhere (s->handle is set, s->device
+     * validated).  Fill s->native; must not take ownership.  NULL: the
+     * handle alone is enough for every other slot. */
+    acc_status (*stream_wrap)(acc_stream *s, acc_error *err);
+
+    /* Destroy a stream made by stream_create (never a default or wrapped
+     * one).  Work still queued completes; must not block on it. */
+    void (*stream_destroy)(acc_stream *s);
+
+    /* ACC_OK when all queued work is done, ACC_NOT_READY when not. */
+    acc_status (*stream_query)(acc_stream *s, acc_error *err);
+
+    /* Block until all queued work is done. */
+    acc_status (*stream_synchronize)(acc_stream *s, acc_error *err);
+
+    /* Make future work on s wait until e (recorded, maybe on another
+     * device) completes; does not block the host. */
+    acc_status (*stream_wait_event)(acc_stream *s, acc_event *e,
+                                    acc_error *err);
+
+    /* Events ------------------------------------------------------------- */
+
+    /* Create the native event of e on e->device (set by the caller) with
+     * e->flags; fill e->handle and e->native. */
+    acc_status (*event_create)(acc_event *e, acc_error *err);
+
+    /* Destroy e's native event.  Pending work may still refer to it. */
+    void (*event_destroy)(acc_event *e);
+
+    /* Capture the work queued on s so far: e completes when it has run.
+     * s and e are on the same device. */
+    acc_status (*event_record)(acc_event *e, acc_stream *s, acc_error *err);
+
+    /* ACC_OK when complete (or never recorded), ACC_NOT_READY when not. */
+    acc_status (*event_query)(acc_event *e, acc_error *err);
+
+    /* Block until e completes (spinning or blocking as e->flags say). */
+    acc_status (*event_synchronize)(acc_event *e, acc_error *err);
+
+    /* Milliseconds between two completed timing events.  ACC_NOT_READY
+     * when either has not completed. */
+    acc_status (*event_elapsed_ms)(acc_event *start, acc_event *end,
+                                   float *ms, acc_error *err);
+
+    /* Memory ------------------------------------------------------------- */
+
+    /* Free and total device memory in bytes, without changing the calling
+     * thread's current device. */
+    acc_status (*memory_info)(int device, size_t *free_bytes,
+                              size_t *total_bytes, acc_error *err);
+};
+
+/* The backends, in probe order (defined in backends/<name>.c). */
+extern const acc_backend acc_cuda_backend;
+extern const acc_backend acc_level_zero_backend;
+
+/* Shared helper for backends: fill err for a failing driver call. */
+void acc_error_driver(acc_error *err, const char *backend, const char *api,
+                      long long code, const char *code_name,
+                      acc_status status);
+
+/* Shared helper: nonzero when ACCELERATOR_DEBUG=1; trace(...) prints. */
+int acc_debug_enabled(void);
+void acc_trace(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACCEL_BACKEND_H */

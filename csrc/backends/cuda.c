@@ -1,0 +1,596 @@
+/*
+ * cuda.c - the CUDA Driver API backend.
+ *
+ * libcuda.so.1 is opened at run time; every entry point comes through
+ * cuGetProcAddress at ACC_CUDA_ABI_VERSION, so each base name resolves to
+ * the variant whose signature cuda_api.h declares.  Old drivers without
+ * cuGetProcAddress fall back to dlsym of the versioned names.
+ *
+ * One primary context per device (the one the CUDA runtime, PyTorch and
+ * CuPy use), retained on first use and released at exit.  The default
+ * stream is the legacy default stream, handle 0, which the driver resolves
+ * through the calling thread's current context; so operations on it, and
+ * those that create objects, run with the device's context current
+ * (pushed and popped when the thread's current context is another).
+ */
+#define _GNU_SOURCE
+#include "../backend.h"
+#include "cuda_api.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUDA_DEFAULT_LIBRARY "libcuda.so.1"
+
+#define CUDA_FN_FIELD(name, symbol, version, params) acc_pfn_##name name;
+
+static struct {
+    void *library;
+    struct {
+        ACC_CUDA_FUNCTIONS(CUDA_FN_FIELD)
+    } fn;
+    int count;
+    CUdevice devices[ACC_MAX_DEVICES];
+    /* Retained primary contexts, NULL until first use. */
+    _Atomic(CUcontext) contexts[ACC_MAX_DEVICES];
+    /* Priority range per device, read once. */
+    atomic_int have_range[ACC_MAX_DEVICES];
+    int least[ACC_MAX_DEVICES], greatest[ACC_MAX_DEVICES];
+    pthread_mutex_t lock;
+} cu = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+#undef CUDA_FN_FIELD
+
+/* Errors ----------------------------------------------------------------- */
+
+static const char *
+cuda_error_name(CUresult code)
+{
+    const char *name = NULL;
+
+    /* Our own table first: the stub library cannot name its errors. */
+    switch (code) {
+#define CUDA_NAME_CASE(n, value) \
+    case n:                      \
+        return #n;
+        ACC_CUDA_RESULTS(CUDA_NAME_CASE)
+#undef CUDA_NAME_CASE
+    default:
+        break;
+    }
+    if (cu.fn.cuGetErrorName != NULL
+        && cu.fn.cuGetErrorName(code, &name) == CUDA_SUCCESS) {
+        return name;
+    }
+    return "CUDA_ERROR_UNRECOGNIZED";
+}
+
+static acc_status
+cuda_fail(const char *api, CUresult code, acc_error *err)
+{
+    const char *text = NULL;
+    acc_status st = code == CUDA_ERROR_OUT_OF_MEMORY ? ACC_ERR_OUT_OF_MEMORY
+                                                     : ACC_ERR_DRIVER;
+    size_t n;
+
+    acc_error_driver(err, "cuda", api, code, cuda_error_name(code), st);
+    if (cu.fn.cuGetErrorString != NULL
+        && cu.fn.cuGetErrorString(code, &text) == CUDA_SUCCESS
+        && text != NULL) {
+        n = strlen(err->message);
+        snprintf(err->message + n, sizeof(err->message) - n, ": %s", text);
+    }
+    return st;
+}
+
+static inline acc_status
+cuda_check(CUresult code, const char *api, acc_error *err)
+{
+    return code == CUDA_SUCCESS ? ACC_OK : cuda_fail(api, code, err);
+}
+
+/* Every driver call goes through CU(name, (args)): a status, err filled. */
+#define CU(name, args) cuda_check(cu.fn.name args, #name, err)
+
+/* Probe ------------------------------------------------------------------ */
+
+static acc_status
+cuda_resolve(acc_error *err)
+{
+    acc_pfn_cuGetProcAddress get_proc;
+    CUdriverProcAddressQueryResult status;
+    void *p;
+
+    get_proc = (acc_pfn_cuGetProcAddress)dlsym(cu.library,
+                                               "cuGetProcAddress_v2");
+    acc_trace("cuda: cuGetProcAddress_v2 %s", get_proc ? "found"
+              : "missing, resolving versioned names with dlsym");
+#define CUDA_RESOLVE(name, symbol, version, params)                        \
+    p = NULL;                                                              \
+    if (get_proc == NULL                                                   \
+        || get_proc(#name, &p, ACC_CUDA_ABI_VERSION,                       \
+                    CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS  \
+        || p == NULL) {                                                    \
+        p = dlsym(cu.library, #symbol);                                    \
+    }                                                                      \
+    if (p == NULL) {                                                       \
+        acc_error_set(err, ACC_ERR_NO_ACCELERATOR,                         \
+                      "the CUDA driver lacks %s (a driver for CUDA %d.%d " \
+                      "or newer is needed)", #symbol,                      \
+                      ACC_CUDA_ABI_VERSION / 1000,                         \
+                      ACC_CUDA_ABI_VERSION % 1000 / 10);                   \
+        return ACC_ERR_NO_ACCELERATOR;                                     \
+    }                                                                      \
+    memcpy(&cu.fn.name, &p, sizeof(p));
+    ACC_CUDA_FUNCTIONS(CUDA_RESOLVE)
+#undef CUDA_RESOLVE
+    return ACC_OK;
+}
+
+static acc_status
+cuda_probe(acc_probe_result *out, acc_error *err)
+{
+    const char *path = getenv("ACCELERATOR_CUDA_LIBRARY");
+    int version = 0;
+    acc_status st;
+
+    if (path == NULL || path[0] == '\0') {
+        path = CUDA_DEFAULT_LIBRARY;
+    }
+    out->library = path;
+    cu.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (cu.library == NULL) {
+        acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                      "cannot load the CUDA driver: %s", dlerror());
+        return ACC_ERR_NO_ACCELERATOR;
+    }
+    out->loaded = 1;
+    st = cuda_resolve(err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    st = CU(cuInit, (0));
+    if (st != ACC_OK) {
+        size_t n = strlen(err->message);
+
+        if (err->code == CUDA_ERROR_STUB_LIBRARY) {
+            snprintf(err->message + n, sizeof(err->message) - n,
+                     " (%s is the CUDA toolkit's link-time stub, not a "
+                     "driver)", path);
+        }
+        else if (err->code == CUDA_ERROR_NO_DEVICE) {
+            snprintf(err->message + n, sizeof(err->message) - n,
+                     " (no NVIDIA GPU is visible; check "
+                     "CUDA_VISIBLE_DEVICES)");
+        }
+        return st;
+    }
+    if (CU(cuDriverGetVersion, (&version)) == ACC_OK) {
+        out->driver_version = version;
+        snprintf(out->driver_version_text, sizeof(out->driver_version_text),
+                 "%d.%d", version / 1000, version % 1000 / 10);
+    }
+    st = CU(cuDeviceGetCount, (&cu.count));
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (cu.count > ACC_MAX_DEVICES) {
+        cu.count = ACC_MAX_DEVICES;
+    }
+    for (int i = 0; i < cu.count; i++) {
+        st = CU(cuDeviceGet, (&cu.devices[i], i));
+        if (st != ACC_OK) {
+            return st;
+        }
+    }
+    out->device_count = cu.count;
+    return ACC_OK;
+}
+
+static void
+cuda_shutdown(void)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+
+    for (int i = 0; i < cu.count; i++) {
+        if (atomic_load(&cu.contexts[i]) != NULL) {
+            (void)CU(cuDevicePrimaryCtxRelease, (cu.devices[i]));
+            atomic_store(&cu.contexts[i], NULL);
+        }
+    }
+}
+
+/* Contexts --------------------------------------------------------------- */
+
+/* The device's primary context, retained once per process. */
+static acc_status
+cuda_context(int device, CUcontext *ctx, acc_error *err)
+{
+    acc_status st = ACC_OK;
+
+    *ctx = atomic_load_explicit(&cu.contexts[device], memory_order_acquire);
+    if (*ctx != NULL) {
+        return ACC_OK;
+    }
+    pthread_mutex_lock(&cu.lock);
+    *ctx = atomic_load_explicit(&cu.contexts[device], memory_order_relaxed);
+    if (*ctx == NULL) {
+        st = CU(cuDevicePrimaryCtxRetain, (ctx, cu.devices[device]));
+        if (st == ACC_OK) {
+            atomic_store_explicit(&cu.contexts[device], *ctx,
+                                  memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&cu.lock);
+    return st;
+}
+
+/* Make device's context current for one operation; *pushed says whether
+ * cuda_leave must pop it.  A thread already on that context pays one
+ * cuCtxGetCurrent. */
+static acc_status
+cuda_enter(int device, int *pushed, acc_error *err)
+{
+    CUcontext ctx, current = NULL;
+    acc_status st = cuda_context(device, &ctx, err);
+
+    *pushed = 0;
+    if (st == ACC_OK) {
+        st = CU(cuCtxGetCurrent, (&current));
+    }
+    if (st == ACC_OK && current != ctx) {
+        st = CU(cuCtxPushCurrent, (ctx));
+        *pushed = st == ACC_OK;
+    }
+    return st;
+}
+
+static acc_status
+cuda_leave(int pushed, acc_status st, acc_error *err)
+{
+    acc_error pop_error;
+    CUcontext popped;
+    acc_status pop;
+
+    if (!pushed) {
+        return st;
+    }
+    /* Keep the first error: it is the one the user needs. */
+    pop = cuda_check(cu.fn.cuCtxPopCurrent(&popped), "cuCtxPopCurrent",
+                     st == ACC_OK ? err : &pop_error);
+    return st == ACC_OK ? pop : st;
+}
+
+static acc_status
+cuda_device_activate(int device, acc_error *err)
+{
+    CUcontext ctx;
+    acc_status st = cuda_context(device, &ctx, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuCtxSetCurrent, (ctx));
+    }
+    return st;
+}
+
+static acc_status
+cuda_device_synchronize(int device, acc_error *err)
+{
+    int pushed;
+    acc_status st;
+
+    /* Nothing can be queued on a context nobody retained through us;
+     * torch likewise skips devices it never initialised. */
+    if (atomic_load_explicit(&cu.contexts[device], memory_order_acquire)
+        == NULL) {
+        return ACC_OK;
+    }
+    st = cuda_enter(device, &pushed, err);
+    if (st == ACC_OK) {
+        st = CU(cuCtxSynchronize, ());
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+static acc_status
+cuda_device_properties(int device, acc_device_properties *p,
+                       acc_error *err)
+{
+    CUdevice dev = cu.devices[device];
+    CUuuid uuid;
+    size_t total = 0;
+    int domain = 0, bus = 0, slot = 0, value = 0;
+    acc_status st;
+
+    st = CU(cuDeviceGetName, (p->name, (int)sizeof(p->name), dev));
+    if (st == ACC_OK) {
+        st = CU(cuDeviceGetUuid, (&uuid, dev));
+        memcpy(p->uuid, uuid.bytes, sizeof(p->uuid));
+    }
+    if (st == ACC_OK) {
+        st = CU(cuDeviceTotalMem, (&total, dev));
+        p->total_memory = total;
+    }
+#define CUDA_ATTRIBUTE(attr, dest)                                \
+    if (st == ACC_OK) {                                           \
+        st = CU(cuDeviceGetAttribute, (&value, attr, dev));       \
+        dest = value;                                             \
+    }
+    CUDA_ATTRIBUTE(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                   p->multi_processor_count)
+    CUDA_ATTRIBUTE(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, p->major)
+    CUDA_ATTRIBUTE(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, p->minor)
+    CUDA_ATTRIBUTE(CU_DEVICE_ATTRIBUTE_INTEGRATED, p->integrated)
+    CUDA_ATTRIBUTE(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, domain)
+    CUDA_ATTRIBUTE(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, bus)
+    /* "PCI device id" is the slot in domain:bus:slot.function, not the
+     * product id, which the driver API does not report (0: unknown). */
+    CUDA_ATTRIBUTE(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, slot)
+#undef CUDA_ATTRIBUTE
+    if (st == ACC_OK) {
+        p->vendor_id = 0x10de; /* NVIDIA */
+        snprintf(p->pci_bus_id, sizeof(p->pci_bus_id), "%04x:%02x:%02x.0",
+                 domain, bus, slot);
+    }
+    return st;
+}
+
+static acc_status
+cuda_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
+                 acc_error *err)
+{
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuMemGetInfo, (free_bytes, total_bytes));
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+/* Streams ---------------------------------------------------------------- */
+
+static inline CUstream
+cuda_stream(const acc_stream *s)
+{
+    return (CUstream)s->handle;
+}
+
+/* The legacy default stream (handle 0) means "the current context's", so
+ * it needs the device's context current; explicit handles do not. */
+static acc_status
+cuda_enter_stream(const acc_stream *s, int *pushed, acc_error *err)
+{
+    if (s->handle != 0) {
+        *pushed = 0;
+        return ACC_OK;
+    }
+    return cuda_enter(s->device, pushed, err);
+}
+
+static acc_status
+cuda_stream_default(int device, acc_stream *s, acc_error *err)
+{
+    (void)device;
+    (void)err;
+    s->handle = 0;
+    s->priority = 0;
+    return ACC_OK;
+}
+
+static acc_status
+cuda_stream_priority_range(int device, int *least, int *greatest,
+                           acc_error *err)
+{
+    int pushed;
+    acc_status st = ACC_OK;
+
+    if (!atomic_load_explicit(&cu.have_range[device],
+                              memory_order_acquire)) {
+        st = cuda_enter(device, &pushed, err);
+        if (st == ACC_OK) {
+            st = CU(cuCtxGetStreamPriorityRange,
+                    (&cu.least[device], &cu.greatest[device]));
+        }
+        st = cuda_leave(pushed, st, err);
+        if (st != ACC_OK) {
+            return st;
+        }
+        atomic_store_explicit(&cu.have_range[device], 1,
+                              memory_order_release);
+    }
+    *least = cu.least[device];
+    *greatest = cu.greatest[device];
+    return ACC_OK;
+}
+
+static acc_status
+cuda_stream_create(acc_stream *s, acc_error *err)
+{
+    CUstream handle = NULL;
+    int pushed;
+    acc_status st = cuda_enter(s->device, &pushed, err);
+
+    /* Non-blocking, as torch's pool streams: work on them does not
+     * serialise with the legacy default stream. */
+    if (st == ACC_OK) {
+        st = CU(cuStreamCreateWithPriority,
+                (&handle, CU_STREAM_NON_BLOCKING, s->priority));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        s->handle = (uintptr_t)handle;
+    }
+    return st;
+}
+
+static void
+cuda_stream_destroy(acc_stream *s)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+
+    if (CU(cuStreamDestroy, (cuda_stream(s))) != ACC_OK) {
+        acc_trace("cuda: %s", err->message);
+    }
+}
+
+static acc_status
+cuda_ready(const char *api, CUresult code, acc_error *err)
+{
+    if (code == CUDA_SUCCESS) {
+        return ACC_OK;
+    }
+    if (code == CUDA_ERROR_NOT_READY) {
+        return ACC_NOT_READY;
+    }
+    return cuda_fail(api, code, err);
+}
+
+static acc_status
+cuda_stream_query(acc_stream *s, acc_error *err)
+{
+    int pushed;
+    acc_status st;
+
+    if (s->handle != 0) {
+        /* The hot path: one driver call. */
+        return cuda_ready("cuStreamQuery",
+                          cu.fn.cuStreamQuery(cuda_stream(s)), err);
+    }
+    st = cuda_enter(s->device, &pushed, err);
+    if (st == ACC_OK) {
+        st = cuda_ready("cuStreamQuery", cu.fn.cuStreamQuery(NULL), err);
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+static acc_status
+cuda_stream_synchronize(acc_stream *s, acc_error *err)
+{
+    int pushed;
+    acc_status st = cuda_enter_stream(s, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuStreamSynchronize, (cuda_stream(s)));
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+static acc_status
+cuda_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
+{
+    int pushed;
+    acc_status st = cuda_enter_stream(s, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuStreamWaitEvent, (cuda_stream(s), (CUevent)e->native, 0));
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+/* Events ----------------------------------------------------------------- */
+
+static acc_status
+cuda_event_create(acc_event *e, acc_error *err)
+{
+    CUevent event = NULL;
+    unsigned flags = CU_EVENT_DEFAULT;
+    int pushed;
+    acc_status st;
+
+    if (!(e->flags & ACC_EVENT_TIMING)) {
+        flags |= CU_EVENT_DISABLE_TIMING;
+    }
+    if (e->flags & ACC_EVENT_BLOCKING) {
+        flags |= CU_EVENT_BLOCKING_SYNC;
+    }
+    st = cuda_enter(e->device, &pushed, err);
+    if (st == ACC_OK) {
+        st = CU(cuEventCreate, (&event, flags));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        e->native = event;
+        e->handle = (uintptr_t)event;
+    }
+    return st;
+}
+
+static void
+cuda_event_destroy(acc_event *e)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+
+    if (CU(cuEventDestroy, ((CUevent)e->native)) != ACC_OK) {
+        acc_trace("cuda: %s", err->message);
+    }
+}
+
+static acc_status
+cuda_event_record(acc_event *e, acc_stream *s, acc_error *err)
+{
+    int pushed;
+    acc_status st = cuda_enter_stream(s, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuEventRecord, ((CUevent)e->native, cuda_stream(s)));
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+static acc_status
+cuda_event_query(acc_event *e, acc_error *err)
+{
+    return cuda_ready("cuEventQuery", cu.fn.cuEventQuery((CUevent)e->native),
+                      err);
+}
+
+static acc_status
+cuda_event_synchronize(acc_event *e, acc_error *err)
+{
+    return CU(cuEventSynchronize, ((CUevent)e->native));
+}
+
+static acc_status
+cuda_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
+                      acc_error *err)
+{
+    return cuda_ready("cuEventElapsedTime",
+                      cu.fn.cuEventElapsedTime(ms, (CUevent)start->native,
+                                               (CUevent)end->native),
+                      err);
+}
+
+const acc_backend acc_cuda_backend = {
+    .name = "cuda",
+    .device_type = "cuda",
+    .probe = cuda_probe,
+    .shutdown = cuda_shutdown,
+    .device_activate = cuda_device_activate,
+    .device_synchronize = cuda_device_synchronize,
+    .device_properties = cuda_device_properties,
+    .stream_default = cuda_stream_default,
+    .stream_priority_range = cuda_stream_priority_range,
+    .stream_create = cuda_stream_create,
+    .stream_wrap = NULL,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_query = cuda_stream_query,
+    .stream_synchronize = cuda_stream_synchronize,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .event_elapsed_ms = cuda_event_elapsed_ms,
+    .memory_info = cuda_memory_info,
+};

@@ -1,0 +1,162 @@
+/*
+ * cuda_api.h - our own minimal declarations of the CUDA Driver API.
+ *
+ * Only what the backend (and the driver test double) use, so building needs
+ * no CUDA toolkit.  tests/test_cuda_api_header.py compiles this header
+ * together with the toolkit's cuda.h (ACC_CUDA_API_CHECK) with -Werror, so
+ * every type, constant and function signature here provably matches
+ * NVIDIA's.
+ */
+#ifndef ACC_CUDA_API_H
+#define ACC_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * The ABI version we are written against (1000 * major + 10 * minor): the
+ * version passed to cuGetProcAddress, so that each base name resolves to
+ * the variant (_v2 ...) whose signature is declared below.
+ */
+#define ACC_CUDA_ABI_VERSION 12000
+
+/* Result codes: name, value. */
+#define ACC_CUDA_RESULTS(X)                          \
+    X(CUDA_SUCCESS, 0)                               \
+    X(CUDA_ERROR_INVALID_VALUE, 1)                   \
+    X(CUDA_ERROR_OUT_OF_MEMORY, 2)                   \
+    X(CUDA_ERROR_NOT_INITIALIZED, 3)                 \
+    X(CUDA_ERROR_DEINITIALIZED, 4)                   \
+    X(CUDA_ERROR_STUB_LIBRARY, 34)                   \
+    X(CUDA_ERROR_DEVICE_UNAVAILABLE, 46)             \
+    X(CUDA_ERROR_NO_DEVICE, 100)                     \
+    X(CUDA_ERROR_INVALID_DEVICE, 101)                \
+    X(CUDA_ERROR_INVALID_CONTEXT, 201)               \
+    X(CUDA_ERROR_INVALID_HANDLE, 400)                \
+    X(CUDA_ERROR_NOT_FOUND, 500)                     \
+    X(CUDA_ERROR_NOT_READY, 600)                     \
+    X(CUDA_ERROR_ILLEGAL_ADDRESS, 700)               \
+    X(CUDA_ERROR_LAUNCH_FAILED, 719)                 \
+    X(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, 708)        \
+    X(CUDA_ERROR_CONTEXT_IS_DESTROYED, 709)          \
+    X(CUDA_ERROR_NOT_SUPPORTED, 801)                 \
+    X(CUDA_ERROR_UNKNOWN, 999)
+
+/* Device attributes we read. */
+#define ACC_CUDA_ATTRIBUTES(X)                                \
+    X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 16)           \
+    X(CU_DEVICE_ATTRIBUTE_INTEGRATED, 18)                     \
+    X(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 33)                     \
+    X(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 34)                  \
+    X(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 50)                  \
+    X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 75)       \
+    X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)       \
+    X(CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 78)
+
+/* cuGetProcAddress symbol status. */
+#define ACC_CUDA_PROC_STATUS(X)                              \
+    X(CU_GET_PROC_ADDRESS_SUCCESS, 0)                        \
+    X(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, 1)               \
+    X(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, 2)
+
+/* Plain integer flags (macros in cuda.h too). */
+#define ACC_CUDA_FLAGS(X)                                    \
+    X(CU_GET_PROC_ADDRESS_DEFAULT, 0)                        \
+    X(CU_STREAM_DEFAULT, 0)                                  \
+    X(CU_STREAM_NON_BLOCKING, 1)                             \
+    X(CU_EVENT_DEFAULT, 0)                                   \
+    X(CU_EVENT_BLOCKING_SYNC, 1)                             \
+    X(CU_EVENT_DISABLE_TIMING, 2)                            \
+    X(CU_EVENT_INTERPROCESS, 4)
+
+#ifndef ACC_CUDA_API_CHECK
+
+#define ACC_CUDA_ENUM_ENTRY(name, value) name = value,
+typedef enum cudaError_enum {
+    ACC_CUDA_RESULTS(ACC_CUDA_ENUM_ENTRY)
+} CUresult;
+typedef enum CUdevice_attribute_enum {
+    ACC_CUDA_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
+} CUdevice_attribute;
+typedef enum CUdriverProcAddressQueryResult_enum {
+    ACC_CUDA_PROC_STATUS(ACC_CUDA_ENUM_ENTRY)
+} CUdriverProcAddressQueryResult;
+enum {
+    ACC_CUDA_FLAGS(ACC_CUDA_ENUM_ENTRY)
+};
+#undef ACC_CUDA_ENUM_ENTRY
+
+typedef uint64_t cuuint64_t;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
+#endif /* ACC_CUDA_API_CHECK */
+
+/*
+ * Every driver function we call, once:
+ *   X(base name, versioned symbol for dlsym, ABI version, parameters)
+ * The versioned symbol is what the base name means at
+ * ACC_CUDA_ABI_VERSION; it is used only when cuGetProcAddress is missing.
+ * cuGetProcAddress itself is looked up with dlsym and is not listed.
+ */
+#define ACC_CUDA_FUNCTIONS(X)                                               \
+    X(cuInit, cuInit, 2000, (unsigned int Flags))                           \
+    X(cuDriverGetVersion, cuDriverGetVersion, 2020, (int *driverVersion))   \
+    X(cuGetErrorName, cuGetErrorName, 6000,                                 \
+      (CUresult error, const char **pStr))                                  \
+    X(cuGetErrorString, cuGetErrorString, 6000,                             \
+      (CUresult error, const char **pStr))                                  \
+    X(cuDeviceGetCount, cuDeviceGetCount, 2000, (int *count))               \
+    X(cuDeviceGet, cuDeviceGet, 2000, (CUdevice *device, int ordinal))      \
+    X(cuDeviceGetName, cuDeviceGetName, 2000,                               \
+      (char *name, int len, CUdevice dev))                                  \
+    X(cuDeviceGetUuid, cuDeviceGetUuid_v2, 11040,                           \
+      (CUuuid *uuid, CUdevice dev))                                         \
+    X(cuDeviceTotalMem, cuDeviceTotalMem_v2, 3020,                          \
+      (size_t *bytes, CUdevice dev))                                        \
+    X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000,                     \
+      (int *pi, CUdevice_attribute attrib, CUdevice dev))                   \
+    X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000,             \
+      (CUcontext *pctx, CUdevice dev))                                      \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, 11000,       \
+      (CUdevice dev))                                                       \
+    X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, (CUcontext ctx))              \
+    X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, (CUcontext *pctx))            \
+    X(cuCtxPushCurrent, cuCtxPushCurrent_v2, 4000, (CUcontext ctx))         \
+    X(cuCtxPopCurrent, cuCtxPopCurrent_v2, 4000, (CUcontext *pctx))         \
+    X(cuCtxSynchronize, cuCtxSynchronize, 2000, (void))                     \
+    X(cuCtxGetStreamPriorityRange, cuCtxGetStreamPriorityRange, 5050,       \
+      (int *leastPriority, int *greatestPriority))                          \
+    X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050,         \
+      (CUstream *phStream, unsigned int flags, int priority))               \
+    X(cuStreamQuery, cuStreamQuery, 2000, (CUstream hStream))               \
+    X(cuStreamSynchronize, cuStreamSynchronize, 2000, (CUstream hStream))   \
+    X(cuStreamWaitEvent, cuStreamWaitEvent, 3020,                           \
+      (CUstream hStream, CUevent hEvent, unsigned int Flags))               \
+    X(cuStreamDestroy, cuStreamDestroy_v2, 4000, (CUstream hStream))        \
+    X(cuEventCreate, cuEventCreate, 2000,                                   \
+      (CUevent *phEvent, unsigned int Flags))                               \
+    X(cuEventRecord, cuEventRecord, 2000, (CUevent hEvent, CUstream hStream)) \
+    X(cuEventQuery, cuEventQuery, 2000, (CUevent hEvent))                   \
+    X(cuEventSynchronize, cuEventSynchronize, 2000, (CUevent hEvent))       \
+    X(cuEventElapsedTime, cuEventElapsedTime, 2000,                         \
+      (float *pMilliseconds, CUevent hStart, CUevent hEnd))                 \
+    X(cuEventDestroy, cuEventDestroy_v2, 4000, (CUevent hEvent))            \
+    X(cuMemGetInfo, cuMemGetInfo_v2, 3020, (size_t *free, size_t *total))
+
+/* Function pointer types: acc_pfn_<base name>. */
+#define ACC_CUDA_PFN_TYPEDEF(name, symbol, version, params) \
+    typedef CUresult (*acc_pfn_##name) params;
+ACC_CUDA_FUNCTIONS(ACC_CUDA_PFN_TYPEDEF)
+#undef ACC_CUDA_PFN_TYPEDEF
+
+typedef CUresult (*acc_pfn_cuGetProcAddress)(
+    const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+    CUdriverProcAddressQueryResult *symbolStatus);
+
+#endif /* ACC_CUDA_API_H */

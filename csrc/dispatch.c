@@ -1,0 +1,878 @@
+/*
+ * dispatch.c - getAccelerator: the backend registry, the one-time probe,
+ * the per-thread current device and stream, and validation.
+ *
+ * Everything here is plain C: no Python objects.  Driver state is
+ * process-global (drivers are); what is per thread lives in thread-local
+ * storage, released by a pthread key destructor when the thread ends.
+ */
+#define _GNU_SOURCE
+#include "backend.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Probe order: the first usable backend is selected. */
+static const acc_backend *const registry[] = {
+    &acc_cuda_backend,
+    &acc_level_zero_backend,
+};
+#define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
+
+typedef struct default_slot {
+    atomic_int ready;          /* s is filled */
+    acc_stream s;
+} default_slot;
+
+typedef struct properties_slot {
+    atomic_int ready;
+    acc_device_properties props;
+} properties_slot;
+
+static struct {
+    pthread_once_t once;
+    atomic_int probed;         /* acc_probe() has completed */
+    int forked;                /* we are a child forked after init */
+    int debug;                 /* ACCELERATOR_DEBUG=1 */
+    const acc_backend *selected;
+    int device_count;
+    int probed_backend[N_BACKENDS];
+    acc_backend_info info[N_BACKENDS];
+    pthread_mutex_t lock;      /* lazy slots and the full probe */
+    pthread_key_t thread_key;  /* runs release_thread_state at exit */
+    default_slot defaults[ACC_MAX_DEVICES];
+    properties_slot properties[ACC_MAX_DEVICES];
+} g = {
+    .once = PTHREAD_ONCE_INIT,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/*
+ * Per-thread state.  The current device is a plain int, read on every hot
+ * query, so it sits in initial-exec TLS (a few bytes); the current stream
+ * table is allocated on first set_stream.  A new thread starts on device
+ * 0 with every device's default stream current, as in torch.
+ */
+#define ACC_TLS __thread __attribute__((tls_model("initial-exec")))
+static ACC_TLS int tls_device;
+static ACC_TLS int tls_active_plus_one;  /* device activated, + 1; 0: none */
+static ACC_TLS acc_stream **tls_streams; /* [ACC_MAX_DEVICES] or NULL */
+
+/* Tracing ---------------------------------------------------------------- */
+
+int
+acc_debug_enabled(void)
+{
+    return g.debug;
+}
+
+void
+acc_trace(const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!g.debug) {
+        return;
+    }
+    va_start(ap, fmt);
+    fputs("accelerator: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Errors ----------------------------------------------------------------- */
+
+void
+acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
+{
+    va_list ap;
+
+    err->status = status;
+    err->backend = g.selected ? g.selected->name : NULL;
+    err->api = NULL;
+    err->code = 0;
+    err->code_name = NULL;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+}
+
+void
+acc_error_driver(acc_error *err, const char *backend, const char *api,
+                 long long code, const char *code_name, acc_status status)
+{
+    err->status = status;
+    err->backend = backend;
+    err->api = api;
+    err->code = code;
+    err->code_name = code_name;
+    snprintf(err->message, sizeof(err->message), "%s() failed: %s (%lld)",
+             api, code_name ? code_name : "unknown error", code);
+}
+
+/* Probe ------------------------------------------------------------------ */
+
+static void
+after_fork_in_child(void)
+{
+    /* Drivers cannot be used in a child of a process that initialised
+     * them (CUDA returns NOT_INITIALIZED forever; the Level Zero loader's
+     * once-only state is inherited), so refuse clearly instead. */
+    if (g.selected != NULL) {
+        g.forked = 1;
+    }
+}
+
+static void
+release_thread_state(void *unused)
+{
+    acc_stream **streams = tls_streams;
+
+    (void)unused;
+    if (streams == NULL) {
+        return;
+    }
+    tls_streams = NULL;
+    for (int i = 0; i < ACC_MAX_DEVICES; i++) {
+        if (streams[i] != NULL) {
+            acc_stream_decref(streams[i]);
+        }
+    }
+    free(streams);
+}
+
+static void
+probe_backend(int i)
+{
+    const acc_backend *b = registry[i];
+    acc_backend_info *info = &g.info[i];
+    acc_probe_result result;
+    acc_error err;
+    acc_status st;
+
+    memset(&result, 0, sizeof(result));
+    memset(&err, 0, sizeof(err));
+    st = b->probe(&result, &err);
+    g.probed_backend[i] = 1;
+    info->library = result.library;
+    info->loaded = result.loaded;
+    info->driver_version = result.driver_version;
+    memcpy(info->driver_version_text, result.driver_version_text,
+           sizeof(info->driver_version_text));
+    if (st == ACC_OK && result.device_count <= 0) {
+        snprintf(err.message, sizeof(err.message),
+                 "the driver reports no devices");
+        st = ACC_ERR_NO_ACCELERATOR;
+    }
+    if (st != ACC_OK) {
+        snprintf(info->reason, sizeof(info->reason), "%s", err.message);
+        acc_trace("backend %s rejected: %s", b->name, info->reason);
+        return;
+    }
+    if (result.device_count > ACC_MAX_DEVICES) {
+        acc_trace("backend %s: using %d of its %d devices", b->name,
+                  ACC_MAX_DEVICES, result.device_count);
+        result.device_count = ACC_MAX_DEVICES;
+    }
+    info->available = 1;
+    info->device_count = result.device_count;
+    acc_trace("backend %s available: %d device(s), driver %s, library %s",
+              b->name, result.device_count, info->driver_version_text,
+              info->library ? info->library : "?");
+}
+
+static void
+shutdown_selected(void)
+{
+    if (g.selected != NULL && !g.forked && g.selected->shutdown != NULL) {
+        g.selected->shutdown();
+    }
+}
+
+static void
+probe_once(void)
+{
+    const char *debug = getenv("ACCELERATOR_DEBUG");
+    const char *only = getenv("ACCELERATOR_BACKEND");
+    int known = 0;
+
+    g.debug = debug != NULL && strcmp(debug, "0") != 0 && debug[0] != '\0';
+    pthread_key_create(&g.thread_key, release_thread_state);
+    pthread_atfork(NULL, NULL, after_fork_in_child);
+    if (only != NULL && only[0] == '\0') {
+        only = NULL;
+    }
+    for (int i = 0; i < N_BACKENDS; i++) {
+        g.info[i].name = registry[i]->name;
+        g.info[i].device_type = registry[i]->device_type;
+        if (only != NULL && strcmp(only, registry[i]->name) == 0) {
+            known = 1;
+        }
+    }
+    if (only != NULL && strcmp(only, "none") == 0) {
+        known = 1;
+    }
+    for (int i = 0; i < N_BACKENDS; i++) {
+        acc_backend_info *info = &g.info[i];
+
+        if (only != NULL && strcmp(only, registry[i]->name) != 0) {
+            if (known) {
+                snprintf(info->reason, sizeof(info->reason),
+                         "not probed: ACCELERATOR_BACKEND=%s", only);
+            }
+            else {
+                snprintf(info->reason, sizeof(info->reason),
+                         "not probed: ACCELERATOR_BACKEND=%s names no "
+                         "backend (expected cuda, xpu or none)", only);
+            }
+            g.probed_backend[i] = 1;
+            acc_trace("backend %s rejected: %s", registry[i]->name,
+                      info->reason);
+            continue;
+        }
+        if (g.selected != NULL) {
+            /* Probed later, for the report only (acc_probe_all). */
+            continue;
+        }
+        probe_backend(i);
+        if (info->available) {
+            g.selected = registry[i];
+            g.device_count = info->device_count;
+            info->selected = 1;
+            acc_trace("selected backend %s", registry[i]->name);
+        }
+    }
+    if (g.selected == NULL) {
+        acc_trace("no accelerator available");
+    }
+    else {
+        atexit(shutdown_selected);
+    }
+    atomic_store_explicit(&g.probed, 1, memory_order_release);
+}
+
+void
+acc_probe(void)
+{
+    pthread_once(&g.once, probe_once);
+}
+
+int
+acc_probed(void)
+{
+    return atomic_load_explicit(&g.probed, memory_order_acquire);
+}
+
+void
+acc_probe_all(void)
+{
+    acc_probe();
+    pthread_mutex_lock(&g.lock);
+    for (int i = 0; i < N_BACKENDS; i++) {
+        /* A child of an initialised parent must not touch any driver. */
+        if (!g.probed_backend[i] && !g.forked) {
+            probe_backend(i);
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+}
+
+int
+acc_is_available(void)
+{
+    return g.selected != NULL;
+}
+
+int
+acc_device_count(void)
+{
+    return g.device_count;
+}
+
+const char *
+acc_device_type(void)
+{
+    return g.selected ? g.selected->device_type : NULL;
+}
+
+int
+acc_backend_count(void)
+{
+    return N_BACKENDS;
+}
+
+const acc_backend_info *
+acc_backend_info_at(int i)
+{
+    if (i < 0 || i >= N_BACKENDS) {
+        return NULL;
+    }
+    return &g.info[i];
+}
+
+acc_status
+acc_check_usable(acc_error *err)
+{
+    if (g.forked) {
+        acc_error_set(err, ACC_ERR_FORKED,
+                      "Cannot use the %s backend in a process forked after "
+                      "it was initialised: the driver cannot be "
+                      "re-initialised in a forked child. To use an "
+                      "accelerator in subprocesses, use the 'spawn' start "
+                      "method (multiprocessing.set_start_method('spawn'))",
+                      g.selected->name);
+        return ACC_ERR_FORKED;
+    }
+    if (g.selected == NULL) {
+        size_t n;
+
+        acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                      "Cannot access accelerator device when none is "
+                      "available.");
+        for (int i = 0; i < N_BACKENDS; i++) {
+            n = strlen(err->message);
+            if (g.info[i].reason[0] == '\0') {
+                continue;
+            }
+            snprintf(err->message + n, sizeof(err->message) - n,
+                     " [%s: %s]", g.info[i].name, g.info[i].reason);
+        }
+        return ACC_ERR_NO_ACCELERATOR;
+    }
+    return ACC_OK;
+}
+
+/* Devices ---------------------------------------------------------------- */
+
+int
+acc_current_device(void)
+{
+    return tls_device;
+}
+
+acc_status
+acc_check_device(long long index, acc_error *err)
+{
+    acc_status st = acc_check_usable(err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (index < 0 || index >= g.device_count) {
+        acc_error_set(err, ACC_ERR_DEVICE_INDEX,
+                      "Device index value %lld is out of index range "
+                      "[0, %d) of the %s backend", index, g.device_count,
+                      g.selected->name);
+        return ACC_ERR_DEVICE_INDEX;
+    }
+    return ACC_OK;
+}
+
+static acc_status
+activate(int device, acc_error *err)
+{
+    acc_status st;
+
+    if (tls_active_plus_one == device + 1) {
+        return ACC_OK;
+    }
+    if (g.selected->device_activate != NULL) {
+        st = g.selected->device_activate(device, err);
+        if (st != ACC_OK) {
+            return st;
+        }
+    }
+    tls_active_plus_one = device + 1;
+    return ACC_OK;
+}
+
+int
+acc_device_ready(int device)
+{
+    return tls_active_plus_one == device + 1;
+}
+
+acc_status
+acc_set_device(int device, acc_error *err)
+{
+    acc_status st = acc_check_device(device, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    st = activate(device, err);
+    if (st == ACC_OK) {
+        tls_device = device;
+    }
+    return st;
+}
+
+acc_status
+acc_activate_current(acc_error *err)
+{
+    acc_status st = acc_check_usable(err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    return activate(tls_device, err);
+}
+
+static acc_status
+unsupported(const char *what, acc_error *err)
+{
+    acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend %s does not support %s",
+                  g.selected->name, what);
+    return ACC_ERR_UNSUPPORTED;
+}
+
+acc_status
+acc_synchronize_device(int device, acc_error *err)
+{
+    acc_status st = acc_check_device(device, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (g.selected->device_synchronize == NULL) {
+        return unsupported("device synchronization", err);
+    }
+    return g.selected->device_synchronize(device, err);
+}
+
+acc_status
+acc_get_device_properties(int device, const acc_device_properties **out,
+                          acc_error *err)
+{
+    properties_slot *slot;
+    acc_status st = acc_check_device(device, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    slot = &g.properties[device];
+    if (!atomic_load_explicit(&slot->ready, memory_order_acquire)) {
+        if (g.selected->device_properties == NULL) {
+            return unsupported("device properties", err);
+        }
+        pthread_mutex_lock(&g.lock);
+        if (!atomic_load_explicit(&slot->ready, memory_order_relaxed)) {
+            memset(&slot->props, 0, sizeof(slot->props));
+            st = g.selected->device_properties(device, &slot->props, err);
+            if (st == ACC_OK) {
+                atomic_store_explicit(&slot->ready, 1, memory_order_release);
+            }
+        }
+        pthread_mutex_unlock(&g.lock);
+        if (st != ACC_OK) {
+            return st;
+        }
+    }
+    *out = &slot->props;
+    return ACC_OK;
+}
+
+acc_status
+acc_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
+                acc_error *err)
+{
+    acc_status st = acc_check_device(device, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (g.selected->memory_info == NULL) {
+        return unsupported("memory information", err);
+    }
+    return g.selected->memory_info(device, free_bytes, total_bytes, err);
+}
+
+/* Streams ---------------------------------------------------------------- */
+
+acc_status
+acc_default_stream(int device, acc_stream **out, acc_error *err)
+{
+    default_slot *slot = &g.defaults[device];
+    acc_status st = ACC_OK;
+
+    if (!atomic_load_explicit(&slot->ready, memory_order_acquire)) {
+        st = acc_check_usable(err);
+        if (st != ACC_OK) {
+            return st;
+        }
+        if (g.selected->stream_default == NULL) {
+            return unsupported("streams", err);
+        }
+        pthread_mutex_lock(&g.lock);
+        if (!atomic_load_explicit(&slot->ready, memory_order_relaxed)) {
+            memset(&slot->s, 0, sizeof(slot->s));
+            slot->s.refcount = 1;
+            slot->s.backend = g.selected;
+            slot->s.device = device;
+            slot->s.flags = ACC_STREAM_DEFAULT;
+            st = g.selected->stream_default(device, &slot->s, err);
+            if (st == ACC_OK) {
+                atomic_store_explicit(&slot->ready, 1, memory_order_release);
+            }
+        }
+        pthread_mutex_unlock(&g.lock);
+        if (st != ACC_OK) {
+            return st;
+        }
+    }
+    *out = &slot->s;
+    return ACC_OK;
+}
+
+acc_status
+acc_current_stream(int device, acc_stream **out, acc_error *err)
+{
+    if (tls_streams != NULL && tls_streams[device] != NULL) {
+        *out = tls_streams[device];
+        return ACC_OK;
+    }
+    return acc_default_stream(device, out, err);
+}
+
+acc_status
+acc_set_current_stream(acc_stream *s, acc_error *err)
+{
+    acc_stream *old;
+
+    if (tls_streams == NULL) {
+        acc_stream **streams = calloc(ACC_MAX_DEVICES, sizeof(*streams));
+
+        if (streams == NULL) {
+            acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+            return ACC_ERR_HOST_MEMORY;
+        }
+        tls_streams = streams;
+        /* Any non-NULL value makes the destructor run at thread exit. */
+        pthread_setspecific(g.thread_key, streams);
+    }
+    old = tls_streams[s->device];
+    if (s->flags & ACC_STREAM_DEFAULT) {
+        tls_streams[s->device] = NULL;
+    }
+    else {
+        acc_stream_incref(s);
+        tls_streams[s->device] = s;
+    }
+    if (old != NULL) {
+        acc_stream_decref(old);
+    }
+    return ACC_OK;
+}
+
+void
+acc_stream_incref(acc_stream *s)
+{
+    if (!(s->flags & ACC_STREAM_DEFAULT)) {
+        atomic_fetch_add_explicit(&s->refcount, 1,
+                                  memory_order_relaxed);
+    }
+}
+
+void
+acc_stream_decref(acc_stream *s)
+{
+    if (s->flags & ACC_STREAM_DEFAULT) {
+        return;
+    }
+    if (atomic_fetch_sub_explicit(&s->refcount, 1,
+                                  memory_order_acq_rel) != 1) {
+        return;
+    }
+    /* A stream outlives a fork only in memory: the child must not call
+     * the driver, and the parent still owns the native object. */
+    if (!(s->flags & ACC_STREAM_EXTERNAL) && !g.forked
+        && s->backend->stream_destroy != NULL) {
+        s->backend->stream_destroy(s);
+    }
+    free(s);
+}
+
+static acc_status
+new_stream(int device, acc_stream **out, acc_error *err)
+{
+    acc_stream *s = calloc(1, sizeof(*s));
+
+    if (s == NULL) {
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
+    }
+    s->refcount = 1;
+    s->backend = g.selected;
+    s->device = device;
+    *out = s;
+    return ACC_OK;
+}
+
+acc_status
+acc_stream_priority_range(int device, int *least, int *greatest,
+                          acc_error *err)
+{
+    acc_status st = acc_check_device(device, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (g.selected->stream_priority_range == NULL) {
+        *least = *greatest = 0;
+        return ACC_OK;
+    }
+    return g.selected->stream_priority_range(device, least, greatest, err);
+}
+
+acc_status
+acc_stream_create(int device, int priority, acc_stream **out,
+                  acc_error *err)
+{
+    int least, greatest;
+    long long wanted;
+    acc_stream *s;
+    acc_status st;
+
+    if (priority > 0) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "Stream priority must be 0 (normal) or negative "
+                      "(higher priority), got %d", priority);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    st = acc_stream_priority_range(device, &least, &greatest, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (g.selected->stream_create == NULL) {
+        return unsupported("creating streams", err);
+    }
+    /* Torch's priorities count down from 0 (normal); the driver's range
+     * is [greatest, least].  Anything beyond the range is clamped, as
+     * torch and the CUDA driver do. */
+    wanted = (long long)least + priority;
+    if (wanted < greatest) {
+        wanted = greatest;
+    }
+    st = new_stream(device, &s, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    s->priority = (int)wanted;
+    st = g.selected->stream_create(s, err);
+    if (st != ACC_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return ACC_OK;
+}
+
+acc_status
+acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,
+                acc_error *err)
+{
+    acc_stream *s;
+    acc_status st = acc_check_device(device, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    st = new_stream(device, &s, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    s->flags = ACC_STREAM_EXTERNAL;
+    s->handle = handle;
+    if (g.selected->stream_wrap != NULL) {
+        st = g.selected->stream_wrap(s, err);
+        if (st != ACC_OK) {
+            free(s);
+            return st;
+        }
+    }
+    *out = s;
+    return ACC_OK;
+}
+
+acc_status
+acc_stream_query(acc_stream *s, acc_error *err)
+{
+    acc_status st = acc_check_usable(err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (s->backend->stream_query == NULL) {
+        return unsupported("querying streams", err);
+    }
+    return s->backend->stream_query(s, err);
+}
+
+acc_status
+acc_stream_synchronize(acc_stream *s, acc_error *err)
+{
+    acc_status st = acc_check_usable(err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (s->backend->stream_synchronize == NULL) {
+        return unsupported("synchronizing streams", err);
+    }
+    return s->backend->stream_synchronize(s, err);
+}
+
+acc_status
+acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
+{
+    acc_status st = acc_check_usable(err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (e->native == NULL) {
+        /* Waiting for an event that was never recorded waits for
+         * nothing (torch and the CUDA driver agree). */
+        return ACC_OK;
+    }
+    if (s->backend->stream_wait_event == NULL) {
+        return unsupported("waiting on events", err);
+    }
+    return s->backend->stream_wait_event(s, e, err);
+}
+
+acc_status
+acc_stream_wait_stream(acc_stream *s, acc_stream *other, acc_error *err)
+{
+    acc_event e;
+    acc_status st;
+
+    /* As torch does: record a timing-free event on other, wait on it. */
+    acc_event_init(&e, 0);
+    st = acc_event_record(&e, other, err);
+    if (st == ACC_OK) {
+        st = acc_stream_wait_event(s, &e, err);
+    }
+    acc_event_release(&e);
+    return st;
+}
+
+/* Events ----------------------------------------------------------------- */
+
+void
+acc_event_init(acc_event *e, unsigned flags)
+{
+    memset(e, 0, sizeof(*e));
+    e->device = -1;
+    e->flags = flags;
+}
+
+acc_status
+acc_event_record(acc_event *e, acc_stream *s, acc_error *err)
+{
+    acc_status st = acc_check_usable(err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (s->backend->event_record == NULL || s->backend->event_create == NULL) {
+        return unsupported("events", err);
+    }
+    if (e->native == NULL) {
+        e->backend = s->backend;
+        e->device = s->device;
+        st = s->backend->event_create(e, err);
+        if (st != ACC_OK) {
+            e->device = -1;
+            e->backend = NULL;
+            return st;
+        }
+    }
+    else if (e->device != s->device) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "Event device index %d does not match recording "
+                      "stream's device index %d.", e->device, s->device);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    return s->backend->event_record(e, s, err);
+}
+
+acc_status
+acc_event_query(acc_event *e, acc_error *err)
+{
+    acc_status st;
+
+    if (e->native == NULL) {
+        return ACC_OK;
+    }
+    st = acc_check_usable(err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    return e->backend->event_query(e, err);
+}
+
+acc_status
+acc_event_synchronize(acc_event *e, acc_error *err)
+{
+    acc_status st;
+
+    if (e->native == NULL) {
+        return ACC_OK;
+    }
+    st = acc_check_usable(err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    return e->backend->event_synchronize(e, err);
+}
+
+acc_status
+acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
+                     acc_error *err)
+{
+    acc_status st;
+
+    if (!(start->flags & ACC_EVENT_TIMING) || !(end->flags & ACC_EVENT_TIMING)) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "Both events must be created with argument "
+                      "'enable_timing=True'.");
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (start->native == NULL || end->native == NULL) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "Both events must be recorded before calculating "
+                      "elapsed time.");
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    st = acc_check_usable(err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (start->backend->event_elapsed_ms == NULL) {
+        return unsupported("event timing", err);
+    }
+    st = start->backend->event_elapsed_ms(start, end, ms, err);
+    if (st == ACC_NOT_READY) {
+        acc_error_set(err, ACC_ERR_STATE,
+                      "Both events must be completed before calculating "
+                      "elapsed time.");
+        return ACC_ERR_STATE;
+    }
+    return st;
+}
+
+void
+acc_event_release(acc_event *e)
+{
+    if (e->native != NULL && !g.forked && e->backend->event_destroy) {
+        e->backend->event_destroy(e);
+    }
+    e->native = NULL;
+    e->handle = 0;
+}

@@ -1,0 +1,404 @@
+/*
+ * py_event.c - accelerator.Event: a marker in a stream's work, for
+ * ordering and timing, as torch.Event.  The driver event is created on
+ * first record, on the recording stream's device.
+ */
+#include "pyaccel.h"
+
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    acc_event e;
+    PyObject *weakreflist;
+} EventObject;
+
+acc_event *
+acc_event_of(PyObject *event)
+{
+    return &((EventObject *)event)->e;
+}
+
+static int
+parse_flag(PyObject *obj, const char *name, int *value)
+{
+    if (obj == NULL) {
+        *value = 0;
+        return 0;
+    }
+    if (!PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "Event() argument %s must be a bool, "
+                     "not %.100s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *value = obj == Py_True;
+    return 0;
+}
+
+static PyObject *
+event_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"enable_timing", "blocking", "interprocess",
+                               NULL};
+    acc_state *st = acc_state_from_type(cls);
+    PyObject *timing_arg = NULL, *blocking_arg = NULL, *ipc_arg = NULL;
+    int timing, blocking, ipc;
+    EventObject *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOO:Event", keywords,
+                                     &timing_arg, &blocking_arg, &ipc_arg)
+        || parse_flag(timing_arg, "enable_timing", &timing) < 0
+        || parse_flag(blocking_arg, "blocking", &blocking) < 0
+        || parse_flag(ipc_arg, "interprocess", &ipc) < 0) {
+        return NULL;
+    }
+    if (ipc) {
+        /* torch accepts and ignores this flag; a silent no-op has bitten
+         * users who relied on it, so refuse. */
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "Event(interprocess=True) is not supported: events "
+                        "cannot be shared between processes yet");
+        return NULL;
+    }
+    acc_ensure_probed();
+    if (acc_require_usable(st) < 0) {
+        return NULL;
+    }
+    self = (EventObject *)cls->tp_alloc(cls, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    acc_event_init(&self->e, (timing ? ACC_EVENT_TIMING : 0)
+                             | (blocking ? ACC_EVENT_BLOCKING : 0));
+    return (PyObject *)self;
+}
+
+static void
+event_dealloc(EventObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    /* The driver lets an event be destroyed while work still refers to
+     * it; destroying does not block. */
+    acc_event_release(&self->e);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static acc_state *
+event_state(EventObject *self)
+{
+    return acc_state_from_type(Py_TYPE(self));
+}
+
+/* The stream argument of record()/wait(): None means the current stream
+ * of the current device.  Borrowed core stream in *out. */
+static int
+stream_arg(acc_state *st, PyObject *stream, const char *what,
+           acc_stream **out)
+{
+    acc_error err;
+
+    if (stream == NULL || stream == Py_None) {
+        if (acc_require_usable(st) < 0) {
+            return -1;
+        }
+        if (acc_current_stream(acc_current_device(), out, &err) != ACC_OK) {
+            acc_raise(st, &err);
+            return -1;
+        }
+        return 0;
+    }
+    if (!PyObject_TypeCheck(stream, st->stream_type)) {
+        PyErr_Format(PyExc_TypeError, "%s expected an accelerator.Stream "
+                     "or None, got %.100s", what, Py_TYPE(stream)->tp_name);
+        return -1;
+    }
+    *out = acc_stream_of(stream);
+    return 0;
+}
+
+static int
+one_optional_arg(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                 const char *name, const char *what, PyObject **value)
+{
+    *value = NULL;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        if (PyTuple_GET_SIZE(kwnames) == 1 && nargs == 0
+            && PyUnicode_CompareWithASCIIString(
+                   PyTuple_GET_ITEM(kwnames, 0), name) == 0) {
+            *value = args[0];
+            return 0;
+        }
+        PyErr_Format(PyExc_TypeError, "%s takes one optional argument, %s",
+                     what, name);
+        return -1;
+    }
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "%s takes at most 1 argument (%zd "
+                     "given)", what, nargs);
+        return -1;
+    }
+    if (nargs == 1) {
+        *value = args[0];
+    }
+    return 0;
+}
+
+static PyObject *
+event_record(EventObject *self, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    acc_state *st = event_state(self);
+    PyObject *stream;
+    acc_stream *s;
+    acc_error err;
+    acc_status status;
+
+    if (one_optional_arg(args, nargs, kwnames, "stream", "Event.record()",
+                         &stream) < 0
+        || stream_arg(st, stream, "Event.record()", &s) < 0) {
+        return NULL;
+    }
+    if (self->e.native == NULL) {
+        /* The first record creates the driver event: may be slow. */
+        Py_BEGIN_ALLOW_THREADS
+        status = acc_event_record(&self->e, s, &err);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        status = acc_event_record(&self->e, s, &err);
+    }
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+event_wait(EventObject *self, PyObject *const *args, Py_ssize_t nargs,
+           PyObject *kwnames)
+{
+    acc_state *st = event_state(self);
+    PyObject *stream;
+    acc_stream *s;
+    acc_error err;
+
+    if (one_optional_arg(args, nargs, kwnames, "stream", "Event.wait()",
+                         &stream) < 0
+        || stream_arg(st, stream, "Event.wait()", &s) < 0) {
+        return NULL;
+    }
+    if (acc_stream_wait_event(s, &self->e, &err) != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+event_query(EventObject *self, PyObject *unused)
+{
+    acc_error err;
+    acc_status status = acc_event_query(&self->e, &err);
+
+    (void)unused;
+    if (status == ACC_OK) {
+        Py_RETURN_TRUE;
+    }
+    if (status == ACC_NOT_READY) {
+        Py_RETURN_FALSE;
+    }
+    return acc_raise(event_state(self), &err);
+}
+
+static PyObject *
+event_synchronize(EventObject *self, PyObject *unused)
+{
+    acc_error err;
+    acc_status status;
+
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_event_synchronize(&self->e, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(event_state(self), &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+event_elapsed_time(EventObject *self, PyObject *end)
+{
+    acc_state *st = event_state(self);
+    acc_error err;
+    float ms = 0;
+
+    if (!PyObject_TypeCheck(end, st->event_type)) {
+        PyErr_Format(PyExc_TypeError, "Event.elapsed_time() expected an "
+                     "accelerator.Event, got %.100s", Py_TYPE(end)->tp_name);
+        return NULL;
+    }
+    if (acc_event_elapsed_ms(&self->e, acc_event_of(end), &ms, &err)
+        != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    return PyFloat_FromDouble(ms);
+}
+
+static PyObject *
+event_reduce(EventObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyErr_Format(PyExc_TypeError,
+                 "cannot pickle %.100s objects: an event belongs to this "
+                 "process's driver", Py_TYPE(self)->tp_name);
+    return NULL;
+}
+
+/* Attributes ------------------------------------------------------------- */
+
+static PyObject *
+event_get_device(EventObject *self, void *closure)
+{
+    (void)closure;
+    return acc_device_new(event_state(self), acc_device_type(),
+                          self->e.device);
+}
+
+static PyObject *
+event_get_device_index(EventObject *self, void *closure)
+{
+    (void)closure;
+    if (self->e.device < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLong(self->e.device);
+}
+
+static PyObject *
+event_get_handle(EventObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->e.handle);
+}
+
+static PyObject *
+event_get_enable_timing(EventObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->e.flags & ACC_EVENT_TIMING);
+}
+
+static PyObject *
+event_get_blocking(EventObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->e.flags & ACC_EVENT_BLOCKING);
+}
+
+static PyObject *
+event_repr(EventObject *self)
+{
+    char device[48], text[200];
+
+    /* No device index until the first record. */
+    if (self->e.device < 0) {
+        snprintf(device, sizeof(device), "%s", acc_device_type());
+    }
+    else {
+        snprintf(device, sizeof(device), "%s:%d", acc_device_type(),
+                 self->e.device);
+    }
+    snprintf(text, sizeof(text),
+             "accelerator.Event(device='%s', enable_timing=%s, "
+             "blocking=%s, handle=%#llx)", device,
+             self->e.flags & ACC_EVENT_TIMING ? "True" : "False",
+             self->e.flags & ACC_EVENT_BLOCKING ? "True" : "False",
+             (unsigned long long)self->e.handle);
+    return PyUnicode_FromString(text);
+}
+
+/* Type ------------------------------------------------------------------- */
+
+PyDoc_STRVAR(event_doc,
+"Event(*, enable_timing=False, blocking=False, interprocess=False)\n"
+"--\n"
+"\n"
+"A marker in a stream's work, for ordering and timing, as torch.Event.\n"
+"The driver event is made on first record(), on that stream's device.\n"
+"blocking=True makes synchronize() block the thread instead of spinning.\n"
+"interprocess=True is not supported (NotImplementedError).");
+
+PyDoc_STRVAR(record_doc,
+"record($self, /, stream=None)\n--\n\nRecord the event on stream (default: "
+"the current stream).");
+PyDoc_STRVAR(wait_doc,
+"wait($self, /, stream=None)\n--\n\nMake future work on stream (default: "
+"the current stream) wait for this event.");
+PyDoc_STRVAR(equery_doc,
+"query($self, /)\n--\n\nTrue when the recorded work is done (or the event "
+"was never recorded).");
+PyDoc_STRVAR(esync_doc,
+"synchronize($self, /)\n--\n\nWait until the recorded work is done.");
+PyDoc_STRVAR(elapsed_doc,
+"elapsed_time($self, end, /)\n--\n\nMilliseconds from this event to end; "
+"both timing events, recorded and completed.");
+PyDoc_STRVAR(ereduce_doc,
+"__reduce__($self, /)\n--\n\nEvents cannot be pickled.");
+
+static PyMethodDef event_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))event_record,
+     METH_FASTCALL | METH_KEYWORDS, record_doc},
+    {"wait", (PyCFunction)(void (*)(void))event_wait,
+     METH_FASTCALL | METH_KEYWORDS, wait_doc},
+    {"query", (PyCFunction)event_query, METH_NOARGS, equery_doc},
+    {"synchronize", (PyCFunction)event_synchronize, METH_NOARGS, esync_doc},
+    {"elapsed_time", (PyCFunction)event_elapsed_time, METH_O, elapsed_doc},
+    {"__reduce__", (PyCFunction)event_reduce, METH_NOARGS, ereduce_doc},
+    {NULL},
+};
+
+static PyGetSetDef event_getset[] = {
+    {"device", (getter)event_get_device, NULL,
+     PyDoc_STR("The device it was recorded on (index None before)."), NULL},
+    {"device_index", (getter)event_get_device_index, NULL,
+     PyDoc_STR("The device index, or None before the first record."), NULL},
+    {"handle", (getter)event_get_handle, NULL,
+     PyDoc_STR("The native event as an int; 0 before the first record."),
+     NULL},
+    {"event_id", (getter)event_get_handle, NULL,
+     PyDoc_STR("Alias of handle, as torch.Event.event_id."), NULL},
+    {"enable_timing", (getter)event_get_enable_timing, NULL,
+     PyDoc_STR("Whether the event can measure elapsed time."), NULL},
+    {"blocking", (getter)event_get_blocking, NULL,
+     PyDoc_STR("Whether synchronize() blocks rather than spins."), NULL},
+    {NULL},
+};
+
+static PyMemberDef event_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(EventObject, weakreflist),
+     READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot event_slots[] = {
+    {Py_tp_doc, (void *)event_doc},
+    {Py_tp_new, event_new},
+    {Py_tp_dealloc, event_dealloc},
+    {Py_tp_repr, event_repr},
+    {Py_tp_methods, event_methods},
+    {Py_tp_getset, event_getset},
+    {Py_tp_members, event_members},
+    {0, NULL},
+};
+
+PyType_Spec acc_event_spec = {
+    .name = "accelerator.Event",
+    .basicsize = sizeof(EventObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = event_slots,
+};

@@ -1,0 +1,745 @@
+/*
+ * py_stream.c - accelerator.Stream: a queue of work on one device, as
+ * torch.Stream, plus the CUDA stream protocol for interop.
+ *
+ * A Stream object holds a reference to a core acc_stream.  The core
+ * stream points back at its live Python object (borrowed), so that
+ * current_stream() returns the same object every time while it lives.
+ */
+#include "pyaccel.h"
+
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    acc_stream *s;
+    PyObject *owner;        /* keeps a foreign stream's owner alive */
+    PyObject *weakreflist;
+} StreamObject;
+
+acc_stream *
+acc_stream_of(PyObject *stream)
+{
+    return ((StreamObject *)stream)->s;
+}
+
+/* A new object of cls around s; takes a new reference to s. */
+static PyObject *
+stream_wrap(PyTypeObject *cls, acc_stream *s, PyObject *owner)
+{
+    StreamObject *self = (StreamObject *)cls->tp_alloc(cls, 0);
+
+    if (self == NULL) {
+        return NULL;
+    }
+    acc_stream_incref(s);
+    self->s = s;
+    self->owner = Py_XNewRef(owner);
+    if (!(s->flags & ACC_STREAM_DEFAULT)) {
+        s->wrapper = self;
+    }
+    return (PyObject *)self;
+}
+
+PyObject *
+acc_stream_object(acc_state *st, acc_stream *s)
+{
+    PyObject **slot;
+
+    if (s->flags & ACC_STREAM_DEFAULT) {
+        /* The module keeps default stream objects for good, so every
+         * current_stream() on a default stream is the same object. */
+        slot = &st->default_streams[s->device];
+        if (*slot == NULL) {
+            *slot = stream_wrap(st->stream_type, s, NULL);
+        }
+        return Py_XNewRef(*slot);
+    }
+    if (s->wrapper != NULL) {
+        return Py_NewRef((PyObject *)s->wrapper);
+    }
+    return stream_wrap(st->stream_type, s, NULL);
+}
+
+static int
+parse_priority(PyObject *obj, int *priority)
+{
+    long value;
+    int overflow;
+
+    if (obj == NULL) {
+        *priority = 0;
+        return 0;
+    }
+    if (PyBool_Check(obj) || !PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "Stream priority must be an int, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    value = PyLong_AsLongAndOverflow(obj, &overflow);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    /* Beyond the driver's range is clamped, as in torch; keep the
+     * arithmetic in int. */
+    if (overflow < 0 || value < -1000000) {
+        value = -1000000;
+    }
+    if (overflow > 0 || value > 1000000) {
+        value = 1000000;
+    }
+    *priority = (int)value;
+    return 0;
+}
+
+static PyObject *
+stream_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"device", "priority", NULL};
+    acc_state *st = acc_state_from_type(cls);
+    PyObject *device = Py_None, *priority_arg = NULL, *self;
+    long long index;
+    int priority;
+    acc_stream *s = NULL;
+    acc_error err;
+    acc_status status;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$O:Stream", keywords,
+                                     &device, &priority_arg)) {
+        return NULL;
+    }
+    if (parse_priority(priority_arg, &priority) < 0) {
+        return NULL;
+    }
+    acc_ensure_probed();
+    if (acc_require_usable(st) < 0
+        || acc_resolve_device(st, device, 1, &index) < 0
+        || acc_check_index(st, index) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_stream_create((int)index, priority, &s, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    self = stream_wrap(cls, s, NULL);
+    acc_stream_decref(s);
+    return self;
+}
+
+static int
+stream_traverse(StreamObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static int
+stream_clear(StreamObject *self)
+{
+    Py_CLEAR(self->owner);
+    return 0;
+}
+
+static void
+stream_dealloc(StreamObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    if (self->s != NULL) {
+        if (self->s->wrapper == self) {
+            self->s->wrapper = NULL;
+        }
+        /* Destroying a stream with queued work is fine: the driver lets
+         * the work finish and does not block. */
+        acc_stream_decref(self->s);
+        self->s = NULL;
+    }
+    Py_CLEAR(self->owner);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+/* Attributes ------------------------------------------------------------- */
+
+static PyObject *
+stream_get_device(StreamObject *self, void *closure)
+{
+    (void)closure;
+    return acc_device_new(acc_state_from_type(Py_TYPE(self)),
+                          acc_device_type(), self->s->device);
+}
+
+static PyObject *
+stream_get_device_index(StreamObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->s->device);
+}
+
+static PyObject *
+stream_get_device_type(StreamObject *self, void *closure)
+{
+    (void)self;
+    (void)closure;
+    return PyLong_FromLong(strcmp(acc_device_type(), "cuda") == 0
+                           ? ACC_C10_CUDA : ACC_C10_XPU);
+}
+
+static PyObject *
+stream_get_priority(StreamObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->s->priority);
+}
+
+static PyObject *
+stream_get_handle(StreamObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->s->handle);
+}
+
+static PyObject *
+stream_repr(StreamObject *self)
+{
+    char text[160];
+
+    snprintf(text, sizeof(text),
+             "accelerator.Stream(device='%s:%d', handle=%#llx, "
+             "priority=%d%s)", acc_device_type(),
+             self->s->device, (unsigned long long)self->s->handle,
+             self->s->priority,
+             self->s->flags & ACC_STREAM_DEFAULT ? ", default" : "");
+    return PyUnicode_FromString(text);
+}
+
+static int
+same_stream(const acc_stream *a, const acc_stream *b)
+{
+    return a == b || (a->backend == b->backend && a->device == b->device
+                      && a->handle == b->handle);
+}
+
+static PyObject *
+stream_richcompare(PyObject *a, PyObject *b, int op)
+{
+    acc_state *st = acc_state_from_type(Py_TYPE(a));
+    int equal;
+
+    /* Anything but a Stream: NotImplemented, so == is False, != True
+     * and ordering raises TypeError (torch's fixed behaviour). */
+    if (!PyObject_TypeCheck(b, st->stream_type)
+        || (op != Py_EQ && op != Py_NE)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    equal = same_stream(acc_stream_of(a), acc_stream_of(b));
+    return PyBool_FromLong(op == Py_EQ ? equal : !equal);
+}
+
+static Py_hash_t
+stream_hash(StreamObject *self)
+{
+    Py_uhash_t h = (Py_uhash_t)self->s->handle;
+
+    h = (h ^ (h >> 17)) * 1000003u + (Py_uhash_t)self->s->device;
+    return h == (Py_uhash_t)-1 ? -2 : (Py_hash_t)h;
+}
+
+/* Methods ---------------------------------------------------------------- */
+
+static PyObject *
+stream_query(StreamObject *self, PyObject *unused)
+{
+    acc_error err;
+    acc_status status = acc_stream_query(self->s, &err);
+
+    (void)unused;
+    if (status == ACC_OK) {
+        Py_RETURN_TRUE;
+    }
+    if (status == ACC_NOT_READY) {
+        Py_RETURN_FALSE;
+    }
+    return acc_raise(acc_state_from_type(Py_TYPE(self)), &err);
+}
+
+static PyObject *
+stream_synchronize(StreamObject *self, PyObject *unused)
+{
+    acc_error err;
+    acc_status status;
+
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_stream_synchronize(self->s, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(acc_state_from_type(Py_TYPE(self)), &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static int
+check_type(PyObject *obj, PyTypeObject *type, const char *what)
+{
+    if (!PyObject_TypeCheck(obj, type)) {
+        PyErr_Format(PyExc_TypeError, "%s expected an %s, got %.100s", what,
+                     type->tp_name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+stream_wait_event(StreamObject *self, PyObject *event)
+{
+    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    acc_error err;
+
+    if (check_type(event, st->event_type, "Stream.wait_event()") < 0) {
+        return NULL;
+    }
+    if (acc_stream_wait_event(self->s, acc_event_of(event), &err)
+        != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+stream_wait_stream(StreamObject *self, PyObject *other)
+{
+    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    acc_error err;
+    acc_status status;
+
+    if (check_type(other, st->stream_type, "Stream.wait_stream()") < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_stream_wait_stream(self->s, acc_stream_of(other), &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+stream_record_event(StreamObject *self, PyObject *const *args,
+                    Py_ssize_t nargs, PyObject *kwnames)
+{
+    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    PyObject *event = NULL;
+    acc_event *e;
+    acc_error err;
+    acc_status status;
+
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && nargs == 0
+        && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
+                                            "event") == 0) {
+        event = args[0];
+    }
+    else if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)
+             || nargs > 1) {
+        PyErr_SetString(PyExc_TypeError,
+                        "record_event() takes at most one argument, event");
+        return NULL;
+    }
+    else if (nargs == 1) {
+        event = args[0];
+    }
+    if (event == NULL || event == Py_None) {
+        event = PyObject_CallNoArgs((PyObject *)st->event_type);
+        if (event == NULL) {
+            return NULL;
+        }
+    }
+    else if (check_type(event, st->event_type, "Stream.record_event()") < 0) {
+        return NULL;
+    }
+    else {
+        Py_INCREF(event);
+    }
+    e = acc_event_of(event);
+    if (e->native == NULL) {
+        /* The first record creates the driver event: may be slow. */
+        Py_BEGIN_ALLOW_THREADS
+        status = acc_event_record(e, self->s, &err);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        status = acc_event_record(e, self->s, &err);
+    }
+    if (status != ACC_OK) {
+        Py_DECREF(event);
+        return acc_raise(st, &err);
+    }
+    return event;
+}
+
+/* `with stream:` keeps, per thread, a stack of what to restore: torch's
+ * semantics, but safe when two threads enter the same stream. */
+static PyObject *
+stream_stack(acc_state *st)
+{
+    PyObject *dict = PyThreadState_GetDict(), *stack;
+
+    if (dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "no thread state dictionary");
+        return NULL;
+    }
+    stack = PyDict_GetItemWithError(dict, st->stream_stack_key);
+    if (stack == NULL && !PyErr_Occurred()) {
+        stack = PyList_New(0);
+        if (stack == NULL) {
+            return NULL;
+        }
+        if (PyDict_SetItem(dict, st->stream_stack_key, stack) < 0) {
+            Py_DECREF(stack);
+            return NULL;
+        }
+        Py_DECREF(stack);
+    }
+    return stack;
+}
+
+static PyObject *
+stream_enter(StreamObject *self, PyObject *unused)
+{
+    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    PyObject *stack, *previous, *entry;
+    int device = acc_current_device(), rc;
+    acc_stream *current;
+    acc_error err;
+
+    (void)unused;
+    stack = stream_stack(st);
+    if (stack == NULL || acc_require_usable(st) < 0) {
+        return NULL;
+    }
+    if (acc_current_stream(self->s->device, &current, &err) != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    if (same_stream(current, self->s)) {
+        /* Re-entering the current stream changes nothing, as in torch. */
+        if (PyList_Append(stack, Py_None) < 0) {
+            return NULL;
+        }
+        return Py_NewRef(self);
+    }
+    previous = acc_stream_object(st, current);
+    if (previous == NULL) {
+        return NULL;
+    }
+    entry = Py_BuildValue("(iN)", device, previous);
+    if (entry == NULL) {
+        return NULL;
+    }
+    rc = PyList_Append(stack, entry);
+    Py_DECREF(entry);
+    if (rc < 0) {
+        return NULL;
+    }
+    if ((self->s->device != device
+         && acc_switch_device(st, self->s->device) < 0)
+        || acc_set_current_stream(self->s, &err) != ACC_OK) {
+        if (!PyErr_Occurred()) {
+            acc_raise(st, &err);
+        }
+        /* Nothing changed that the stack entry would restore. */
+        PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1);
+        return NULL;
+    }
+    return Py_NewRef(self);
+}
+
+static PyObject *
+stream_exit(StreamObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    PyObject *stack = stream_stack(st), *entry, *previous;
+    Py_ssize_t n;
+    int device;
+    acc_error err;
+
+    (void)args;
+    (void)nargs;
+    if (stack == NULL) {
+        return NULL;
+    }
+    n = PyList_GET_SIZE(stack);
+    if (n == 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Stream.__exit__() without a matching __enter__() "
+                        "in this thread");
+        return NULL;
+    }
+    entry = Py_NewRef(PyList_GET_ITEM(stack, n - 1));
+    if (PySequence_DelItem(stack, n - 1) < 0) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    if (entry == Py_None) {
+        Py_DECREF(entry);
+        Py_RETURN_NONE;
+    }
+    device = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+    previous = PyTuple_GET_ITEM(entry, 1);
+    /* Restore the stream first, then the device, as torch does. */
+    if (acc_set_current_stream(acc_stream_of(previous), &err) != ACC_OK) {
+        Py_DECREF(entry);
+        return acc_raise(st, &err);
+    }
+    Py_DECREF(entry);
+    if (self->s->device != device && acc_switch_device(st, device) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+stream_cuda_stream(StreamObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (strcmp(acc_device_type(), "cuda") != 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "__cuda_stream__ is only defined for CUDA streams; this "
+                     "is a %s stream", acc_device_type());
+        return NULL;
+    }
+    return Py_BuildValue("(iK)", 0, (unsigned long long)self->s->handle);
+}
+
+/* The native handle in obj: an int, or an object with __cuda_stream__. */
+static int
+foreign_handle(acc_state *st, PyObject *obj, uintptr_t *handle,
+               PyObject **owner)
+{
+    PyObject *method, *result, *version;
+    unsigned long long value;
+    int rc = -1;
+
+    *owner = NULL;
+    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+        value = PyLong_AsUnsignedLongLong(obj);
+        if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError,
+                         "a stream handle must be a non-negative int that "
+                         "fits in a pointer, got %R", obj);
+            return -1;
+        }
+        *handle = (uintptr_t)value;
+        return 0;
+    }
+    method = PyObject_GetAttr(obj, st->str_cuda_stream);
+    if (method == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Format(PyExc_TypeError,
+                         "Stream.from_handle() expects an int handle or an "
+                         "object with __cuda_stream__(), got %.100s",
+                         Py_TYPE(obj)->tp_name);
+        }
+        return -1;
+    }
+    if (strcmp(acc_device_type(), "cuda") != 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "an object with __cuda_stream__ is a CUDA stream; the "
+                     "current accelerator is %s", acc_device_type());
+        Py_DECREF(method);
+        return -1;
+    }
+    result = PyObject_CallNoArgs(method);
+    Py_DECREF(method);
+    if (result == NULL) {
+        return -1;
+    }
+    if (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != 2
+        || !PyLong_Check(PyTuple_GET_ITEM(result, 1))) {
+        PyErr_Format(PyExc_TypeError,
+                     "__cuda_stream__() must return a tuple (version, "
+                     "handle), got %R", result);
+        goto done;
+    }
+    version = PyTuple_GET_ITEM(result, 0);
+    if (!PyLong_Check(version) || PyLong_AsLong(version) != 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError,
+                         "unsupported __cuda_stream__ protocol version %R "
+                         "(expected 0)", version);
+        }
+        goto done;
+    }
+    value = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(result, 1));
+    if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+        goto done;
+    }
+    *handle = (uintptr_t)value;
+    *owner = Py_NewRef(obj);
+    rc = 0;
+done:
+    Py_DECREF(result);
+    return rc;
+}
+
+static PyObject *
+stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"handle", "device", NULL};
+    acc_state *st = acc_state_from_type(cls);
+    PyObject *obj, *device = Py_None, *owner, *self;
+    acc_stream *s, *default_stream;
+    uintptr_t handle;
+    long long index;
+    acc_error err;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:from_handle",
+                                     keywords, &obj, &device)) {
+        return NULL;
+    }
+    acc_ensure_probed();
+    if (acc_require_usable(st) < 0
+        || acc_resolve_device(st, device, 1, &index) < 0
+        || acc_check_index(st, index) < 0
+        || foreign_handle(st, obj, &handle, &owner) < 0) {
+        return NULL;
+    }
+    if (acc_default_stream((int)index, &default_stream, &err) != ACC_OK) {
+        Py_XDECREF(owner);
+        return acc_raise(st, &err);
+    }
+    if (default_stream->handle == handle) {
+        Py_XDECREF(owner);
+        return acc_stream_object(st, default_stream);
+    }
+    if (acc_stream_wrap((int)index, handle, &s, &err) != ACC_OK) {
+        Py_XDECREF(owner);
+        return acc_raise(st, &err);
+    }
+    self = stream_wrap(cls, s, owner);
+    acc_stream_decref(s);
+    Py_XDECREF(owner);
+    return self;
+}
+
+static PyObject *
+stream_reduce(StreamObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyErr_Format(PyExc_TypeError,
+                 "cannot pickle %.100s objects: a stream belongs to this "
+                 "process's driver", Py_TYPE(self)->tp_name);
+    return NULL;
+}
+
+/* Type ------------------------------------------------------------------- */
+
+PyDoc_STRVAR(stream_doc,
+"Stream(device=None, *, priority=0)\n"
+"--\n"
+"\n"
+"A new stream (an in-order queue of work) on device, by default the\n"
+"current device.  priority 0 is normal; negative values are higher\n"
+"priority, clamped to what the driver offers.  As torch.Stream.");
+
+PyDoc_STRVAR(query_doc,
+"query($self, /)\n--\n\nTrue when all work queued on the stream is done.");
+PyDoc_STRVAR(synchronize_doc,
+"synchronize($self, /)\n--\n\nWait until all work queued on the stream is "
+"done.");
+PyDoc_STRVAR(wait_event_doc,
+"wait_event($self, event, /)\n--\n\nMake future work on this stream wait "
+"for event.");
+PyDoc_STRVAR(wait_stream_doc,
+"wait_stream($self, stream, /)\n--\n\nMake future work on this stream "
+"wait for the work queued on stream so far.");
+PyDoc_STRVAR(record_event_doc,
+"record_event($self, /, event=None)\n--\n\nRecord event (a new Event when "
+"None) on this stream and return it.");
+PyDoc_STRVAR(enter_doc,
+"__enter__($self, /)\n--\n\nMake this stream and its device current.");
+PyDoc_STRVAR(exit_doc,
+"__exit__($self, /, *exc_info)\n--\n\nRestore the previous stream, then "
+"the previous device.");
+PyDoc_STRVAR(cuda_stream_doc,
+"__cuda_stream__($self, /)\n--\n\nThe CUDA stream protocol: (0, handle).");
+PyDoc_STRVAR(from_handle_doc,
+"from_handle($type, /, handle, device=None)\n--\n\n"
+"Wrap a stream made by another library, without owning it: an int\n"
+"handle or an object with __cuda_stream__().");
+PyDoc_STRVAR(reduce_doc,
+"__reduce__($self, /)\n--\n\nStreams cannot be pickled.");
+
+static PyMethodDef stream_methods[] = {
+    {"query", (PyCFunction)stream_query, METH_NOARGS, query_doc},
+    {"synchronize", (PyCFunction)stream_synchronize, METH_NOARGS,
+     synchronize_doc},
+    {"wait_event", (PyCFunction)stream_wait_event, METH_O, wait_event_doc},
+    {"wait_stream", (PyCFunction)stream_wait_stream, METH_O,
+     wait_stream_doc},
+    {"record_event", (PyCFunction)(void (*)(void))stream_record_event,
+     METH_FASTCALL | METH_KEYWORDS, record_event_doc},
+    {"__enter__", (PyCFunction)stream_enter, METH_NOARGS, enter_doc},
+    {"__exit__", (PyCFunction)(void (*)(void))stream_exit, METH_FASTCALL,
+     exit_doc},
+    {"__cuda_stream__", (PyCFunction)stream_cuda_stream, METH_NOARGS,
+     cuda_stream_doc},
+    {"from_handle", (PyCFunction)(void (*)(void))stream_from_handle,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, from_handle_doc},
+    {"__reduce__", (PyCFunction)stream_reduce, METH_NOARGS, reduce_doc},
+    {NULL},
+};
+
+static PyGetSetDef stream_getset[] = {
+    {"device", (getter)stream_get_device, NULL,
+     PyDoc_STR("The stream's device."), NULL},
+    {"device_index", (getter)stream_get_device_index, NULL,
+     PyDoc_STR("The stream's device index."), NULL},
+    {"device_type", (getter)stream_get_device_type, NULL,
+     PyDoc_STR("The device type as torch's c10 enum (CUDA 1, XPU 12)."),
+     NULL},
+    {"priority", (getter)stream_get_priority, NULL,
+     PyDoc_STR("The driver's priority of the stream (lower is higher)."),
+     NULL},
+    {"handle", (getter)stream_get_handle, NULL,
+     PyDoc_STR("The native handle as an int (CUstream, ze command list)."),
+     NULL},
+    {NULL},
+};
+
+static PyMemberDef stream_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(StreamObject, weakreflist),
+     READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot stream_slots[] = {
+    {Py_tp_doc, (void *)stream_doc},
+    {Py_tp_new, stream_new},
+    {Py_tp_dealloc, stream_dealloc},
+    {Py_tp_traverse, stream_traverse},
+    {Py_tp_clear, stream_clear},
+    {Py_tp_repr, stream_repr},
+    {Py_tp_richcompare, stream_richcompare},
+    {Py_tp_hash, stream_hash},
+    {Py_tp_methods, stream_methods},
+    {Py_tp_getset, stream_getset},
+    {Py_tp_members, stream_members},
+    {0, NULL},
+};
+
+PyType_Spec acc_stream_spec = {
+    .name = "accelerator.Stream",
+    .basicsize = sizeof(StreamObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = stream_slots,
+};

@@ -1,0 +1,100 @@
+/*
+ * pyaccel.h - what the files of the Python layer share: the module state,
+ * the status -> exception mapping and device argument resolution.
+ *
+ * The Python layer is _accelerator.c (module and functions), py_device.c,
+ * py_stream.c and py_event.c (one heap type each).  Only these files
+ * include Python.h.
+ */
+#ifndef PYACCEL_H
+#define PYACCEL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "accel.h"
+
+/* c10::DeviceType values, for Stream.device_type as in torch. */
+#define ACC_C10_CUDA 1
+#define ACC_C10_XPU 12
+
+typedef struct acc_state {
+    PyTypeObject *device_type;
+    PyTypeObject *stream_type;
+    PyTypeObject *event_type;
+    PyTypeObject *properties_type;
+    PyObject *AcceleratorError;
+    PyObject *OutOfMemoryError;
+    PyObject *DeviceIndexError;
+    PyObject *str_type;            /* "type" */
+    PyObject *str_index;           /* "index" */
+    PyObject *str_cuda_stream;     /* "__cuda_stream__" */
+    PyObject *stream_stack_key;    /* key of `with stream` stacks */
+    PyObject *accelerator;         /* device(type) of the backend, or NULL */
+    PyObject *default_streams[ACC_MAX_DEVICES]; /* wrappers, lazily */
+    PyObject *properties[ACC_MAX_DEVICES];      /* DeviceProperties */
+} acc_state;
+
+extern PyModuleDef acc_module_def;
+
+static inline acc_state *
+acc_module_state(PyObject *module)
+{
+    return (acc_state *)PyModule_GetState(module);
+}
+
+/* State of the module that defined type (or its base). */
+acc_state *acc_state_from_type(PyTypeObject *type);
+
+/* Probe once (GIL released while drivers load); never fails. */
+static inline void
+acc_ensure_probed(void)
+{
+    if (!acc_probed()) {
+        Py_BEGIN_ALLOW_THREADS
+        acc_probe();
+        Py_END_ALLOW_THREADS
+    }
+}
+
+/* Raise the exception for err; returns NULL for convenience. */
+PyObject *acc_raise(acc_state *st, const acc_error *err);
+
+/* Raise the "no accelerator"/"forked" error if the backend is not usable;
+ * return -1 then, else 0. */
+int acc_require_usable(acc_state *st);
+
+/*
+ * Resolve a device argument to an index, as torch's _get_device_index:
+ * an int, a device string, an accelerator.device or any object with
+ * .type and .index.  None (and a device without index) means the current
+ * device when optional, else ValueError.  Range is not checked here
+ * (each API has its own rule for negative indices); -1 with an error set.
+ */
+int acc_resolve_device(acc_state *st, PyObject *obj, int optional,
+                       long long *index);
+
+/* Check index against the device count (DeviceIndexError). */
+int acc_check_index(acc_state *st, long long index);
+
+/* Make device current, releasing the GIL when the driver has work. */
+int acc_switch_device(acc_state *st, int device);
+
+/* The Python object for a core stream: the cached default stream object,
+ * the live wrapper, or a new wrapper.  New reference. */
+PyObject *acc_stream_object(acc_state *st, acc_stream *s);
+
+/* accelerator.device for (type, index); index -1 means None. */
+PyObject *acc_device_new(acc_state *st, const char *type, int index);
+
+/* The core stream of a Stream object (type already checked). */
+acc_stream *acc_stream_of(PyObject *stream);
+/* The core event of an Event object (type already checked). */
+acc_event *acc_event_of(PyObject *event);
+
+extern PyType_Spec acc_device_spec;
+extern PyType_Spec acc_stream_spec;
+extern PyType_Spec acc_event_spec;
+
+#endif /* PYACCEL_H */

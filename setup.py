@@ -1,0 +1,25 @@
+"""Build the accelerator._accelerator extension from csrc/.
+
+It links nothing but libc, libdl and pthread: the drivers (libcuda.so.1,
+libze_loader.so.1) are opened at run time, so no GPU SDK is needed.
+"""
+import glob
+import os
+
+from setuptools import Extension, setup
+
+WARNINGS = ["-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+if os.environ.get("ACCELERATOR_WERROR") == "1":
+    WARNINGS.append("-Werror")
+
+extension = Extension(
+    "accelerator._accelerator",
+    sources=sorted(glob.glob("csrc/*.c") + glob.glob("csrc/backends/*.c")),
+    depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/backends/*.h")),
+    libraries=["dl", "pthread"],
+    extra_compile_args=["-std=gnu11", *WARNINGS]
+    + os.environ.get("ACCELERATOR_CFLAGS", "").split(),
+    extra_link_args=os.environ.get("ACCELERATOR_LDFLAGS", "").split(),
+)
+
+setup(ext_modules=[extension])

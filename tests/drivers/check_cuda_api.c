@@ -1,0 +1,41 @@
+/*
+ * check_cuda_api.c - compiled with the toolkit's cuda.h and -Werror by
+ * tests/test_cuda_api_header.py: fails to compile when one of our own
+ * declarations in csrc/backends/cuda_api.h differs from NVIDIA's.
+ */
+#include <cuda.h>
+#include <stddef.h>
+
+#define ACC_CUDA_API_CHECK
+#include "../../csrc/backends/cuda_api.h"
+
+#define CHECK_VALUE(name, value) \
+    _Static_assert((long long)(name) == (value), #name " differs");
+ACC_CUDA_RESULTS(CHECK_VALUE)
+ACC_CUDA_ATTRIBUTES(CHECK_VALUE)
+ACC_CUDA_PROC_STATUS(CHECK_VALUE)
+ACC_CUDA_FLAGS(CHECK_VALUE)
+
+/* The base name, through cuda.h's own version macros, is what
+ * cuGetProcAddress returns at ACC_CUDA_ABI_VERSION; its type must match. */
+#define CHECK_FUNCTION(name, symbol, version, params)                       \
+    _Static_assert(__builtin_types_compatible_p(acc_pfn_##name,             \
+                                                __typeof__(&name)),         \
+                   #name " signature differs");                             \
+    _Static_assert((version) <= ACC_CUDA_ABI_VERSION,                       \
+                   #name " needs a newer ABI than we declare");
+ACC_CUDA_FUNCTIONS(CHECK_FUNCTION)
+
+_Static_assert(__builtin_types_compatible_p(acc_pfn_cuGetProcAddress,
+                                            __typeof__(&cuGetProcAddress)),
+               "cuGetProcAddress signature differs");
+
+/* The types our header defines when cuda.h is absent, restated here. */
+_Static_assert(__builtin_types_compatible_p(CUdevice, int), "CUdevice");
+_Static_assert(__builtin_types_compatible_p(cuuint64_t, uint64_t),
+               "cuuint64_t");
+_Static_assert(sizeof(CUuuid) == 16 && offsetof(CUuuid, bytes) == 0,
+               "CUuuid");
+_Static_assert(sizeof(CUresult) == sizeof(int), "CUresult size");
+
+int acc_cuda_api_check_unit;
