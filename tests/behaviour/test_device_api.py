@@ -1,0 +1,188 @@
+"""The device API, case by case against torch.accelerator's semantics."""
+from __future__ import annotations
+
+import threading
+import types
+
+import pytest
+
+import accelerator as acc
+
+
+def test_available_with_devices(accel_type: str, device_count: int) -> None:
+    assert acc.is_available() is True
+    assert acc.device_count() == device_count
+    current = acc.current_accelerator()
+    assert current == acc.device(accel_type)
+    assert current.index is None
+    assert acc.current_accelerator(check_available=True) == current
+    assert acc.current_accelerator(True) == current
+
+
+def test_current_device_starts_at_zero_and_follows_set() -> None:
+    assert acc.current_device_index() == 0
+    acc.set_device_index(1)
+    assert acc.current_device_index() == 1
+    acc.set_device_index(0)
+    assert acc.current_device_index() == 0
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_set_device_index_accepts_every_device_form(accel_type: str) -> None:
+    duck = types.SimpleNamespace(type=accel_type, index=1)
+    for form in (1, f"{accel_type}:1", acc.device(accel_type, 1), duck):
+        acc.set_device_index(0)
+        acc.set_device_index(form)
+        assert acc.current_device_index() == 1, form
+
+
+def test_set_device_index_negative_is_a_no_op() -> None:
+    acc.set_device_index(1)
+    acc.set_device_index(-1)
+    assert acc.current_device_index() == 1
+
+
+def test_set_device_index_out_of_range(device_count: int) -> None:
+    with pytest.raises(RuntimeError, match="out of index range"):
+        acc.set_device_index(device_count)
+    with pytest.raises(acc.DeviceIndexError) as info:
+        acc.set_device_index(2**80)
+    assert isinstance(info.value, (IndexError, ValueError, RuntimeError))
+    assert acc.current_device_index() == 0
+
+
+def test_set_device_index_rejects_bad_arguments(accel_type: str) -> None:
+    with pytest.raises(ValueError, match="doesn't match the current "
+                       f"accelerator {accel_type}"):
+        acc.set_device_index("cpu")
+    with pytest.raises(ValueError, match="Expected a device with a "
+                       "specified index or an integer, but got: None"):
+        acc.set_device_index(None)
+    with pytest.raises(ValueError, match="specified index"):
+        acc.set_device_index(accel_type)
+    with pytest.raises(TypeError, match="bool"):
+        acc.set_device_index(True)
+    with pytest.raises(TypeError, match="float"):
+        acc.set_device_index(1.0)
+    with pytest.raises(ValueError, match="device type"):
+        acc.set_device_index("gpu:0")
+    with pytest.raises(ValueError, match="Invalid device string"):
+        acc.set_device_index(f"{accel_type}:x")
+
+
+def test_deprecated_aliases_warn() -> None:
+    with pytest.warns(FutureWarning, match="current_device_index"):
+        assert acc.current_device_idx() == 0
+    with pytest.warns(FutureWarning, match="set_device_index"):
+        acc.set_device_idx(1)
+    assert acc.current_device_index() == 1
+
+
+def test_a_new_thread_starts_on_device_zero() -> None:
+    acc.set_device_index(1)
+    seen: list[int] = []
+
+    def body() -> None:
+        seen.append(acc.current_device_index())
+        acc.set_device_index(1)
+        seen.append(acc.current_device_index())
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert seen == [0, 1]
+    acc.set_device_index(0)
+    assert acc.current_device_index() == 0
+
+
+def test_device_index_context_manager() -> None:
+    with acc.device_index(1) as value:
+        assert value is None
+        assert acc.current_device_index() == 1
+        with acc.device_index(0):
+            assert acc.current_device_index() == 0
+        assert acc.current_device_index() == 1
+    assert acc.current_device_index() == 0
+    with acc.device_index(None):
+        assert acc.current_device_index() == 0
+
+
+def test_device_index_restores_on_exception_and_is_reentrant() -> None:
+    guard = acc.device_index(1)
+    with pytest.raises(KeyError):
+        with guard:
+            with guard:
+                assert acc.current_device_index() == 1
+            raise KeyError("boom")
+    assert acc.current_device_index() == 0
+
+
+def test_device_index_takes_ints_only(device_count: int,
+                                      accel_type: str) -> None:
+    with pytest.raises(TypeError, match="int device index"):
+        with acc.device_index(f"{accel_type}:1"):
+            pass
+    with pytest.raises(acc.DeviceIndexError):
+        with acc.device_index(device_count):
+            pass
+    with pytest.raises(acc.DeviceIndexError):
+        with acc.device_index(-1):
+            pass
+    assert acc.current_device_index() == 0
+
+
+def test_synchronize_keeps_the_current_device(driver) -> None:
+    acc.set_device_index(1)
+    stream = acc.current_stream(0)
+    driver.enqueue_sleep(acc.Stream(0), 30)
+    acc.synchronize(0)
+    assert acc.current_device_index() == 1
+    assert stream.query()
+    acc.synchronize()
+    acc.synchronize(acc.device(acc.current_accelerator().type, 0))
+
+
+def test_synchronize_waits_for_all_streams_of_the_device(driver) -> None:
+    streams = [acc.Stream(0) for _ in range(3)]
+    for stream in streams:
+        driver.enqueue_sleep(stream, 40)
+    assert not any(stream.query() for stream in streams)
+    acc.synchronize(0)
+    assert all(stream.query() for stream in streams)
+
+
+def test_synchronize_rejects_bad_devices(device_count: int) -> None:
+    with pytest.raises(acc.DeviceIndexError):
+        acc.synchronize(device_count)
+    with pytest.raises(acc.DeviceIndexError):
+        acc.synchronize(-1)
+    with pytest.raises(ValueError, match="doesn't match"):
+        acc.synchronize("cpu")
+    with pytest.raises(TypeError):
+        acc.synchronize(0, 1)  # type: ignore[call-arg]
+
+
+def test_hot_queries_make_no_driver_call(driver) -> None:
+    acc.current_stream()
+    before = driver.calls()
+    for _ in range(100):
+        acc.is_available()
+        acc.device_count()
+        acc.current_device_index()
+        acc.current_accelerator()
+        acc.current_stream()
+        acc.set_device_index(0)
+    assert driver.calls() == before
+
+
+def test_memory_info_and_properties(device_count: int,
+                                    accel_type: str) -> None:
+    for index in range(device_count):
+        free, total = acc.get_memory_info(index)
+        assert 0 <= free <= total
+        props = acc.get_device_properties(index)
+        assert props.index == index and props.type == accel_type
+        assert props.total_memory == total
+        assert props.name and acc.get_device_name(index) == props.name
+        assert acc.get_device_properties(index) is props
+    assert acc.get_device_properties() == acc.get_device_properties(0)

@@ -1,0 +1,164 @@
+"""Events: torch.Event semantics, ordering and timing."""
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+
+import accelerator as acc
+
+
+def test_new_event_defaults(accel_type: str) -> None:
+    event = acc.Event()
+    assert event.enable_timing is False and event.blocking is False
+    assert event.handle == 0 and event.event_id == 0
+    assert event.device_index is None
+    assert event.device == acc.device(accel_type)
+    assert "enable_timing=False" in repr(event)
+
+
+def test_unrecorded_event_is_complete_and_waits_for_nothing() -> None:
+    event = acc.Event()
+    assert event.query() is True
+    event.synchronize()
+    event.wait()
+    acc.Stream().wait_event(event)
+
+
+def test_event_flags_are_checked() -> None:
+    with pytest.raises(NotImplementedError, match="interprocess"):
+        acc.Event(interprocess=True)
+    with pytest.raises(TypeError, match="enable_timing must be a bool"):
+        acc.Event(enable_timing=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        acc.Event(True)  # type: ignore[misc]  (keyword-only)
+
+
+def test_record_query_synchronize(driver, accel_type: str) -> None:
+    stream = acc.Stream(1)
+    event = acc.Event()
+    driver.enqueue_sleep(stream, 80)
+    event.record(stream)
+    assert event.handle != 0
+    assert event.device == acc.device(accel_type, 1)
+    assert event.query() is False
+    event.synchronize()
+    assert event.query() is True
+    assert stream.query() is True
+
+
+def test_record_defaults_to_the_current_stream(driver) -> None:
+    stream = acc.Stream()
+    event = acc.Event()
+    with stream:
+        driver.enqueue_sleep(stream, 60)
+        event.record()
+    assert event.query() is False
+    stream.synchronize()
+    assert event.query() is True
+
+
+def test_wait_orders_later_work(driver) -> None:
+    producer, consumer = acc.Stream(), acc.Stream()
+    driver.enqueue_sleep(producer, 80)
+    event = acc.Event()
+    event.record(producer)
+    event.wait(consumer)
+    assert consumer.query() is False
+    consumer.synchronize()
+    assert event.query() is True
+
+
+def test_rerecording_on_another_device_is_an_error() -> None:
+    event = acc.Event()
+    event.record(acc.Stream(0))
+    with pytest.raises(ValueError, match="does not match recording "
+                       "stream's device index 1"):
+        event.record(acc.Stream(1))
+    event.record(acc.Stream(0))
+
+
+def test_elapsed_time_checks_like_torch() -> None:
+    plain_a, plain_b = acc.Event(), acc.Event()
+    with pytest.raises(ValueError, match="Both events must be created with "
+                       "argument 'enable_timing=True'"):
+        plain_a.elapsed_time(plain_b)
+    start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    with pytest.raises(ValueError, match="Both events must be recorded "
+                       "before calculating elapsed time"):
+        start.elapsed_time(end)
+    with pytest.raises(TypeError, match="Event"):
+        start.elapsed_time(None)  # type: ignore[arg-type]
+
+
+def test_elapsed_time_of_unfinished_work_is_an_error(driver) -> None:
+    stream = acc.Stream()
+    start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    start.record(stream)
+    driver.enqueue_sleep(stream, 100)
+    end.record(stream)
+    with pytest.raises(acc.AcceleratorError, match="must be completed"):
+        start.elapsed_time(end)
+    end.synchronize()
+
+
+def test_elapsed_time_measures_the_work(driver) -> None:
+    stream = acc.Stream()
+    start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    start.record(stream)
+    driver.enqueue_sleep(stream, 50)
+    end.record(stream)
+    end.synchronize()
+    elapsed = start.elapsed_time(end)
+    assert isinstance(elapsed, float)
+    assert 45 <= elapsed < 1000
+
+
+def test_blocking_events_block(driver, accel_type: str) -> None:
+    if accel_type != "cuda":
+        pytest.skip("only the CUDA double tells blocking from spinning")
+    stream = acc.Stream()
+    event = acc.Event(blocking=True)
+    assert event.blocking is True
+    before = driver.blocking_syncs()
+    driver.enqueue_sleep(stream, 20)
+    event.record(stream)
+    event.synchronize()
+    assert driver.blocking_syncs() == before + 1
+    spinning = acc.Event()
+    spinning.record(stream)
+    spinning.synchronize()
+    assert driver.blocking_syncs() == before + 1
+
+
+def test_record_rejects_non_streams() -> None:
+    with pytest.raises(TypeError, match="Stream"):
+        acc.Event().record(0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Stream"):
+        acc.Event().wait("stream")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        acc.Event().record(acc.Stream(), acc.Stream())  # type: ignore
+
+
+def test_events_are_released(driver) -> None:
+    live = driver.live("event")
+    events = [acc.Event() for _ in range(5)]
+    for event in events:
+        event.record()
+    assert driver.live("event") == live + 5
+    del events, event
+    assert driver.live("event") == live
+
+
+def test_dropping_a_pending_event_is_safe(driver) -> None:
+    stream = acc.Stream()
+    driver.enqueue_sleep(stream, 40)
+    acc.Event().record(stream)
+    stream.synchronize()
+    time.sleep(0.01)
+
+
+def test_events_cannot_be_pickled() -> None:
+    with pytest.raises(TypeError, match="pickle"):
+        pickle.dumps(acc.Event())

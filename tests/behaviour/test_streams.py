@@ -1,0 +1,347 @@
+"""Streams: torch.Stream semantics, asynchronous work, interop, lifetime."""
+from __future__ import annotations
+
+import gc
+import pickle
+import threading
+import time
+import weakref
+
+import pytest
+
+import accelerator as acc
+
+
+def test_new_stream_attributes(accel_type: str) -> None:
+    stream = acc.Stream()
+    assert stream.device == acc.device(accel_type, 0)
+    assert stream.device_index == 0
+    assert stream.device_type == {"cuda": 1, "xpu": 12}[accel_type]
+    assert stream.priority == 0
+    assert isinstance(stream.handle, int) and stream.handle != 0
+    assert stream != acc.current_stream()
+    assert f"{accel_type}:0" in repr(stream)
+    assert acc.Stream(1).device_index == 1
+    assert acc.Stream(f"{accel_type}:1").device_index == 1
+
+
+def test_stream_on_the_current_device() -> None:
+    acc.set_device_index(1)
+    assert acc.Stream().device_index == 1
+
+
+def test_priorities_map_onto_the_driver_range(driver) -> None:
+    high = acc.Stream(priority=-1)
+    assert high.priority < acc.Stream().priority
+    clamped = acc.Stream(priority=-1000)
+    assert clamped.priority <= high.priority
+    assert acc.Stream(priority=-10**30).priority == clamped.priority
+    with pytest.raises(ValueError, match="priority"):
+        acc.Stream(priority=1)
+    with pytest.raises(TypeError, match="priority"):
+        acc.Stream(priority=0.5)
+    with pytest.raises(TypeError, match="priority"):
+        acc.Stream(priority=True)
+    with pytest.raises(TypeError):
+        acc.Stream(0, -1)  # type: ignore[misc]  (priority is keyword-only)
+
+
+def test_stream_rejects_bad_devices(device_count: int) -> None:
+    with pytest.raises(acc.DeviceIndexError):
+        acc.Stream(device_count)
+    with pytest.raises(ValueError, match="doesn't match"):
+        acc.Stream("cpu")
+    with pytest.raises(TypeError):
+        acc.Stream(object())
+
+
+def test_query_and_synchronize_follow_queued_work(driver) -> None:
+    stream = acc.Stream()
+    assert stream.query() is True
+    driver.enqueue_sleep(stream, 80)
+    assert stream.query() is False
+    start = time.monotonic()
+    stream.synchronize()
+    assert time.monotonic() - start > 0.03
+    assert stream.query() is True
+
+
+def test_default_stream_work_is_seen_by_query(driver) -> None:
+    acc.set_device_index(0)  # the default stream lives in the context
+    default = acc.current_stream()
+    driver.enqueue_sleep(default, 60)
+    assert default.query() is False
+    default.synchronize()
+    assert default.query() is True
+
+
+def test_wait_event_orders_work_across_streams(driver) -> None:
+    producer, consumer = acc.Stream(0), acc.Stream(1)
+    driver.enqueue_sleep(producer, 80)
+    event = producer.record_event()
+    consumer.wait_event(event)
+    assert consumer.query() is False
+    consumer.synchronize()
+    assert event.query() is True
+    assert producer.query() is True
+
+
+def test_wait_stream_orders_work_across_devices(driver) -> None:
+    first, second = acc.Stream(0), acc.Stream(1)
+    driver.enqueue_sleep(first, 80)
+    second.wait_stream(first)
+    assert second.query() is False
+    second.synchronize()
+    assert first.query() is True
+
+
+def test_record_event_returns_the_event(accel_type: str) -> None:
+    stream = acc.Stream()
+    event = stream.record_event()
+    assert isinstance(event, acc.Event)
+    assert event.device == acc.device(accel_type, 0)
+    mine = acc.Event()
+    assert stream.record_event(mine) is mine
+    assert stream.record_event(event=mine) is mine
+    assert stream.record_event(None) is not mine
+    with pytest.raises(TypeError, match="Event"):
+        stream.record_event(stream)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Event"):
+        stream.wait_event(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Stream"):
+        stream.wait_stream(None)  # type: ignore[arg-type]
+
+
+def test_equality_and_hash() -> None:
+    stream = acc.Stream()
+    other = acc.Stream()
+    alias = acc.Stream.from_handle(stream.handle, 0)
+    assert stream == alias and not stream != alias
+    assert hash(stream) == hash(alias)
+    assert stream != other
+    assert len({stream, alias, other}) == 2
+    for value in (42, "hello", 3.14, None, object()):
+        assert (stream == value) is False
+        assert (stream != value) is True
+    assert stream in [1, "a", stream]
+    for compare in (lambda: stream < other, lambda: stream <= other,
+                    lambda: stream > other, lambda: stream >= other):
+        with pytest.raises(TypeError):
+            compare()
+
+
+def test_current_stream_is_the_same_object(accel_type: str) -> None:
+    assert acc.current_stream() is acc.current_stream()
+    assert acc.current_stream(1) is acc.current_stream(1)
+    assert acc.current_stream(1) is acc.current_stream(f"{accel_type}:1")
+    assert acc.current_stream(0) is not acc.current_stream(1)
+    stream = acc.Stream()
+    acc.set_stream(stream)
+    assert acc.current_stream() is stream
+    assert acc.current_stream(0) is stream
+
+
+def test_current_stream_rejects_bad_devices(device_count: int) -> None:
+    with pytest.raises(RuntimeError, match="out of index range"):
+        acc.current_stream(device_count)
+    with pytest.raises(acc.DeviceIndexError):
+        acc.current_stream(-1)
+    with pytest.raises(ValueError, match="doesn't match the current"):
+        acc.current_stream("cpu")
+
+
+def test_set_stream_switches_the_device() -> None:
+    stream = acc.Stream(1)
+    acc.set_stream(stream)
+    assert acc.current_device_index() == 1
+    assert acc.current_stream() is stream
+    assert acc.current_stream(0) is not stream
+    with pytest.raises(TypeError, match="Stream"):
+        acc.set_stream(1)  # type: ignore[arg-type]
+
+
+def test_current_stream_is_per_thread(default_streams) -> None:
+    stream = acc.Stream()
+    acc.set_stream(stream)
+    seen = []
+    thread = threading.Thread(
+        target=lambda: seen.append(acc.current_stream()))
+    thread.start()
+    thread.join()
+    assert seen[0] is default_streams[0]
+    assert acc.current_stream() is stream
+
+
+def test_with_stream_makes_it_current_and_restores() -> None:
+    previous = acc.current_stream()
+    with acc.Stream() as stream:
+        assert acc.current_stream() is stream
+    assert acc.current_stream() is previous
+
+
+def test_with_stream_reentrance_and_nesting() -> None:
+    s0, s1 = acc.Stream(), acc.Stream()
+    previous = acc.current_stream()
+    with s0, s0:
+        assert acc.current_stream() == s0
+    assert acc.current_stream() == previous
+    with s0:
+        assert acc.current_stream() == s0
+        with s1:
+            assert acc.current_stream() == s1
+            with s0:
+                assert acc.current_stream() == s0
+            assert acc.current_stream() == s1
+        assert acc.current_stream() == s0
+    assert acc.current_stream() == previous
+
+
+def test_with_stream_across_devices() -> None:
+    default0, default1 = acc.current_stream(0), acc.current_stream(1)
+    other = acc.Stream(1)
+    with other:
+        assert acc.current_device_index() == 1
+        assert acc.current_stream() is other
+        assert acc.current_stream(0) is default0
+    assert acc.current_device_index() == 0
+    assert acc.current_stream(1) is default1
+    with pytest.raises(ZeroDivisionError):
+        with other:
+            1 / 0
+    assert acc.current_device_index() == 0
+    assert acc.current_stream(1) is default1
+
+
+def test_two_threads_entering_the_same_stream() -> None:
+    shared = acc.Stream()
+    barrier = threading.Barrier(2)
+    errors: list[str] = []
+
+    def body(own_device: int) -> None:
+        acc.set_device_index(own_device)
+        mine = acc.Stream(0)
+        acc.set_stream(mine)
+        acc.set_device_index(own_device)
+        for _ in range(50):
+            with shared:
+                barrier.wait(timeout=10)
+                if acc.current_stream(0) != shared:
+                    errors.append("not current inside")
+            if acc.current_stream(0) is not mine:
+                errors.append("stream not restored")
+            if acc.current_device_index() != own_device:
+                errors.append("device not restored")
+
+    threads = [threading.Thread(target=body, args=(d,)) for d in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_exit_without_enter() -> None:
+    with pytest.raises(RuntimeError, match="without a matching"):
+        acc.Stream().__exit__(None, None, None)
+
+
+def test_cuda_stream_protocol(accel_type: str) -> None:
+    stream = acc.Stream()
+    if accel_type != "cuda":
+        with pytest.raises(TypeError, match="only defined for CUDA"):
+            stream.__cuda_stream__()
+        return
+    assert stream.__cuda_stream__() == (0, stream.handle)
+    assert acc.current_stream().__cuda_stream__() == (0, 0)
+
+
+class ForeignStream:
+    """A stream of another library, speaking the CUDA stream protocol."""
+
+    def __init__(self, handle: int, version: int = 0) -> None:
+        self.handle, self.version = handle, version
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (self.version, self.handle)
+
+
+def test_from_handle_wraps_without_owning(driver, accel_type: str) -> None:
+    owner = acc.Stream()
+    live = driver.live("stream")
+    wrapped = acc.Stream.from_handle(owner.handle)
+    assert wrapped == owner and wrapped is not owner
+    del wrapped
+    gc.collect()
+    assert driver.live("stream") == live
+    assert owner.query() is True
+    if accel_type == "cuda":
+        foreign = ForeignStream(owner.handle)
+        wrapped = acc.Stream.from_handle(foreign)
+        assert wrapped == owner
+        ref = weakref.ref(foreign)
+        del foreign
+        gc.collect()
+        assert ref() is not None, "the wrapper keeps the foreign owner alive"
+        del wrapped
+        gc.collect()
+        assert ref() is None
+        with pytest.raises(ValueError, match="protocol version"):
+            acc.Stream.from_handle(ForeignStream(owner.handle, 1))
+
+
+def test_from_handle_of_the_default_stream_is_the_default() -> None:
+    default = acc.current_stream(1)
+    assert acc.Stream.from_handle(default.handle, 1) is default
+
+
+def test_from_handle_rejects_bad_handles() -> None:
+    with pytest.raises(TypeError, match="__cuda_stream__"):
+        acc.Stream.from_handle("0x1234")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-negative"):
+        acc.Stream.from_handle(-5)
+    with pytest.raises(TypeError):
+        acc.Stream.from_handle(True)  # type: ignore[arg-type]
+
+
+def test_dropping_a_busy_stream_is_safe(driver) -> None:
+    gc.collect()
+    live = driver.live("stream")
+    stream = acc.Stream()
+    driver.enqueue_sleep(stream, 50)
+    assert driver.live("stream") == live + 1
+    del stream
+    gc.collect()
+    assert driver.live("stream") == live
+    time.sleep(0.08)
+
+
+def test_a_current_stream_outlives_its_object(driver,
+                                             default_streams) -> None:
+    live = driver.live("stream")
+    stream = acc.Stream()
+    handle = stream.handle
+    acc.set_stream(stream)
+    del stream
+    gc.collect()
+    assert driver.live("stream") == live + 1
+    assert acc.current_stream().handle == handle
+    acc.set_stream(default_streams[0])
+    gc.collect()
+    assert driver.live("stream") == live
+
+
+def test_streams_cannot_be_pickled_but_can_be_weakly_referenced() -> None:
+    stream = acc.Stream()
+    with pytest.raises(TypeError, match="pickle"):
+        pickle.dumps(stream)
+    assert weakref.ref(stream)() is stream
+
+
+def test_subclasses_are_allowed() -> None:
+    class Mine(acc.Stream):
+        pass
+
+    stream = Mine()
+    assert isinstance(stream, acc.Stream)
+    acc.set_stream(stream)
+    assert acc.current_stream() is stream

@@ -1,0 +1,7 @@
+"""Shared pytest configuration: make tests/fake_drivers.py importable."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))

@@ -1,0 +1,2069 @@
+/*
+ * cuda_double.c - a fake CUDA driver (libcuda.so.1) for tests.
+ *
+ * The backend runs unchanged on top of it, so this file reproduces the
+ * driver's observable behaviour: real error codes, asynchronous streams
+ * (one worker thread per stream), events that complete in stream order,
+ * a per-thread context stack, reference-counted primary contexts and the
+ * fork() poisoning of a child.  It also exports the old unversioned names
+ * (cuStreamDestroy ...) next to the versioned ones, like libcuda.
+ *
+ * Built twice by the Makefile: build/libcuda.so.1 exports cuGetProcAddress
+ * and cuGetProcAddress_v2; build/noproc/libcuda.so.1
+ * (-DFAKE_CUDA_NO_PROC_ADDRESS) exports neither, like a pre-11.3 driver.
+ *
+ * Control API for tests (load the same file with ctypes.CDLL; set argtypes
+ * and restype, the defaults would truncate the 64-bit values).  Control
+ * functions are not counted and are never affected by faults.
+ *
+ *   long long fake_cuda_call_count(const char *name)
+ *       Calls so far of one driver function, by base name ("cuStreamDestroy"
+ *       counts cuStreamDestroy and cuStreamDestroy_v2; "cuGetProcAddress"
+ *       counts both of its variants); a versioned name means its base name.
+ *       NULL: all driver calls.  -1 for an unknown name.  Calls that a fault
+ *       answered are counted too.
+ *   void fake_cuda_reset_counts(void)
+ *       Zeroes the call counts and the two event-synchronize counters.
+ *   int fake_cuda_fail(const char *name, int nth, int code)
+ *       Makes the nth call (1-based, counted from now) of that function
+ *       return `code` without doing anything; nth == 0: every call from now
+ *       on.  Several faults may be pending; when more than one is due on
+ *       the same call the earliest installed wins and the other one-shot
+ *       faults are due again on the next call.  Returns 0, or -1 for an
+ *       unknown name, nth < 0 or more than 64 pending faults.
+ *   void fake_cuda_clear_faults(void)
+ *   long long fake_cuda_live(const char *kind)
+ *       "stream": created, not destroyed (default streams excluded);
+ *       "event": created, not destroyed; "context": primary contexts with
+ *       a retain count > 0; "retain": sum of the retain counts.  -1 for an
+ *       unknown kind.
+ *   int fake_cuda_enqueue_sleep(int device, unsigned long long stream,
+ *                               double ms)
+ *       Enqueues work that keeps the stream busy for ms milliseconds, like a
+ *       kernel launch.  stream 0 or 1: the legacy default stream of the
+ *       primary context of `device` (it must be retained, else
+ *       CUDA_ERROR_INVALID_CONTEXT); otherwise a CUstream as an integer and
+ *       `device` is ignored.  Returns a CUresult (INVALID_HANDLE for a
+ *       stream that is not live, INVALID_VALUE for ms < 0 or NaN).
+ *   int fake_cuda_current_device(void)
+ *       Device of the calling thread's current context, -1 if none.
+ *   long long fake_cuda_event_sync_blocked(void)
+ *   long long fake_cuda_event_sync_spun(void)
+ *       cuEventSynchronize calls on a recorded event that waited by blocking
+ *       on a condition variable (CU_EVENT_BLOCKING_SYNC events), or by
+ *       spinning (the others); counted by the path taken, even when the
+ *       record had already completed.
+ *
+ * Environment, read once when the library is loaded:
+ *   FAKE_CUDA_DEVICES         device count, 0..64 (2); 0: cuInit returns
+ *                             CUDA_ERROR_NO_DEVICE
+ *   FAKE_CUDA_DRIVER_VERSION  cuDriverGetVersion (12080)
+ *   FAKE_CUDA_TOTAL_MEM       bytes per device (80 GiB)
+ *   FAKE_CUDA_NAME            device names are "<NAME> <ordinal>"
+ *                             ("Fake CUDA Device")
+ *   FAKE_CUDA_CC              compute capability "major.minor" ("9.0")
+ *   FAKE_CUDA_SMS             multiprocessor count (132)
+ *   FAKE_CUDA_PRIORITY_RANGE  "least,greatest" stream priorities ("0,-5")
+ *   FAKE_CUDA_FAIL            faults installed at load:
+ *                             "name:nth:code[,name:nth:code...]"
+ * Invalid values are reported on stderr and the default is used.
+ *
+ * Model, where the real driver leaves a choice:
+ *   - cuMemGetInfo: free = total - 512 MiB while the device's primary
+ *     context is retained (a fixed, deterministic footprint).
+ *   - The legacy default stream (handle 0 or 1) synchronises with the
+ *     blocking streams of its context, as the real one does: its work waits
+ *     for the work already queued on them, and their work waits for the
+ *     work already queued on it.  CU_STREAM_PER_THREAD (2) is not modelled:
+ *     INVALID_HANDLE.
+ *   - Releasing a primary context to zero destroys its streams and events:
+ *     their handles become invalid at once, queued work still runs.
+ *   - After fork() in a child of an initialised parent, every function
+ *     returns CUDA_ERROR_NOT_INITIALIZED, except the ones that never need
+ *     cuInit (cuGetErrorName/String, cuDriverGetVersion, cuGetProcAddress).
+ *   - The unversioned cuMemGetInfo and cuDeviceTotalMem take unsigned int
+ *     pointers (their real pre-3.2 ABI) and saturate at UINT_MAX;
+ *     cuGetProcAddress (v1) takes four arguments, like the real one.
+ *   - CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID is the PCI device (slot) number,
+ *     0, as on real boards.
+ */
+#define _GNU_SOURCE
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../csrc/backends/cuda_api.h"
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+
+#define FAKE_MAX_DEVICES 64
+#define FAKE_MAX_FAULTS 64
+#define FAKE_CTX_STACK 64
+#define FAKE_CONTEXT_FOOTPRINT (512ULL * 1024 * 1024)
+#define FAKE_LEGACY_STREAM ((CUstream)(uintptr_t)1)
+#define FAKE_PROC_FLAGS 3ULL /* LEGACY_STREAM | PER_THREAD_DEFAULT_STREAM */
+
+/* Declarations -------------------------------------------------------- */
+
+/* Prototypes from the backend's own list, so that every definition below
+ * is checked against the signature the backend calls through. */
+#define FAKE_DECLARE(name, symbol, version, params) \
+    FAKE_EXPORT CUresult symbol params;
+ACC_CUDA_FUNCTIONS(FAKE_DECLARE)
+#undef FAKE_DECLARE
+
+/* The other variants that libcuda exports. */
+FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+FAKE_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+FAKE_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx);
+FAKE_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx);
+FAKE_EXPORT CUresult cuStreamDestroy(CUstream hStream);
+FAKE_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds,
+                                           CUevent hStart, CUevent hEnd);
+FAKE_EXPORT CUresult cuEventDestroy(CUevent hEvent);
+FAKE_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
+#ifndef FAKE_CUDA_NO_PROC_ADDRESS
+FAKE_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn,
+                                      int cudaVersion, cuuint64_t flags);
+FAKE_EXPORT CUresult cuGetProcAddress_v2(
+    const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+    CUdriverProcAddressQueryResult *symbolStatus);
+#endif
+
+FAKE_EXPORT long long fake_cuda_call_count(const char *name);
+FAKE_EXPORT void fake_cuda_reset_counts(void);
+FAKE_EXPORT int fake_cuda_fail(const char *name, int nth, int code);
+FAKE_EXPORT void fake_cuda_clear_faults(void);
+FAKE_EXPORT long long fake_cuda_live(const char *kind);
+FAKE_EXPORT int fake_cuda_enqueue_sleep(int device, unsigned long long stream,
+                                        double ms);
+FAKE_EXPORT int fake_cuda_current_device(void);
+FAKE_EXPORT long long fake_cuda_event_sync_blocked(void);
+FAKE_EXPORT long long fake_cuda_event_sync_spun(void);
+
+/* Functions by base name: the unit of counting and of fault injection. */
+#define FAKE_FN_ID(name, symbol, version, params) FN_##name,
+enum fake_fn {
+    ACC_CUDA_FUNCTIONS(FAKE_FN_ID)
+    FN_cuGetProcAddress,
+    FN_COUNT
+};
+#undef FAKE_FN_ID
+
+#define FAKE_FN_NAME(name, symbol, version, params) {#name, #symbol},
+static const struct {
+    const char *base;
+    const char *symbol;
+} fake_fn_names[FN_COUNT] = {
+    ACC_CUDA_FUNCTIONS(FAKE_FN_NAME)
+    {"cuGetProcAddress", "cuGetProcAddress_v2"},
+};
+#undef FAKE_FN_NAME
+
+/* State --------------------------------------------------------------- */
+
+/* A point in a stream's queue: completed (and time-stamped) by the
+ * stream's worker.  Event records, waits and synchronisations all refer
+ * to marks, which are reference counted so that a destroyed event or
+ * stream never pulls one from under a worker or a waiter. */
+struct fake_mark {
+    atomic_int refs;
+    atomic_int done;
+    double stamp_ms;
+};
+
+enum fake_op_kind { OP_SLEEP, OP_RECORD, OP_WAIT };
+
+struct fake_op {
+    struct fake_op *next;
+    enum fake_op_kind kind;
+    double ms;
+    struct fake_mark *mark;
+};
+
+struct CUctx_st {
+    int device;
+    int retain;
+    struct CUstream_st *legacy; /* created on first use */
+};
+
+struct CUstream_st {
+    struct CUstream_st *prev, *next; /* registry, under g_mu */
+    struct CUctx_st *ctx;
+    unsigned int flags;
+    int priority;
+    bool legacy;
+    /* The queue, shared with the worker; the worker frees the stream once
+     * it is dying and drained, so nothing else may touch a dying one. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct fake_op *head, *tail;
+    long pending; /* queued ops, the running one included */
+    bool dying;
+};
+
+struct CUevent_st {
+    struct CUevent_st *prev, *next; /* registry, under g_mu */
+    struct CUctx_st *ctx;
+    unsigned int flags;
+    struct fake_mark *last; /* latest record, NULL if never recorded */
+};
+
+struct fake_fault {
+    enum fake_fn fn;
+    bool every;
+    int remaining;
+    int code;
+};
+
+static struct {
+    int devices;
+    int driver_version;
+    unsigned long long total_mem;
+    char name[128];
+    int cc_major, cc_minor;
+    int sms;
+    int prio_least, prio_greatest;
+} cfg = {
+    .devices = 2,
+    .driver_version = 12080,
+    .total_mem = 80ULL << 30,
+    .name = "Fake CUDA Device",
+    .cc_major = 9,
+    .cc_minor = 0,
+    .sms = 132,
+    .prio_least = 0,
+    .prio_greatest = -5,
+};
+
+/* Lock order: g_fault_mu, g_mu, a stream's mu, g_mark_mu. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUctx_st g_ctx[FAKE_MAX_DEVICES];
+static struct CUstream_st *g_streams;
+static struct CUevent_st *g_events;
+static long long g_live_streams, g_live_events;
+
+static pthread_mutex_t g_mark_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_mark_cv = PTHREAD_COND_INITIALIZER;
+
+static pthread_mutex_t g_fault_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_fault g_faults[FAKE_MAX_FAULTS];
+static int g_nfaults;
+static atomic_int g_have_faults;
+
+static atomic_int g_initialized;
+static atomic_int g_poisoned;
+static pthread_once_t g_pin_once = PTHREAD_ONCE_INIT;
+
+static atomic_llong g_calls[FN_COUNT];
+static atomic_llong g_sync_blocked, g_sync_spun;
+
+static _Thread_local struct CUctx_st *t_stack[FAKE_CTX_STACK];
+static _Thread_local int t_depth;
+
+/* Entry: counting, faults, initialisation ------------------------------ */
+
+static int
+fn_from_name(const char *name)
+{
+    size_t len;
+
+    if (name == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < FN_COUNT; i++) {
+        if (strcmp(name, fake_fn_names[i].base) == 0 ||
+            strcmp(name, fake_fn_names[i].symbol) == 0) {
+            return i;
+        }
+    }
+    /* Older and newer variants (cuEventElapsedTime_v2 ...) count under
+     * their base name too. */
+    len = strlen(name);
+    if (len > 3 && strcmp(name + len - 3, "_v2") == 0) {
+        for (int i = 0; i < FN_COUNT; i++) {
+            if (strlen(fake_fn_names[i].base) == len - 3 &&
+                strncmp(name, fake_fn_names[i].base, len - 3) == 0) {
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
+static bool
+fault_fires(enum fake_fn fn, CUresult *rc)
+{
+    bool fired = false;
+    int i = 0;
+
+    pthread_mutex_lock(&g_fault_mu);
+    while (i < g_nfaults) {
+        struct fake_fault *f = &g_faults[i];
+
+        if (f->fn != fn) {
+            i++;
+            continue;
+        }
+        if (!f->every && --f->remaining > 0) {
+            i++;
+            continue;
+        }
+        if (fired) {
+            /* Due too, but this call is taken: due on the next one. */
+            if (!f->every) {
+                f->remaining = 1;
+            }
+            i++;
+            continue;
+        }
+        fired = true;
+        *rc = (CUresult)f->code;
+        if (f->every) {
+            i++;
+            continue;
+        }
+        memmove(f, f + 1, (size_t)(g_nfaults - i - 1) * sizeof(*f));
+        g_nfaults--;
+    }
+    atomic_store(&g_have_faults, g_nfaults > 0);
+    pthread_mutex_unlock(&g_fault_mu);
+    return fired;
+}
+
+/* Top of every exported driver function: true when the caller must return
+ * *rc at once. */
+static bool
+fake_enter(enum fake_fn fn, bool need_init, CUresult *rc)
+{
+    atomic_fetch_add_explicit(&g_calls[fn], 1, memory_order_relaxed);
+    if (atomic_load(&g_have_faults) && fault_fires(fn, rc)) {
+        return true;
+    }
+    if (need_init &&
+        (atomic_load(&g_poisoned) || !atomic_load(&g_initialized))) {
+        *rc = CUDA_ERROR_NOT_INITIALIZED;
+        return true;
+    }
+    return false;
+}
+
+#define FAKE_ENTER(name, need_init)                           \
+    do {                                                      \
+        CUresult fake_enter_rc_;                              \
+        if (fake_enter(FN_##name, (need_init), &fake_enter_rc_)) { \
+            return fake_enter_rc_;                            \
+        }                                                     \
+    } while (0)
+
+/* Time ---------------------------------------------------------------- */
+
+static double
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void
+sleep_ms(double ms)
+{
+    struct timespec ts;
+    double whole;
+    long long ns;
+
+    /* An absolute deadline keeps the total right across early wake-ups. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ns = (long long)(ms * 1e6);
+    whole = (double)(ns / 1000000000LL);
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)(ns % 1000000000LL);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+           EINTR) {
+    }
+}
+
+/* Marks and operations ------------------------------------------------ */
+
+static struct fake_mark *
+mark_new(int refs)
+{
+    struct fake_mark *m = calloc(1, sizeof(*m));
+
+    if (m != NULL) {
+        atomic_init(&m->refs, refs);
+        atomic_init(&m->done, 0);
+    }
+    return m;
+}
+
+static void
+mark_unref(struct fake_mark *m)
+{
+    if (m != NULL && atomic_fetch_sub(&m->refs, 1) == 1) {
+        free(m);
+    }
+}
+
+static bool
+mark_done(struct fake_mark *m)
+{
+    return atomic_load_explicit(&m->done, memory_order_acquire) != 0;
+}
+
+static void
+mark_complete(struct fake_mark *m)
+{
+    pthread_mutex_lock(&g_mark_mu);
+    m->stamp_ms = now_ms();
+    atomic_store_explicit(&m->done, 1, memory_order_release);
+    pthread_cond_broadcast(&g_mark_cv);
+    pthread_mutex_unlock(&g_mark_mu);
+}
+
+static void
+mark_wait_blocking(struct fake_mark *m)
+{
+    pthread_mutex_lock(&g_mark_mu);
+    while (!mark_done(m)) {
+        pthread_cond_wait(&g_mark_cv, &g_mark_mu);
+    }
+    pthread_mutex_unlock(&g_mark_mu);
+}
+
+static void
+mark_wait_spinning(struct fake_mark *m)
+{
+    const struct timespec nap = {0, 50000};
+    unsigned int spins = 0;
+
+    /* Yield first, as a spinning host thread would; then nap, so that a
+     * long wait does not starve the workers on a small test machine. */
+    while (!mark_done(m)) {
+        if (spins < 1000) {
+            spins++;
+            sched_yield();
+        }
+        else {
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+/* Takes over the caller's reference to mark. */
+static struct fake_op *
+op_new(enum fake_op_kind kind, double ms, struct fake_mark *mark)
+{
+    struct fake_op *op = calloc(1, sizeof(*op));
+
+    if (op != NULL) {
+        op->kind = kind;
+        op->ms = ms;
+        op->mark = mark;
+    }
+    return op;
+}
+
+static void
+op_free(struct fake_op *op)
+{
+    if (op != NULL) {
+        mark_unref(op->mark);
+        free(op);
+    }
+}
+
+static void
+op_run(struct fake_op *op)
+{
+    switch (op->kind) {
+    case OP_SLEEP:
+        sleep_ms(op->ms);
+        break;
+    case OP_RECORD:
+        mark_complete(op->mark);
+        break;
+    case OP_WAIT:
+        mark_wait_blocking(op->mark);
+        break;
+    }
+}
+
+/* Streams ------------------------------------------------------------- */
+
+static void *
+stream_worker(void *arg)
+{
+    struct CUstream_st *s = arg;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        struct fake_op *op;
+
+        while (s->head == NULL && !s->dying) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        if (s->head == NULL) {
+            break;
+        }
+        op = s->head;
+        if (op->kind != OP_RECORD) {
+            /* The op stays queued while it runs, so queries see it. */
+            pthread_mutex_unlock(&s->mu);
+            op_run(op);
+            pthread_mutex_lock(&s->mu);
+        }
+        s->head = op->next;
+        if (s->head == NULL) {
+            s->tail = NULL;
+        }
+        s->pending--;
+        if (op->kind == OP_RECORD) {
+            /* In the same critical section as the dequeue: whoever sees
+             * the record complete then sees the stream without it, and
+             * the other way round. */
+            op_run(op);
+        }
+        op_free(op);
+    }
+    pthread_mutex_unlock(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return NULL;
+}
+
+static long
+stream_pending(struct CUstream_st *s)
+{
+    long n;
+
+    pthread_mutex_lock(&s->mu);
+    n = s->pending;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static void
+stream_push(struct CUstream_st *s, struct fake_op *op)
+{
+    pthread_mutex_lock(&s->mu);
+    op->next = NULL;
+    if (s->tail != NULL) {
+        s->tail->next = op;
+    }
+    else {
+        s->head = op;
+    }
+    s->tail = op;
+    s->pending++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Under g_mu.  Makes waiter's next op wait for what source has queued. */
+static CUresult
+stream_depend(struct CUstream_st *waiter, struct CUstream_st *source)
+{
+    struct fake_mark *m;
+    struct fake_op *record, *wait;
+
+    if (stream_pending(source) == 0) {
+        return CUDA_SUCCESS;
+    }
+    m = mark_new(2);
+    if (m == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    record = op_new(OP_RECORD, 0, m);
+    wait = op_new(OP_WAIT, 0, m);
+    if (record == NULL || wait == NULL) {
+        free(record);
+        free(wait);
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    stream_push(source, record);
+    stream_push(waiter, wait);
+    return CUDA_SUCCESS;
+}
+
+/* Under g_mu.  Queues op with the legacy default stream's implicit
+ * synchronisation; takes over op, also on failure. */
+static CUresult
+stream_enqueue(struct CUstream_st *s, struct fake_op *op)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (s->legacy) {
+        for (struct CUstream_st *t = g_streams;
+             t != NULL && rc == CUDA_SUCCESS; t = t->next) {
+            if (t->ctx == s->ctx && !(t->flags & CU_STREAM_NON_BLOCKING)) {
+                rc = stream_depend(s, t);
+            }
+        }
+    }
+    else if (!(s->flags & CU_STREAM_NON_BLOCKING) && s->ctx->legacy) {
+        rc = stream_depend(s, s->ctx->legacy);
+    }
+    if (rc != CUDA_SUCCESS) {
+        op_free(op);
+        return rc;
+    }
+    stream_push(s, op);
+    return CUDA_SUCCESS;
+}
+
+/* Under g_mu.  *out: a mark (one reference for the caller) that completes
+ * when the work now queued on s has run. */
+static CUresult
+stream_fence(struct CUstream_st *s, bool implicit_sync,
+             struct fake_mark **out)
+{
+    struct fake_mark *m = mark_new(2);
+    struct fake_op *op;
+    CUresult rc;
+
+    if (m == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op = op_new(OP_RECORD, 0, m);
+    if (op == NULL) {
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (implicit_sync) {
+        rc = stream_enqueue(s, op);
+        if (rc != CUDA_SUCCESS) {
+            mark_unref(m); /* the op's went with the op */
+            return rc;
+        }
+    }
+    else {
+        stream_push(s, op);
+    }
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+static void
+pin_library(void)
+{
+    Dl_info info;
+
+    /* Detached workers run this library's code until the process ends;
+     * a dlclose() that unmapped it would crash them. */
+    if (dladdr((void *)&pin_library, &info) && info.dli_fname != NULL) {
+        (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    }
+}
+
+/* Under g_mu. */
+static CUresult
+stream_create(struct CUctx_st *ctx, unsigned int flags, int priority,
+              bool legacy, struct CUstream_st **out)
+{
+    struct CUstream_st *s = calloc(1, sizeof(*s));
+    pthread_attr_t attr;
+    pthread_t tid;
+    sigset_t all, old;
+    int err;
+
+    if (s == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    s->ctx = ctx;
+    s->flags = flags;
+    s->priority = priority;
+    s->legacy = legacy;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+
+    /* Signals belong to the application's threads, not to ours. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    err = pthread_create(&tid, &attr, stream_worker, s);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!legacy) {
+        s->next = g_streams;
+        if (g_streams != NULL) {
+            g_streams->prev = s;
+        }
+        g_streams = s;
+        g_live_streams++;
+    }
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+/* Under g_mu.  The handle dies now; the worker drains the queue and then
+ * frees the stream, so s must not be touched afterwards. */
+static void
+stream_retire(struct CUstream_st *s)
+{
+    if (!s->legacy) {
+        if (s->prev != NULL) {
+            s->prev->next = s->next;
+        }
+        else {
+            g_streams = s->next;
+        }
+        if (s->next != NULL) {
+            s->next->prev = s->prev;
+        }
+        g_live_streams--;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->dying = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Under g_mu.  Registry lookup: unknown handles are compared, never
+ * dereferenced. */
+static struct CUstream_st *
+stream_lookup(CUstream h)
+{
+    for (struct CUstream_st *s = g_streams; s != NULL; s = s->next) {
+        if (s == h) {
+            return s;
+        }
+    }
+    return NULL;
+}
+
+/* Under g_mu. */
+static CUresult
+legacy_stream(struct CUctx_st *ctx, struct CUstream_st **out)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    if (ctx->legacy == NULL) {
+        rc = stream_create(ctx, CU_STREAM_DEFAULT, 0, true, &ctx->legacy);
+    }
+    *out = ctx->legacy;
+    return rc;
+}
+
+/* Contexts ------------------------------------------------------------ */
+
+static struct CUctx_st *
+current_ctx(void)
+{
+    return t_depth > 0 ? t_stack[t_depth - 1] : NULL;
+}
+
+/* Under g_mu. */
+static struct CUctx_st *
+live_current_ctx(void)
+{
+    struct CUctx_st *c = current_ctx();
+
+    return c != NULL && c->retain > 0 ? c : NULL;
+}
+
+/* Under g_mu. */
+static struct CUctx_st *
+ctx_lookup_live(CUcontext h)
+{
+    for (int i = 0; i < cfg.devices; i++) {
+        if (h == &g_ctx[i]) {
+            return g_ctx[i].retain > 0 ? &g_ctx[i] : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* Under g_mu.  Handles 0 and 1 mean the current context's default
+ * stream. */
+static CUresult
+stream_resolve(CUstream h, struct CUstream_st **out)
+{
+    struct CUctx_st *c;
+
+    if (h == NULL || h == FAKE_LEGACY_STREAM) {
+        c = live_current_ctx();
+        if (c == NULL) {
+            return CUDA_ERROR_INVALID_CONTEXT;
+        }
+        return legacy_stream(c, out);
+    }
+    *out = stream_lookup(h);
+    return *out != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* Under g_mu. */
+static void
+event_free(struct CUevent_st *e)
+{
+    if (e->prev != NULL) {
+        e->prev->next = e->next;
+    }
+    else {
+        g_events = e->next;
+    }
+    if (e->next != NULL) {
+        e->next->prev = e->prev;
+    }
+    g_live_events--;
+    mark_unref(e->last);
+    free(e);
+}
+
+/* Under g_mu. */
+static void
+ctx_teardown(struct CUctx_st *c)
+{
+    struct CUstream_st *s, *next_s;
+    struct CUevent_st *e, *next_e;
+
+    for (s = g_streams; s != NULL; s = next_s) {
+        next_s = s->next;
+        if (s->ctx == c) {
+            stream_retire(s);
+        }
+    }
+    if (c->legacy != NULL) {
+        stream_retire(c->legacy);
+        c->legacy = NULL;
+    }
+    for (e = g_events; e != NULL; e = next_e) {
+        next_e = e->next;
+        if (e->ctx == c) {
+            event_free(e);
+        }
+    }
+}
+
+static bool
+bad_device(CUdevice dev)
+{
+    return dev < 0 || dev >= cfg.devices;
+}
+
+/* Errors -------------------------------------------------------------- */
+
+static const char *
+error_name(CUresult code)
+{
+    /* No default: -Wswitch then flags a code added to cuda_api.h. */
+    switch (code) {
+#define FAKE_NAME_CASE(name, value) \
+    case name:                      \
+        return #name;
+    ACC_CUDA_RESULTS(FAKE_NAME_CASE)
+#undef FAKE_NAME_CASE
+    }
+    return NULL;
+}
+
+static const char *
+error_string(CUresult code)
+{
+    switch (code) {
+    case CUDA_SUCCESS:
+        return "no error";
+    case CUDA_ERROR_INVALID_VALUE:
+        return "invalid argument";
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return "out of memory";
+    case CUDA_ERROR_NOT_INITIALIZED:
+        return "initialization error";
+    case CUDA_ERROR_DEINITIALIZED:
+        return "driver shutting down";
+    case CUDA_ERROR_STUB_LIBRARY:
+        return "CUDA driver is a stub library";
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+        return "CUDA-capable device(s) is/are busy or unavailable";
+    case CUDA_ERROR_NO_DEVICE:
+        return "no CUDA-capable device is detected";
+    case CUDA_ERROR_INVALID_DEVICE:
+        return "invalid device ordinal";
+    case CUDA_ERROR_INVALID_CONTEXT:
+        return "invalid device context";
+    case CUDA_ERROR_INVALID_HANDLE:
+        return "invalid resource handle";
+    case CUDA_ERROR_NOT_FOUND:
+        return "named symbol not found";
+    case CUDA_ERROR_NOT_READY:
+        return "device not ready";
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+        return "an illegal memory access was encountered";
+    case CUDA_ERROR_LAUNCH_FAILED:
+        return "unspecified launch failure";
+    case CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE:
+        return "primary context active";
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+        return "context is destroyed";
+    case CUDA_ERROR_NOT_SUPPORTED:
+        return "operation not supported";
+    case CUDA_ERROR_UNKNOWN:
+        return "unknown error";
+    }
+    return NULL;
+}
+
+/* Driver API: initialisation and errors ------------------------------- */
+
+CUresult
+cuInit(unsigned int Flags)
+{
+    FAKE_ENTER(cuInit, false);
+    if (atomic_load(&g_poisoned)) {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if (Flags != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (cfg.devices == 0) {
+        return CUDA_ERROR_NO_DEVICE;
+    }
+    pthread_once(&g_pin_once, pin_library);
+    atomic_store(&g_initialized, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuDriverGetVersion(int *driverVersion)
+{
+    FAKE_ENTER(cuDriverGetVersion, false);
+    if (driverVersion == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *driverVersion = cfg.driver_version;
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuGetErrorName(CUresult error, const char **pStr)
+{
+    FAKE_ENTER(cuGetErrorName, false);
+    if (pStr == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pStr = error_name(error);
+    return *pStr != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult
+cuGetErrorString(CUresult error, const char **pStr)
+{
+    FAKE_ENTER(cuGetErrorString, false);
+    if (pStr == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pStr = error_string(error);
+    return *pStr != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Driver API: devices ------------------------------------------------- */
+
+CUresult
+cuDeviceGetCount(int *count)
+{
+    FAKE_ENTER(cuDeviceGetCount, true);
+    if (count == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *count = cfg.devices;
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuDeviceGet(CUdevice *device, int ordinal)
+{
+    FAKE_ENTER(cuDeviceGet, true);
+    if (device == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad_device(ordinal)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    FAKE_ENTER(cuDeviceGetName, true);
+    if (name == NULL || len <= 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad_device(dev)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    snprintf(name, (size_t)len, "%s %d", cfg.name, dev);
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    /* Version 4 layout, so that formatted UUIDs look like real ones. */
+    unsigned char bytes[16] = {0xfa, 0x4e, 0xcd, 0xa0, 0x00, 0x00,
+                               0x40, 0x00, 0x80, 0x00, 0x00, 0x00,
+                               0x00, 0x00, 0x00, 0x00};
+
+    FAKE_ENTER(cuDeviceGetUuid, true);
+    if (uuid == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad_device(dev)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    bytes[14] = (unsigned char)(dev >> 8);
+    bytes[15] = (unsigned char)dev;
+    memcpy(uuid->bytes, bytes, sizeof(uuid->bytes));
+    return CUDA_SUCCESS;
+}
+
+/* Without MIG both variants report the same UUID. */
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+    __attribute__((alias("cuDeviceGetUuid_v2")));
+
+CUresult
+cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    FAKE_ENTER(cuDeviceTotalMem, true);
+    if (bytes == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad_device(dev)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    *bytes = (size_t)cfg.total_mem;
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    FAKE_ENTER(cuDeviceTotalMem, true);
+    if (bytes == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad_device(dev)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    *bytes = cfg.total_mem > UINT_MAX ? UINT_MAX
+                                      : (unsigned int)cfg.total_mem;
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    FAKE_ENTER(cuDeviceGetAttribute, true);
+    if (pi == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad_device(dev)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        *pi = cfg.sms;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+        *pi = 0;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+        *pi = 0x10 + dev;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+        /* The slot in domain:bus:slot.function (hwloc builds sysfs paths
+         * from it), not the product id; 0 on NVIDIA boards. */
+        *pi = 0;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+        *pi = 0;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+        *pi = cfg.cc_major;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+        *pi = cfg.cc_minor;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+        *pi = 1;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Driver API: contexts ------------------------------------------------ */
+
+CUresult
+cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    FAKE_ENTER(cuDevicePrimaryCtxRetain, true);
+    if (pctx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad_device(dev)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    pthread_mutex_lock(&g_mu);
+    g_ctx[dev].retain++;
+    *pctx = &g_ctx[dev];
+    pthread_mutex_unlock(&g_mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    FAKE_ENTER(cuDevicePrimaryCtxRelease, true);
+    if (bad_device(dev)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (g_ctx[dev].retain == 0) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    }
+    else if (--g_ctx[dev].retain == 0) {
+        ctx_teardown(&g_ctx[dev]);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+    __attribute__((alias("cuDevicePrimaryCtxRelease_v2")));
+
+CUresult
+cuCtxSetCurrent(CUcontext ctx)
+{
+    struct CUctx_st *c;
+
+    FAKE_ENTER(cuCtxSetCurrent, true);
+    if (ctx == NULL) {
+        /* The documented equivalent of popping the top. */
+        if (t_depth > 0) {
+            t_depth--;
+        }
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&g_mu);
+    c = ctx_lookup_live(ctx);
+    pthread_mutex_unlock(&g_mu);
+    if (c == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (t_depth == 0) {
+        t_depth = 1;
+    }
+    t_stack[t_depth - 1] = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuCtxGetCurrent(CUcontext *pctx)
+{
+    FAKE_ENTER(cuCtxGetCurrent, true);
+    if (pctx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pctx = current_ctx();
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    struct CUctx_st *c;
+
+    FAKE_ENTER(cuCtxPushCurrent, true);
+    if (ctx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    c = ctx_lookup_live(ctx);
+    pthread_mutex_unlock(&g_mu);
+    if (c == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (t_depth == FAKE_CTX_STACK) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    t_stack[t_depth++] = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx)
+    __attribute__((alias("cuCtxPushCurrent_v2")));
+
+CUresult
+cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    FAKE_ENTER(cuCtxPopCurrent, true);
+    if (t_depth == 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    t_depth--;
+    if (pctx != NULL) {
+        *pctx = t_stack[t_depth];
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent(CUcontext *pctx)
+    __attribute__((alias("cuCtxPopCurrent_v2")));
+
+CUresult
+cuCtxSynchronize(void)
+{
+    struct fake_mark **marks = NULL;
+    struct CUctx_st *c;
+    size_t n = 0, cap = 1;
+    CUresult rc = CUDA_SUCCESS;
+
+    FAKE_ENTER(cuCtxSynchronize, true);
+    pthread_mutex_lock(&g_mu);
+    c = live_current_ctx();
+    if (c == NULL) {
+        pthread_mutex_unlock(&g_mu);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    for (struct CUstream_st *s = g_streams; s != NULL; s = s->next) {
+        cap += s->ctx == c;
+    }
+    marks = calloc(cap, sizeof(*marks));
+    if (marks == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (struct CUstream_st *s = g_streams;
+         s != NULL && rc == CUDA_SUCCESS; s = s->next) {
+        if (s->ctx == c) {
+            rc = stream_fence(s, false, &marks[n]);
+            n += rc == CUDA_SUCCESS;
+        }
+    }
+    if (rc == CUDA_SUCCESS && c->legacy != NULL) {
+        rc = stream_fence(c->legacy, false, &marks[n]);
+        n += rc == CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_mu);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == CUDA_SUCCESS) {
+            mark_wait_blocking(marks[i]);
+        }
+        mark_unref(marks[i]);
+    }
+    free(marks);
+    return rc;
+}
+
+CUresult
+cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    FAKE_ENTER(cuCtxGetStreamPriorityRange, true);
+    if (leastPriority != NULL) {
+        *leastPriority = cfg.prio_least;
+    }
+    if (greatestPriority != NULL) {
+        *greatestPriority = cfg.prio_greatest;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Driver API: streams ------------------------------------------------- */
+
+CUresult
+cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                           int priority)
+{
+    struct CUstream_st *s;
+    struct CUctx_st *c;
+    CUresult rc;
+
+    FAKE_ENTER(cuStreamCreateWithPriority, true);
+    if (phStream == NULL ||
+        (flags != CU_STREAM_DEFAULT && flags != CU_STREAM_NON_BLOCKING)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (priority < cfg.prio_greatest) {
+        priority = cfg.prio_greatest;
+    }
+    if (priority > cfg.prio_least) {
+        priority = cfg.prio_least;
+    }
+    pthread_mutex_lock(&g_mu);
+    c = live_current_ctx();
+    if (c == NULL) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    }
+    else {
+        rc = stream_create(c, flags, priority, false, &s);
+    }
+    if (rc == CUDA_SUCCESS) {
+        *phStream = s;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuStreamQuery(CUstream hStream)
+{
+    struct CUstream_st *s;
+    CUresult rc;
+
+    FAKE_ENTER(cuStreamQuery, true);
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS && stream_pending(s) > 0) {
+        rc = CUDA_ERROR_NOT_READY;
+    }
+    if (rc == CUDA_SUCCESS && s->legacy) {
+        /* Idle only if an op queued now would run at once. */
+        for (struct CUstream_st *t = g_streams; t != NULL; t = t->next) {
+            if (t->ctx == s->ctx && !(t->flags & CU_STREAM_NON_BLOCKING) &&
+                stream_pending(t) > 0) {
+                rc = CUDA_ERROR_NOT_READY;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuStreamSynchronize(CUstream hStream)
+{
+    struct fake_mark *m = NULL;
+    struct CUstream_st *s;
+    CUresult rc;
+
+    FAKE_ENTER(cuStreamSynchronize, true);
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS) {
+        rc = stream_fence(s, s->legacy, &m);
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc == CUDA_SUCCESS) {
+        mark_wait_blocking(m);
+        mark_unref(m);
+    }
+    return rc;
+}
+
+CUresult
+cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    struct CUstream_st *s;
+    struct CUevent_st *e = NULL;
+    CUresult rc;
+
+    FAKE_ENTER(cuStreamWaitEvent, true);
+    if (Flags != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS) {
+        for (e = g_events; e != NULL && e != hEvent; e = e->next) {
+        }
+        if (e == NULL) {
+            rc = CUDA_ERROR_INVALID_HANDLE;
+        }
+    }
+    /* Events of other contexts are fine: cross-device waits are legal.
+     * A record that completed, or none at all, leaves nothing to wait
+     * for. */
+    if (rc == CUDA_SUCCESS && e->last != NULL && !mark_done(e->last)) {
+        struct fake_op *op = op_new(OP_WAIT, 0, e->last);
+
+        if (op != NULL) {
+            atomic_fetch_add(&e->last->refs, 1);
+        }
+        rc = stream_enqueue(s, op);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuStreamDestroy_v2(CUstream hStream)
+{
+    struct CUstream_st *s;
+
+    FAKE_ENTER(cuStreamDestroy, true);
+    pthread_mutex_lock(&g_mu);
+    s = stream_lookup(hStream);
+    if (s != NULL) {
+        stream_retire(s);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return s != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuStreamDestroy(CUstream hStream)
+    __attribute__((alias("cuStreamDestroy_v2")));
+
+/* Driver API: events -------------------------------------------------- */
+
+/* Under g_mu. */
+static struct CUevent_st *
+event_lookup(CUevent h)
+{
+    for (struct CUevent_st *e = g_events; e != NULL; e = e->next) {
+        if (e == h) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+CUresult
+cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    const unsigned int known = CU_EVENT_BLOCKING_SYNC |
+                               CU_EVENT_DISABLE_TIMING |
+                               CU_EVENT_INTERPROCESS;
+    struct CUevent_st *e;
+    struct CUctx_st *c;
+
+    FAKE_ENTER(cuEventCreate, true);
+    if (phEvent == NULL || (Flags & ~known) != 0 ||
+        ((Flags & CU_EVENT_INTERPROCESS) &&
+         !(Flags & CU_EVENT_DISABLE_TIMING))) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    c = live_current_ctx();
+    if (c == NULL) {
+        pthread_mutex_unlock(&g_mu);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        pthread_mutex_unlock(&g_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->ctx = c;
+    e->flags = Flags;
+    e->next = g_events;
+    if (g_events != NULL) {
+        g_events->prev = e;
+    }
+    g_events = e;
+    g_live_events++;
+    *phEvent = e;
+    pthread_mutex_unlock(&g_mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    struct fake_mark *m;
+    struct fake_op *op;
+    struct CUevent_st *e;
+    struct CUstream_st *s;
+    CUresult rc;
+
+    FAKE_ENTER(cuEventRecord, true);
+    pthread_mutex_lock(&g_mu);
+    e = event_lookup(hEvent);
+    rc = e != NULL ? stream_resolve(hStream, &s) : CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS && s->ctx != e->ctx) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        /* One reference for the queued op, one for the event. */
+        m = mark_new(2);
+        op = m != NULL ? op_new(OP_RECORD, 0, m) : NULL;
+        if (op == NULL) {
+            free(m);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        else if ((rc = stream_enqueue(s, op)) != CUDA_SUCCESS) {
+            mark_unref(m); /* the op's went with the op */
+        }
+        else {
+            /* The new record supersedes the old one for every later
+             * query, wait and synchronize. */
+            mark_unref(e->last);
+            e->last = m;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuEventQuery(CUevent hEvent)
+{
+    struct CUevent_st *e;
+    CUresult rc = CUDA_SUCCESS;
+
+    FAKE_ENTER(cuEventQuery, true);
+    pthread_mutex_lock(&g_mu);
+    e = event_lookup(hEvent);
+    if (e == NULL) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    else if (e->last != NULL && !mark_done(e->last)) {
+        rc = CUDA_ERROR_NOT_READY;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuEventSynchronize(CUevent hEvent)
+{
+    struct fake_mark *m = NULL;
+    struct CUevent_st *e;
+    bool blocking = false;
+
+    FAKE_ENTER(cuEventSynchronize, true);
+    pthread_mutex_lock(&g_mu);
+    e = event_lookup(hEvent);
+    if (e != NULL && e->last != NULL) {
+        m = e->last;
+        atomic_fetch_add(&m->refs, 1);
+        blocking = (e->flags & CU_EVENT_BLOCKING_SYNC) != 0;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (e == NULL) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (m == NULL) {
+        return CUDA_SUCCESS;
+    }
+    if (blocking) {
+        atomic_fetch_add(&g_sync_blocked, 1);
+        mark_wait_blocking(m);
+    }
+    else {
+        atomic_fetch_add(&g_sync_spun, 1);
+        mark_wait_spinning(m);
+    }
+    mark_unref(m);
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    struct CUevent_st *start, *end;
+    CUresult rc = CUDA_SUCCESS;
+
+    FAKE_ENTER(cuEventElapsedTime, true);
+    if (pMilliseconds == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    start = event_lookup(hStart);
+    end = event_lookup(hEnd);
+    if (start == NULL || end == NULL ||
+        ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) ||
+        start->last == NULL || end->last == NULL) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    else if (!mark_done(start->last) || !mark_done(end->last)) {
+        rc = CUDA_ERROR_NOT_READY;
+    }
+    else {
+        *pMilliseconds =
+            (float)(end->last->stamp_ms - start->last->stamp_ms);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* CUDA 12.8 changed only the documented rounding. */
+CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart,
+                               CUevent hEnd)
+    __attribute__((alias("cuEventElapsedTime")));
+
+CUresult
+cuEventDestroy_v2(CUevent hEvent)
+{
+    struct CUevent_st *e;
+
+    FAKE_ENTER(cuEventDestroy, true);
+    pthread_mutex_lock(&g_mu);
+    e = event_lookup(hEvent);
+    if (e != NULL) {
+        event_free(e);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return e != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuEventDestroy(CUevent hEvent)
+    __attribute__((alias("cuEventDestroy_v2")));
+
+/* Driver API: memory -------------------------------------------------- */
+
+static CUresult
+mem_info(unsigned long long *free_bytes, unsigned long long *total_bytes)
+{
+    struct CUctx_st *c;
+    unsigned long long used;
+
+    pthread_mutex_lock(&g_mu);
+    c = live_current_ctx();
+    pthread_mutex_unlock(&g_mu);
+    if (c == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    used = FAKE_CONTEXT_FOOTPRINT;
+    *total_bytes = cfg.total_mem;
+    *free_bytes = cfg.total_mem > used ? cfg.total_mem - used : 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    unsigned long long f, t;
+    CUresult rc;
+
+    FAKE_ENTER(cuMemGetInfo, true);
+    if (free == NULL || total == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    rc = mem_info(&f, &t);
+    if (rc == CUDA_SUCCESS) {
+        *free = (size_t)f;
+        *total = (size_t)t;
+    }
+    return rc;
+}
+
+CUresult
+cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+    unsigned long long f, t;
+    CUresult rc;
+
+    FAKE_ENTER(cuMemGetInfo, true);
+    if (free == NULL || total == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    rc = mem_info(&f, &t);
+    if (rc == CUDA_SUCCESS) {
+        *free = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
+        *total = t > UINT_MAX ? UINT_MAX : (unsigned int)t;
+    }
+    return rc;
+}
+
+/* Driver API: entry points -------------------------------------------- */
+
+#ifndef FAKE_CUDA_NO_PROC_ADDRESS
+
+/* Every variant with the version that introduced it; a request gets the
+ * newest variant not newer than its cudaVersion. */
+struct fake_proc {
+    const char *name;
+    int version;
+    void *fn;
+};
+
+#define FAKE_PROC(name, symbol, version, params) \
+    {#name, version, (void *)symbol},
+static const struct fake_proc fake_procs[] = {
+    ACC_CUDA_FUNCTIONS(FAKE_PROC)
+    {"cuDeviceGetUuid", 9020, (void *)cuDeviceGetUuid},
+    {"cuDeviceTotalMem", 2000, (void *)cuDeviceTotalMem},
+    {"cuDevicePrimaryCtxRelease", 7000, (void *)cuDevicePrimaryCtxRelease},
+    {"cuCtxPushCurrent", 2000, (void *)cuCtxPushCurrent},
+    {"cuCtxPopCurrent", 2000, (void *)cuCtxPopCurrent},
+    {"cuStreamDestroy", 2000, (void *)cuStreamDestroy},
+    {"cuEventElapsedTime", 12080, (void *)cuEventElapsedTime_v2},
+    {"cuEventDestroy", 2000, (void *)cuEventDestroy},
+    {"cuMemGetInfo", 2000, (void *)cuMemGetInfo},
+    {"cuGetProcAddress", 11030, (void *)cuGetProcAddress},
+    {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2},
+};
+#undef FAKE_PROC
+
+static CUresult
+get_proc_address(const char *symbol, void **pfn, int cudaVersion,
+                 cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+    const struct fake_proc *best = NULL;
+    bool known = false;
+
+    if (pfn == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pfn = NULL;
+    if (symbol == NULL || cudaVersion > cfg.driver_version ||
+        (flags & ~FAKE_PROC_FLAGS) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < sizeof(fake_procs) / sizeof(fake_procs[0]);
+         i++) {
+        const struct fake_proc *p = &fake_procs[i];
+
+        if (strcmp(p->name, symbol) != 0) {
+            continue;
+        }
+        known = true;
+        if (p->version <= cudaVersion &&
+            (best == NULL || p->version > best->version)) {
+            best = p;
+        }
+    }
+    if (best == NULL) {
+        if (status != NULL) {
+            *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                            : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        }
+        return CUDA_SUCCESS;
+    }
+    *pfn = best->fn;
+    if (status != NULL) {
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                    cuuint64_t flags,
+                    CUdriverProcAddressQueryResult *symbolStatus)
+{
+    FAKE_ENTER(cuGetProcAddress, false);
+    return get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+CUresult
+cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                 cuuint64_t flags)
+{
+    FAKE_ENTER(cuGetProcAddress, false);
+    return get_proc_address(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+#endif /* FAKE_CUDA_NO_PROC_ADDRESS */
+
+/* Control API for tests ----------------------------------------------- */
+
+long long
+fake_cuda_call_count(const char *name)
+{
+    long long total = 0;
+    int fn;
+
+    if (name == NULL) {
+        for (int i = 0; i < FN_COUNT; i++) {
+            total += atomic_load(&g_calls[i]);
+        }
+        return total;
+    }
+    fn = fn_from_name(name);
+    return fn < 0 ? -1 : atomic_load(&g_calls[fn]);
+}
+
+void
+fake_cuda_reset_counts(void)
+{
+    for (int i = 0; i < FN_COUNT; i++) {
+        atomic_store(&g_calls[i], 0);
+    }
+    atomic_store(&g_sync_blocked, 0);
+    atomic_store(&g_sync_spun, 0);
+}
+
+int
+fake_cuda_fail(const char *name, int nth, int code)
+{
+    int fn = fn_from_name(name);
+    int rc = 0;
+
+    if (fn < 0 || nth < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&g_fault_mu);
+    if (g_nfaults == FAKE_MAX_FAULTS) {
+        rc = -1;
+    }
+    else {
+        g_faults[g_nfaults].fn = (enum fake_fn)fn;
+        g_faults[g_nfaults].every = nth == 0;
+        g_faults[g_nfaults].remaining = nth;
+        g_faults[g_nfaults].code = code;
+        g_nfaults++;
+        atomic_store(&g_have_faults, 1);
+    }
+    pthread_mutex_unlock(&g_fault_mu);
+    return rc;
+}
+
+void
+fake_cuda_clear_faults(void)
+{
+    pthread_mutex_lock(&g_fault_mu);
+    g_nfaults = 0;
+    atomic_store(&g_have_faults, 0);
+    pthread_mutex_unlock(&g_fault_mu);
+}
+
+long long
+fake_cuda_live(const char *kind)
+{
+    long long n = -1;
+
+    if (kind == NULL) {
+        return -1;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (strcmp(kind, "stream") == 0) {
+        n = g_live_streams;
+    }
+    else if (strcmp(kind, "event") == 0) {
+        n = g_live_events;
+    }
+    else if (strcmp(kind, "context") == 0 || strcmp(kind, "retain") == 0) {
+        bool contexts = kind[0] == 'c';
+
+        n = 0;
+        for (int i = 0; i < cfg.devices; i++) {
+            n += contexts ? g_ctx[i].retain > 0 : g_ctx[i].retain;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+int
+fake_cuda_enqueue_sleep(int device, unsigned long long stream, double ms)
+{
+    struct CUstream_st *s = NULL;
+    CUresult rc;
+
+    if (atomic_load(&g_poisoned) || !atomic_load(&g_initialized)) {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if (!(ms >= 0.0)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (stream == 0 || stream == 1) {
+        if (bad_device(device)) {
+            rc = CUDA_ERROR_INVALID_DEVICE;
+        }
+        else if (g_ctx[device].retain == 0) {
+            rc = CUDA_ERROR_INVALID_CONTEXT;
+        }
+        else {
+            rc = legacy_stream(&g_ctx[device], &s);
+        }
+    }
+    else {
+        s = stream_lookup((CUstream)(uintptr_t)stream);
+        rc = s != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        rc = stream_enqueue(s, op_new(OP_SLEEP, ms, NULL));
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+int
+fake_cuda_current_device(void)
+{
+    struct CUctx_st *c = current_ctx();
+
+    return c != NULL ? c->device : -1;
+}
+
+long long
+fake_cuda_event_sync_blocked(void)
+{
+    return atomic_load(&g_sync_blocked);
+}
+
+long long
+fake_cuda_event_sync_spun(void)
+{
+    return atomic_load(&g_sync_spun);
+}
+
+/* Loading and fork ---------------------------------------------------- */
+
+static void
+config_warn(const char *var, const char *value)
+{
+    fprintf(stderr, "fake libcuda: ignoring %s=\"%s\"\n", var, value);
+}
+
+static void
+config_int(const char *var, int *out, long lo, long hi)
+{
+    const char *value = getenv(var);
+    char *end;
+    long v;
+
+    if (value == NULL) {
+        return;
+    }
+    errno = 0;
+    v = strtol(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || v < lo || v > hi) {
+        config_warn(var, value);
+        return;
+    }
+    *out = (int)v;
+}
+
+static void
+config_faults(void)
+{
+    const char *value = getenv("FAKE_CUDA_FAIL");
+    char *copy, *item, *save = NULL;
+
+    if (value == NULL || (copy = strdup(value)) == NULL) {
+        return;
+    }
+    for (item = strtok_r(copy, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        char name[64], extra;
+        int nth, code;
+
+        if (sscanf(item, "%63[^:]:%d:%d%c", name, &nth, &code, &extra) !=
+                3 ||
+            fake_cuda_fail(name, nth, code) != 0) {
+            config_warn("FAKE_CUDA_FAIL", item);
+        }
+    }
+    free(copy);
+}
+
+static void
+config_read(void)
+{
+    const char *value;
+    unsigned long long mem;
+    char *end;
+    int a, b;
+    char extra;
+
+    config_int("FAKE_CUDA_DEVICES", &cfg.devices, 0, FAKE_MAX_DEVICES);
+    config_int("FAKE_CUDA_DRIVER_VERSION", &cfg.driver_version, 0,
+               INT_MAX);
+    config_int("FAKE_CUDA_SMS", &cfg.sms, 0, INT_MAX);
+    value = getenv("FAKE_CUDA_TOTAL_MEM");
+    if (value != NULL) {
+        errno = 0;
+        mem = strtoull(value, &end, 10);
+        if (errno != 0 || end == value || *end != '\0' || value[0] == '-') {
+            config_warn("FAKE_CUDA_TOTAL_MEM", value);
+        }
+        else {
+            cfg.total_mem = mem;
+        }
+    }
+    value = getenv("FAKE_CUDA_NAME");
+    if (value != NULL) {
+        snprintf(cfg.name, sizeof(cfg.name), "%s", value);
+    }
+    value = getenv("FAKE_CUDA_CC");
+    if (value != NULL) {
+        if (sscanf(value, "%d.%d%c", &a, &b, &extra) == 2 && a >= 0 &&
+            b >= 0) {
+            cfg.cc_major = a;
+            cfg.cc_minor = b;
+        }
+        else {
+            config_warn("FAKE_CUDA_CC", value);
+        }
+    }
+    value = getenv("FAKE_CUDA_PRIORITY_RANGE");
+    if (value != NULL) {
+        /* Lower numbers are higher priorities: greatest <= least. */
+        if (sscanf(value, "%d,%d%c", &a, &b, &extra) == 2 && b <= a) {
+            cfg.prio_least = a;
+            cfg.prio_greatest = b;
+        }
+        else {
+            config_warn("FAKE_CUDA_PRIORITY_RANGE", value);
+        }
+    }
+}
+
+/* The registries' mutexes are held across fork(), so the child finds them
+ * consistent (its control functions still work).  The workers' mutexes
+ * are not: the child has no workers and never touches them. */
+static void
+fork_prepare(void)
+{
+    pthread_mutex_lock(&g_fault_mu);
+    pthread_mutex_lock(&g_mu);
+    pthread_mutex_lock(&g_mark_mu);
+}
+
+static void
+fork_parent(void)
+{
+    pthread_mutex_unlock(&g_mark_mu);
+    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&g_fault_mu);
+}
+
+static void
+fork_child(void)
+{
+    /* Like the real driver: a child of an initialised parent cannot use
+     * CUDA at all, not even by calling cuInit again. */
+    if (atomic_load(&g_initialized)) {
+        atomic_store(&g_poisoned, 1);
+    }
+    pthread_mutex_unlock(&g_mark_mu);
+    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&g_fault_mu);
+}
+
+__attribute__((constructor)) static void
+fake_cuda_load(void)
+{
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
+        g_ctx[i].device = i;
+    }
+    config_read();
+    config_faults();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}

@@ -1,0 +1,99 @@
+"""Python access to the driver test doubles' control functions (ctypes).
+
+The doubles (tests/drivers/) export functions that tests use to read call
+counters and live-object counts, inject faults and enqueue timed work.
+Loading the double with ctypes gives the same library instance that the
+extension dlopened (same path), hence the same state.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DRIVERS = REPO / "tests" / "drivers" / "build"
+CUDA_DOUBLE = DRIVERS / "libcuda.so.1"
+CUDA_DOUBLE_NOPROC = DRIVERS / "noproc" / "libcuda.so.1"
+ZE_DRIVER = DRIVERS / "libze_test_driver.so"
+
+
+class DriverDouble:
+    """Backend-neutral view of one driver double's control API."""
+
+    #: generic kind -> the double's own name for it
+    kinds: dict[str, str] = {}
+
+    def __init__(self, path: pathlib.Path, prefix: str) -> None:
+        self.path = path
+        self.lib = ctypes.CDLL(str(path))
+        self.prefix = prefix
+        f = self._fn
+        f("call_count").argtypes = [ctypes.c_char_p]
+        f("call_count").restype = ctypes.c_longlong
+        f("reset_counts").restype = None
+        f("fail").argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+        f("fail").restype = ctypes.c_int
+        f("clear_faults").restype = None
+        f("live").argtypes = [ctypes.c_char_p]
+        f("live").restype = ctypes.c_longlong
+
+    def _fn(self, name: str) -> ctypes._CFuncPtr:
+        return getattr(self.lib, f"fake_{self.prefix}_{name}")
+
+    def calls(self, name: str | None = None) -> int:
+        """Driver calls so far of one function (base name), or of all."""
+        count = self._fn("call_count")(name.encode() if name else None)
+        assert count >= 0, f"the double does not know {name!r}"
+        return count
+
+    def reset_counts(self) -> None:
+        self._fn("reset_counts")()
+
+    def fail(self, name: str, nth: int, code: int) -> None:
+        """Make the nth next call of name fail with code (0: every call)."""
+        assert self._fn("fail")(name.encode(), nth, code) == 0, name
+
+    def clear_faults(self) -> None:
+        self._fn("clear_faults")()
+
+    def live(self, kind: str) -> int:
+        """Live driver objects: 'stream' or 'event' (or the double's kind)."""
+        count = self._fn("live")(self.kinds.get(kind, kind).encode())
+        assert count >= 0, f"the double does not count {kind!r}"
+        return count
+
+    def enqueue_sleep(self, stream: object, ms: float) -> None:
+        """Keep a stream busy for ms milliseconds, like a kernel."""
+        raise NotImplementedError
+
+
+class CudaDouble(DriverDouble):
+    """tests/drivers/build/libcuda.so.1."""
+
+    def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
+        super().__init__(path, "cuda")
+        self.lib.fake_cuda_enqueue_sleep.argtypes = [
+            ctypes.c_int, ctypes.c_ulonglong, ctypes.c_double]
+        self.lib.fake_cuda_enqueue_sleep.restype = ctypes.c_int
+        for name in ("event_sync_blocked", "event_sync_spun"):
+            self._fn(name).restype = ctypes.c_longlong
+        self.lib.fake_cuda_current_device.restype = ctypes.c_int
+
+    def enqueue_sleep(self, stream: object, ms: float) -> None:
+        rc = self.lib.fake_cuda_enqueue_sleep(
+            stream.device_index, stream.handle, ms)  # type: ignore[attr-defined]
+        assert rc == 0, f"fake_cuda_enqueue_sleep failed: {rc}"
+
+    def blocking_syncs(self) -> int:
+        return self.lib.fake_cuda_event_sync_blocked()
+
+    def current_device(self) -> int:
+        """The device of the calling thread's current driver context."""
+        return self.lib.fake_cuda_current_device()
+
+
+def clean_environment() -> dict[str, str]:
+    """os.environ without the variables that configure backends or doubles."""
+    prefixes = ("ACCELERATOR_", "FAKE_CUDA_", "FAKE_ZE_", "ZE_", "ZEL_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
