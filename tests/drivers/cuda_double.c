@@ -37,6 +37,10 @@
  *       "event": created, not destroyed; "context": primary contexts with
  *       a retain count > 0; "retain": sum of the retain counts.  -1 for an
  *       unknown kind.
+ *   void fake_cuda_report_at_exit(void)
+ *       Prints the live retain, stream and event counts on stderr at exit,
+ *       after the atexit handlers registered later than this call (so,
+ *       called before the product initialises, after its shutdown).
  *   int fake_cuda_enqueue_sleep(int device, unsigned long long stream,
  *                               double ms)
  *       Enqueues work that keeps the stream busy for ms milliseconds, like a
@@ -147,6 +151,7 @@ FAKE_EXPORT void fake_cuda_reset_counts(void);
 FAKE_EXPORT int fake_cuda_fail(const char *name, int nth, int code);
 FAKE_EXPORT void fake_cuda_clear_faults(void);
 FAKE_EXPORT long long fake_cuda_live(const char *kind);
+FAKE_EXPORT void fake_cuda_report_at_exit(void);
 FAKE_EXPORT int fake_cuda_enqueue_sleep(int device, unsigned long long stream,
                                         double ms);
 FAKE_EXPORT int fake_cuda_current_device(void);
@@ -1866,6 +1871,22 @@ fake_cuda_live(const char *kind)
     }
     pthread_mutex_unlock(&g_mu);
     return n;
+}
+
+static void
+report_live_objects(void)
+{
+    fprintf(stderr, "fake_cuda at exit: retain=%lld stream=%lld event=%lld\n",
+            fake_cuda_live("retain"), fake_cuda_live("stream"),
+            fake_cuda_live("event"));
+}
+
+void
+fake_cuda_report_at_exit(void)
+{
+    /* C atexit handlers run in reverse order of registration: calling
+     * this before the product probes reports after its shutdown. */
+    atexit(report_live_objects);
 }
 
 int

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The test command: sets up what the tests need on a fresh machine, then
+# runs the whole suite once per backend.
+#
+#   bash tests/run.sh [extra pytest arguments]
+#
+# 1. Debian's Level Zero loader and headers (libze1, libze-dev) when missing
+#    and we can install them (root and apt-get); otherwise the Level Zero
+#    runs are skipped with the reason printed.
+# 2. pytest (tests/requirements.txt), the driver test doubles
+#    (make -C tests/drivers) and the extension, built in place with
+#    warnings as errors.
+# 3. pytest: the whole suite with the CUDA double, then the behaviour suite
+#    on Level Zero through the real loader, in direct mode, in the loader's
+#    intercept mode and under its validation layer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+say() { printf '\n== %s\n' "$*"; }
+
+have_level_zero() {
+    [ -f /usr/include/level_zero/ze_ddi.h ] && ldconfig -p | grep -q 'libze_loader.so.1 '
+}
+
+if ! have_level_zero; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing Debian's Level Zero loader (libze1, libze-dev)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq libze1 libze-dev >/dev/null
+    fi
+fi
+
+say "installing test requirements"
+"$PYTHON" -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+
+say "building the driver test doubles and the extension"
+make -s -C tests/drivers
+ACCELERATOR_WERROR=1 "$PYTHON" setup.py -q build_ext --inplace
+
+say "the suite on the CUDA driver double"
+"$PYTHON" -m pytest tests "$@"
+
+if have_level_zero && [ -f tests/drivers/build/libze_test_driver.so ]; then
+    say "the behaviour suite on Level Zero (real loader, direct mode)"
+    ACCELERATOR_TEST_BACKEND=xpu "$PYTHON" -m pytest tests/behaviour "$@"
+    say "the behaviour suite on Level Zero (loader intercept mode)"
+    ZE_ENABLE_LOADER_INTERCEPT=1 ACCELERATOR_TEST_BACKEND=xpu \
+        "$PYTHON" -m pytest tests/behaviour "$@"
+    say "the behaviour suite on Level Zero (validation layer)"
+    ZE_ENABLE_VALIDATION_LAYER=1 ZE_ENABLE_PARAMETER_VALIDATION=1 \
+        ACCELERATOR_TEST_BACKEND=xpu "$PYTHON" -m pytest tests/behaviour "$@"
+else
+    say "SKIPPED the Level Zero runs: Debian's libze1/libze-dev are not" \
+        "installed and could not be (needs root and apt-get)"
+fi
