@@ -82,6 +82,7 @@ class device_index:
         self._previous: list[int] = []
 
     def __enter__(self) -> None:
+        """Make the index current, remembering the previous one."""
         if self.idx is not None:
             self._previous.append(_accelerator._exchange_device(self.idx))
 
@@ -91,6 +92,7 @@ class device_index:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        """Restore the device that was current at the matching enter."""
         if self.idx is not None:
             _accelerator._exchange_device(self._previous.pop())
 

@@ -237,6 +237,8 @@ probe_once(void)
         }
         if (g.selected != NULL) {
             /* Probed later, for the report only (acc_probe_all). */
+            acc_trace("backend %s not probed: %s was selected first",
+                      registry[i]->name, g.selected->name);
             continue;
         }
         probe_backend(i);

@@ -1,0 +1,68 @@
+"""The public surface: names, signatures from docstrings, import cost."""
+from __future__ import annotations
+
+import inspect
+
+import accelerator
+
+TORCH_NAMES = {
+    "is_available", "current_accelerator", "device_count",
+    "current_device_index", "current_device_idx", "set_device_index",
+    "set_device_idx", "device_index", "current_stream", "set_stream",
+    "synchronize", "get_memory_info",
+}
+
+
+def test_all_names_exist_and_cover_torch_accelerator() -> None:
+    for name in accelerator.__all__:
+        assert hasattr(accelerator, name), name
+    assert TORCH_NAMES <= set(accelerator.__all__)
+    assert {"device", "Stream", "Event", "AcceleratorError",
+            "OutOfMemoryError"} <= set(accelerator.__all__)
+
+
+def public_callables():
+    for name in accelerator.__all__:
+        obj = getattr(accelerator, name)
+        if inspect.isclass(obj):
+            if issubclass(obj, BaseException) or name == "DeviceProperties":
+                continue
+            yield name, obj
+            for attr, member in vars(obj).items():
+                if callable(member) and (not attr.startswith("_") or attr in (
+                        "__enter__", "__exit__", "__cuda_stream__")):
+                    yield f"{name}.{attr}", getattr(obj, attr)
+        elif callable(obj):
+            yield name, obj
+
+
+def test_every_callable_has_a_signature_and_a_docstring() -> None:
+    seen = 0
+    for name, obj in public_callables():
+        signature = inspect.signature(obj)
+        assert signature is not None, name
+        doc = inspect.getdoc(obj)
+        assert doc and len(doc) > 20, f"{name} lacks a docstring"
+        seen += 1
+    assert seen >= 30
+
+
+def test_signatures_read_as_documented() -> None:
+    assert str(inspect.signature(accelerator.synchronize)) == "(device=None, /)"
+    assert str(inspect.signature(accelerator.Stream)) == (
+        "(device=None, *, priority=0)")
+    assert str(inspect.signature(accelerator.Event)) == (
+        "(*, enable_timing=False, blocking=False, interprocess=False)")
+    assert str(inspect.signature(accelerator.set_device_index)) == (
+        "(device, /)")
+
+
+def test_exception_hierarchy() -> None:
+    assert issubclass(accelerator.AcceleratorError, RuntimeError)
+    assert issubclass(accelerator.OutOfMemoryError,
+                      accelerator.AcceleratorError)
+    for base in (IndexError, ValueError, RuntimeError):
+        assert issubclass(accelerator.DeviceIndexError, base)
+    error = accelerator.AcceleratorError("x")
+    assert (error.backend, error.api, error.code, error.error_name) == (
+        None, None, None, None)
