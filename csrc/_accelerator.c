@@ -461,6 +461,10 @@ make_properties(acc_state *st, int device, const acc_device_properties *p)
             Py_DECREF(props);
             return NULL;
         }
+    }
+    /* Only once all exist: SetItem steals, so a partial fill would be
+     * released twice on the error path. */
+    for (int i = 0; i < 12; i++) {
         PyStructSequence_SetItem(props, i, items[i]);
     }
     return props;

@@ -155,6 +155,16 @@ cuda_probe(acc_probe_result *out, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
+    /* cuDriverGetVersion needs no cuInit: read it first, so the report
+     * names the driver even when initialisation fails (no GPU visible). */
+    if (cu.fn.cuDriverGetVersion(&version) == CUDA_SUCCESS) {
+        out->driver_version = version;
+        snprintf(out->driver_version_text, sizeof(out->driver_version_text),
+                 "%d.%d", version / 1000, version % 1000 / 10);
+    }
+    else {
+        acc_trace("cuda: cuDriverGetVersion failed; version unknown");
+    }
     st = CU(cuInit, (0));
     if (st != ACC_OK) {
         size_t n = strlen(err->message);
@@ -170,11 +180,6 @@ cuda_probe(acc_probe_result *out, acc_error *err)
                      "CUDA_VISIBLE_DEVICES)");
         }
         return st;
-    }
-    if (CU(cuDriverGetVersion, (&version)) == ACC_OK) {
-        out->driver_version = version;
-        snprintf(out->driver_version_text, sizeof(out->driver_version_text),
-                 "%d.%d", version / 1000, version % 1000 / 10);
     }
     st = CU(cuDeviceGetCount, (&cu.count));
     if (st != ACC_OK) {
