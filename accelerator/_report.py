@@ -1,0 +1,303 @@
+"""The environment report behind ``python -m accelerator``.
+
+``python -m accelerator`` prints a readable report: the selected backend,
+its driver version, every device (name, memory, compute capability, PCI
+bus id, multiprocessor count) and every known backend with the reason it
+is not available.  Paste it into a bug report.
+
+Options:
+  ``--json``     print the report as one JSON document (the keys below).
+  ``--require``  exit with status 1, after the report, with a message on
+                 stderr, when no accelerator is available.
+The exit status is 0 otherwise (2 for a bad command line, from argparse).
+
+Probing creates no context: the report reads ``backends()``,
+``get_device_properties()`` and ``get_memory_info()`` only.  On CUDA the
+last one retains each listed device's primary context, as any CUDA
+program does, so the free memory it reports includes that context.
+
+JSON document (schema 1; keys are only ever added, under the same number):
+  ``schema``          1
+  ``version``         the accelerator package's version
+  ``python``          the Python version, e.g. ``"3.11.7"``
+  ``platform``        ``platform.platform()``
+  ``available``       true when an accelerator is usable
+  ``backend``         the selected backend's name (``"cuda"``, ``"xpu"``),
+                      or null
+  ``device_type``     its device type, or null
+  ``driver_version``  its driver version as text (``"12.8"``), or null
+  ``device_count``    the number of devices, 0 when none
+  ``devices``         one object per device, in index order:
+      ``index``                  the device index
+      ``device``                 ``"<type>:<index>"``, e.g. ``"cuda:0"``
+      ``name``, ``uuid``         text, or null if unreadable
+      ``total_memory``           bytes, or null
+      ``free_memory``            bytes, or null
+      ``compute_capability``     ``[major, minor]`` (CUDA), else null
+      ``pci_bus_id``             ``"dddd:bb:dd.f"``, or null if unknown
+      ``multi_processor_count``  SMs (CUDA), execution units (Level Zero)
+      ``vendor_id``, ``device_id``  PCI ids as integers, or null
+      ``is_integrated``          true when it shares memory with the host
+      ``error``                  null, or why a query of this device failed
+  ``backends``        one object per known backend, in probe order:
+      ``name``, ``device_type``, ``library`` (path or name tried),
+      ``loaded``, ``available``, ``selected``, ``driver_version`` (text or
+      null), ``device_count``, ``reason`` (why not available, or null)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO, TypedDict
+
+import accelerator
+
+SCHEMA_VERSION = 1
+GIB = 1024**3
+
+# What multi_processor_count counts, by device type.
+PROCESSOR_LABELS = {"cuda": "multiprocessors", "xpu": "execution units"}
+
+
+class BackendReport(TypedDict):
+    """One known backend, as ``accelerator.backends()`` describes it."""
+
+    name: str
+    device_type: str
+    library: str | None
+    loaded: bool
+    available: bool
+    selected: bool
+    driver_version: str | None
+    device_count: int
+    reason: str | None
+
+
+class DeviceReport(TypedDict):
+    """One device of the selected backend."""
+
+    index: int
+    device: str
+    name: str | None
+    uuid: str | None
+    total_memory: int | None
+    free_memory: int | None
+    compute_capability: list[int] | None
+    pci_bus_id: str | None
+    multi_processor_count: int | None
+    vendor_id: int | None
+    device_id: int | None
+    is_integrated: bool | None
+    error: str | None
+
+
+class Report(TypedDict):
+    """The whole report; its keys are the JSON document's."""
+
+    schema: int
+    version: str
+    python: str
+    platform: str
+    available: bool
+    backend: str | None
+    device_type: str | None
+    driver_version: str | None
+    device_count: int
+    devices: list[DeviceReport]
+    backends: list[BackendReport]
+
+
+def backend_report(record: dict[str, Any]) -> BackendReport:
+    """Copy the keys of one ``backends()`` record that the schema promises."""
+    return BackendReport(
+        name=record["name"],
+        device_type=record["device_type"],
+        library=record.get("library"),
+        loaded=bool(record.get("loaded")),
+        available=bool(record.get("available")),
+        selected=bool(record.get("selected")),
+        driver_version=record.get("driver_version"),
+        device_count=int(record.get("device_count") or 0),
+        reason=record.get("reason"),
+    )
+
+
+def device_report(device_type: str, index: int) -> DeviceReport:
+    """Read one device's properties and memory; record a failure, not raise."""
+    report = DeviceReport(
+        index=index, device=f"{device_type}:{index}", name=None, uuid=None,
+        total_memory=None, free_memory=None, compute_capability=None,
+        pci_bus_id=None, multi_processor_count=None, vendor_id=None,
+        device_id=None, is_integrated=None, error=None,
+    )
+    try:
+        props = accelerator.get_device_properties(index)
+        report.update(
+            name=props.name,
+            uuid=props.uuid,
+            total_memory=props.total_memory,
+            compute_capability=(
+                [props.major, props.minor] if props.major >= 0 else None
+            ),
+            pci_bus_id=props.pci_bus_id or None,
+            multi_processor_count=props.multi_processor_count,
+            vendor_id=props.vendor_id,
+            device_id=props.device_id,
+            is_integrated=props.is_integrated,
+        )
+        report["free_memory"], total = accelerator.get_memory_info(index)
+        if report["total_memory"] is None:
+            report["total_memory"] = total
+    except accelerator.AcceleratorError as error:
+        report["error"] = str(error)
+    return report
+
+
+def collect_report() -> Report:
+    """Probe every backend and read every device of the selected one."""
+    backends = [backend_report(record) for record in accelerator.backends()]
+    selected = next((b for b in backends if b["selected"]), None)
+    if not accelerator.is_available():
+        selected = None
+    device_count = accelerator.device_count() if selected else 0
+    return Report(
+        schema=SCHEMA_VERSION,
+        version=accelerator.__version__,
+        python=platform.python_version(),
+        platform=platform.platform(),
+        available=selected is not None,
+        backend=selected["name"] if selected else None,
+        device_type=selected["device_type"] if selected else None,
+        driver_version=selected["driver_version"] if selected else None,
+        device_count=device_count,
+        devices=[
+            device_report(selected["device_type"], index)
+            for index in range(device_count)
+        ] if selected else [],
+        backends=backends,
+    )
+
+
+def gib(size: int | None) -> str:
+    """A byte count as GiB with two decimals, or 'unknown'."""
+    return "unknown" if size is None else f"{size / GIB:.2f} GiB"
+
+
+def format_device(device: DeviceReport, device_type: str) -> list[str]:
+    """The text lines that describe one device."""
+    lines = [f"  {device['device']}  {device['name'] or 'unknown name'}"]
+    if device["error"] is not None:
+        lines.append(f"      error: {device['error']}")
+    lines.append(
+        f"      memory: {gib(device['total_memory'])} total, "
+        f"{gib(device['free_memory'])} free"
+    )
+    if device["compute_capability"] is not None:
+        major, minor = device["compute_capability"]
+        lines.append(f"      compute capability: {major}.{minor}")
+    lines.append(f"      PCI bus id: {device['pci_bus_id'] or 'unknown'}")
+    if device["multi_processor_count"] is not None:
+        label = PROCESSOR_LABELS.get(device_type, "multiprocessors")
+        lines.append(f"      {label}: {device['multi_processor_count']}")
+    return lines
+
+
+def format_backend(backend: BackendReport) -> list[str]:
+    """The text lines that describe one known backend."""
+    if backend["selected"]:
+        state = "selected"
+    elif backend["available"]:
+        state = "available"
+    else:
+        state = "not available"
+    loaded = "loaded" if backend["loaded"] else "not loaded"
+    kind = "" if backend["name"] == backend["device_type"] else (
+        f" (device type {backend['device_type']})"
+    )
+    lines = [
+        f"  {backend['name']}{kind}: {state}",
+        f"      library: {backend['library'] or 'none'} ({loaded})",
+        f"      driver version: {backend['driver_version'] or 'unknown'}",
+        f"      devices: {backend['device_count']}",
+    ]
+    if backend["reason"] is not None:
+        lines.append(f"      reason: {backend['reason']}")
+    return lines
+
+
+def format_text(report: Report) -> str:
+    """The readable report, ending with a newline."""
+    lines = [
+        f"accelerator {report['version']} "
+        f"(Python {report['python']}, {report['platform']})",
+        "",
+    ]
+    if report["available"]:
+        count = report["device_count"]
+        lines.append(
+            f"Accelerator: {report['backend']} "
+            f"(driver {report['driver_version'] or 'unknown'}), "
+            f"{count} device{'' if count == 1 else 's'}"
+        )
+        for device in report["devices"]:
+            lines.extend(format_device(device, report["device_type"] or ""))
+    else:
+        lines.append("No accelerator is available (reasons below).")
+    lines.extend(["", "Backends:"])
+    for backend in report["backends"]:
+        lines.extend(format_backend(backend))
+    return "\n".join(lines) + "\n"
+
+
+def unavailable_message(report: Report) -> str:
+    """The --require failure message: every backend's reason, one line."""
+    reasons = "; ".join(
+        f"{b['name']}: {b['reason'] or 'not available'}"
+        for b in report["backends"]
+    )
+    return f"no accelerator is available ({reasons})"
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line of ``python -m accelerator``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m accelerator",
+        description="Report the accelerators (GPUs) this process can use, "
+        "and why each backend is or is not available.",
+    )
+    parser.add_argument(
+        "--json", action="store_true",
+        help=f"print one JSON document (schema {SCHEMA_VERSION}) instead of "
+        "text",
+    )
+    parser.add_argument(
+        "--require", action="store_true",
+        help="exit with status 1 when no accelerator is available",
+    )
+    return parser.parse_args(argv)
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Print the report; return the exit status (1 only for --require)."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    arguments = parse_arguments(argv)
+    report = collect_report()
+    if arguments.json:
+        json.dump(report, stdout, indent=2)
+        stdout.write("\n")
+    else:
+        stdout.write(format_text(report))
+    stdout.flush()
+    if arguments.require and not report["available"]:
+        print(f"python -m accelerator: {unavailable_message(report)}",
+              file=stderr)
+        return 1
+    return 0

@@ -1,0 +1,277 @@
+"""pytest plugin: accelerator markers, fixtures and a state check.
+
+Registered through the ``pytest11`` entry point ``accelerator``, so an
+installed ``accelerator`` makes these available to every test suite:
+
+Markers (listed by ``pytest --markers``):
+  ``requires_accelerator``  skip unless an accelerator is available; the
+                            reason gives each backend's reason.
+  ``requires_devices(n)``   skip unless the accelerator has at least n
+                            devices.
+Fixtures:
+  ``accel_device``  an ``accelerator.device``; a test that uses it runs once
+                    per device, with ids like ``cuda:0``.  With no
+                    accelerator it has one skipped parameter,
+                    ``no-accelerator``.  It does not change the current
+                    device.
+  ``accel_stream``  a new ``accelerator.Stream`` on the current device,
+                    synchronized at teardown; skips when there is no
+                    accelerator.
+Option:
+  ``--accelerator-check-state`` (ini: ``accelerator_check_state = true``)
+      fails a test that returns with the current device index, or the
+      current stream of any device, different from what it was when the
+      test started (after its fixtures were set up), then restores it so
+      later tests start clean.
+
+Cost: importing this module imports the ``accelerator`` package, which
+calls no driver function.  The drivers are probed only for a test that
+uses one of the markers (at its setup) or ``accel_device`` (at collection,
+to parametrize it) or ``accel_stream``, or when the state check is on; a
+suite that uses none of them never touches a driver.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+import accelerator
+
+STATE_CHECK_PLUGIN_NAME = "accelerator-state-check"
+
+
+# Probing ------------------------------------------------------------------
+
+
+def no_accelerator_reason() -> str:
+    """Why there is no accelerator, with the reason of every backend."""
+    reasons = "; ".join(
+        f"{backend['name']}: {backend.get('reason') or 'not available'}"
+        for backend in accelerator.backends()
+    )
+    return f"no accelerator is available ({reasons})"
+
+
+def missing_devices_reason(needed: int) -> str | None:
+    """Why a test that needs ``needed`` devices cannot run, or None."""
+    if needed == 1:
+        wanted = "requires an accelerator"
+    else:
+        wanted = f"requires {needed} accelerator devices"
+    if not accelerator.is_available():
+        return f"{wanted}: {no_accelerator_reason()}"
+    count = accelerator.device_count()
+    if count < needed:
+        backend = accelerator.current_accelerator()
+        return f"{wanted}: {backend.type} has {count}"
+    return None
+
+
+# Markers ------------------------------------------------------------------
+
+
+def requires_devices_argument(n: int) -> int:
+    """The argument of ``requires_devices(n)``: one int, at least 1."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise TypeError(f"expected an int n >= 1, got {n!r}")
+    return n
+
+
+def required_device_count(item: pytest.Item) -> int | None:
+    """How many devices the markers of ``item`` require; None if no marker."""
+    needed: int | None = None
+    if item.get_closest_marker("requires_accelerator") is not None:
+        needed = 1
+    for marker in item.iter_markers("requires_devices"):
+        try:
+            count = requires_devices_argument(*marker.args, **marker.kwargs)
+        except TypeError as error:
+            problem = str(error)
+        else:
+            needed = max(needed or 0, count)
+            continue
+        pytest.fail(f"{item.nodeid}: bad marker requires_devices(n): "
+                    f"{problem}", pytrace=False)
+    return needed
+
+
+def skip_at_test_location(reason: str) -> None:
+    """Skip the running test, reported at the test's own location, as
+    pytest's skip marker is (a private keyword, so fall back without it)."""
+    try:
+        skip = pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:
+        skip = pytest.skip.Exception(reason)
+    raise skip
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add --accelerator-check-state and its ini twin."""
+    help_text = (
+        "fail a test that leaves the current accelerator device or stream "
+        "changed"
+    )
+    parser.getgroup("accelerator").addoption(
+        "--accelerator-check-state", action="store_true", default=False,
+        dest="accelerator_check_state", help=help_text,
+    )
+    parser.addini("accelerator_check_state", help_text, type="bool",
+                  default=False)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers; turn the state check on when asked."""
+    config.addinivalue_line(
+        "markers",
+        "requires_accelerator: skip the test unless an accelerator (GPU) "
+        "is available",
+    )
+    config.addinivalue_line(
+        "markers",
+        "requires_devices(n): skip the test unless the accelerator has at "
+        "least n devices",
+    )
+    if config.getoption("accelerator_check_state", False) or config.getini(
+        "accelerator_check_state"
+    ):
+        config.pluginmanager.register(StateCheck(), STATE_CHECK_PLUGIN_NAME)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip, before its fixtures run, a test whose markers are not met."""
+    needed = required_device_count(item)
+    if needed is not None:
+        reason = missing_devices_reason(needed)
+        if reason is not None:
+            skip_at_test_location(reason)
+
+
+# Fixtures -----------------------------------------------------------------
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``accel_device`` over every device (ids like cuda:0)."""
+    if "accel_device" not in metafunc.fixturenames:
+        return
+    if accelerator.is_available():
+        device_type = accelerator.current_accelerator().type
+        params = [
+            pytest.param(accelerator.device(device_type, index),
+                         id=f"{device_type}:{index}")
+            for index in range(accelerator.device_count())
+        ]
+    else:
+        params = [
+            pytest.param(
+                None, id="no-accelerator",
+                marks=pytest.mark.skip(
+                    reason=f"accel_device: {no_accelerator_reason()}"
+                ),
+            )
+        ]
+    metafunc.parametrize("accel_device", params, indirect=True)
+
+
+@pytest.fixture
+def accel_device(request: pytest.FixtureRequest) -> accelerator.device:
+    """One accelerator device; the test runs once per device."""
+    if not hasattr(request, "param"):
+        pytest.fail(
+            "accel_device is parametrized at collection: request it as an "
+            "argument of the test or of a fixture, not by getfixturevalue",
+            pytrace=False,
+        )
+    return request.param
+
+
+@pytest.fixture
+def accel_stream() -> Iterator[accelerator.Stream]:
+    """A new stream on the current device, synchronized at teardown."""
+    if not accelerator.is_available():
+        pytest.skip(f"accel_stream requires an accelerator: "
+                    f"{no_accelerator_reason()}")
+    stream = accelerator.Stream()
+    yield stream
+    stream.synchronize()
+
+
+# State check --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AcceleratorState:
+    """The calling thread's current device and each device's current stream."""
+
+    device_index: int
+    streams: tuple[accelerator.Stream, ...]
+
+    @classmethod
+    def capture(cls) -> AcceleratorState | None:
+        """The state now, or None when there is no accelerator."""
+        if not accelerator.is_available():
+            return None
+        return cls(
+            device_index=accelerator.current_device_index(),
+            streams=tuple(
+                accelerator.current_stream(index)
+                for index in range(accelerator.device_count())
+            ),
+        )
+
+    def changes_since(self, before: AcceleratorState) -> list[str]:
+        """What differs from ``before``, one description per change."""
+        changes = []
+        if self.device_index != before.device_index:
+            changes.append(f"current device index {before.device_index} -> "
+                           f"{self.device_index}")
+        for index, (old, new) in enumerate(zip(before.streams, self.streams)):
+            if old != new:
+                changes.append(f"current stream of device {index} {old!r} -> "
+                               f"{new!r}")
+        return changes
+
+    def restore(self) -> None:
+        """Make this state current again (streams first: setting a stream
+        also moves the current device)."""
+        for index, stream in enumerate(self.streams):
+            if accelerator.current_stream(index) != stream:
+                accelerator.set_stream(stream)
+        accelerator.set_device_index(self.device_index)
+
+
+STATE_BEFORE_CALL = pytest.StashKey[AcceleratorState | None]()
+
+
+class StateCheck:
+    """The --accelerator-check-state hooks, registered only when it is on."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Record the state once the test's fixtures are set up."""
+        item.stash[STATE_BEFORE_CALL] = AcceleratorState.capture()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        """After a test that passed: fail it if it left the state changed."""
+        before = item.stash.get(STATE_BEFORE_CALL, None)
+        after = AcceleratorState.capture()
+        if before is None or after is None:
+            return
+        changes = after.changes_since(before)
+        if changes:
+            pytest.fail(
+                "the test left the accelerator state changed "
+                "(--accelerator-check-state): " + "; ".join(changes),
+                pytrace=False,
+            )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        """Restore the recorded state, passed or failed, before fixtures'
+        own teardown."""
+        before = item.stash.get(STATE_BEFORE_CALL, None)
+        if before is not None:
+            before.restore()

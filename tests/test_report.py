@@ -1,0 +1,265 @@
+"""``python -m accelerator``: the text report, ``--json`` and ``--require``.
+
+Every driver configuration runs the report in its own process (a driver
+initialises once per process): no CUDA library, the toolkit's stub, and the
+CUDA driver test double with 0, 1 and 2 devices.  The Level Zero loader is
+pointed at a missing path so that the machine's own loader cannot change
+the outcome.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+import accelerator
+from accelerator import _report
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+CUDA_DOUBLE = REPO_ROOT / "tests" / "drivers" / "build" / "libcuda.so.1"
+CUDA_STUB = pathlib.Path("/usr/local/cuda/lib64/stubs/libcuda.so")
+MISSING_LIBRARY = "/nonexistent/accelerator-tests/libmissing.so.1"
+# The directory that holds the accelerator package this process imported,
+# so that the child process runs the same build.
+PACKAGE_PARENT = pathlib.Path(accelerator.__file__).resolve().parents[1]
+
+GIB = 1024**3
+# The double's model: a retained primary context takes 512 MiB.
+CONTEXT_FOOTPRINT = 512 * 1024**2
+
+TOP_KEYS = {
+    "schema", "version", "python", "platform", "available", "backend",
+    "device_type", "driver_version", "device_count", "devices", "backends",
+}
+DEVICE_KEYS = {
+    "index", "device", "name", "uuid", "total_memory", "free_memory",
+    "compute_capability", "pci_bus_id", "multi_processor_count",
+    "vendor_id", "device_id", "is_integrated", "error",
+}
+BACKEND_KEYS = {
+    "name", "device_type", "library", "loaded", "available", "selected",
+    "driver_version", "device_count", "reason",
+}
+
+needs_double = pytest.mark.skipif(
+    not CUDA_DOUBLE.exists(),
+    reason=f"the CUDA driver test double is not built ({CUDA_DOUBLE}; "
+    "run make -C tests/drivers cuda)",
+)
+needs_stub = pytest.mark.skipif(
+    not CUDA_STUB.exists(), reason=f"no CUDA toolkit stub at {CUDA_STUB}"
+)
+
+
+def run_report(
+    *arguments: str, cuda_library: str, **fake_env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m accelerator`` with one CUDA library and FAKE_* env."""
+    env = {
+        name: value for name, value in os.environ.items()
+        if not name.startswith(("ACCELERATOR_", "FAKE_CUDA_", "FAKE_ZE_"))
+    }
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")])
+    )
+    env["ACCELERATOR_CUDA_LIBRARY"] = cuda_library
+    env["ACCELERATOR_ZE_LIBRARY"] = MISSING_LIBRARY
+    env.update(fake_env)
+    return subprocess.run(
+        [sys.executable, "-m", "accelerator", *arguments], env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def json_report(cuda_library: str, **fake_env: str) -> dict:
+    """The --json document of one configuration (the run must succeed)."""
+    result = run_report("--json", cuda_library=cuda_library, **fake_env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def assert_schema(document: dict) -> None:
+    """The document has exactly the documented keys, at every level."""
+    assert set(document) == TOP_KEYS
+    assert document["schema"] == 1
+    assert document["version"] == accelerator.__version__
+    for device in document["devices"]:
+        assert set(device) == DEVICE_KEYS
+    assert [b["name"] for b in document["backends"]] == ["cuda", "xpu"]
+    for backend in document["backends"]:
+        assert set(backend) == BACKEND_KEYS
+
+
+# No accelerator -----------------------------------------------------------
+
+
+def test_no_library_text_gives_each_backends_reason() -> None:
+    result = run_report(cuda_library=MISSING_LIBRARY)
+    assert result.returncode == 0, result.stderr
+    assert "No accelerator is available" in result.stdout
+    assert f"library: {MISSING_LIBRARY} (not loaded)" in result.stdout
+    reasons = re.findall(r"^ +reason: (.+)$", result.stdout, re.MULTILINE)
+    assert len(reasons) == 2, result.stdout
+    assert "cannot load the CUDA driver" in reasons[0]
+    assert result.stderr == ""
+
+
+def test_no_library_json() -> None:
+    document = json_report(MISSING_LIBRARY)
+    assert_schema(document)
+    assert document["available"] is False
+    assert document["backend"] is None
+    assert document["driver_version"] is None
+    assert document["device_count"] == 0
+    assert document["devices"] == []
+    cuda = document["backends"][0]
+    assert cuda["library"] == MISSING_LIBRARY
+    assert cuda["loaded"] is False
+    assert "cannot load the CUDA driver" in cuda["reason"]
+    assert all(b["reason"] for b in document["backends"])
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]], ids=["text", "json"])
+def test_require_without_accelerator_exits_1(output: list[str]) -> None:
+    result = run_report("--require", *output, cuda_library=MISSING_LIBRARY)
+    assert result.returncode == 1
+    assert "no accelerator is available" in result.stderr
+    assert "cannot load the CUDA driver" in result.stderr
+    assert result.stdout  # the report is still printed
+
+
+@needs_stub
+def test_stub_library_is_loaded_but_not_available() -> None:
+    document = json_report(str(CUDA_STUB))
+    assert document["available"] is False
+    cuda = document["backends"][0]
+    assert cuda["loaded"] is True
+    assert "CUDA_ERROR_STUB_LIBRARY" in cuda["reason"]
+    result = run_report("--require", cuda_library=str(CUDA_STUB))
+    assert result.returncode == 1
+    assert "CUDA_ERROR_STUB_LIBRARY" in result.stderr
+
+
+@needs_double
+def test_double_without_devices() -> None:
+    document = json_report(str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="0")
+    assert_schema(document)
+    assert document["available"] is False
+    assert document["devices"] == []
+    cuda = document["backends"][0]
+    assert cuda["loaded"] is True
+    assert "CUDA_ERROR_NO_DEVICE" in cuda["reason"]
+    result = run_report(
+        "--require", cuda_library=str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="0"
+    )
+    assert result.returncode == 1
+    assert "CUDA_ERROR_NO_DEVICE" in result.stdout
+    assert "CUDA_ERROR_NO_DEVICE" in result.stderr
+
+
+# The double's devices -----------------------------------------------------
+
+DOUBLE_SETTINGS = {
+    "FAKE_CUDA_NAME": "Report Test GPU",
+    "FAKE_CUDA_TOTAL_MEM": str(12 * GIB + 256 * 1024**2),
+    "FAKE_CUDA_CC": "8.6",
+    "FAKE_CUDA_SMS": "84",
+    "FAKE_CUDA_DRIVER_VERSION": "12040",
+}
+
+
+@needs_double
+@pytest.mark.parametrize("device_count", [1, 2])
+def test_json_agrees_with_the_double(device_count: int) -> None:
+    document = json_report(
+        str(CUDA_DOUBLE), FAKE_CUDA_DEVICES=str(device_count),
+        **DOUBLE_SETTINGS,
+    )
+    assert_schema(document)
+    assert document["available"] is True
+    assert document["backend"] == document["device_type"] == "cuda"
+    assert document["driver_version"] == "12.4"
+    assert document["device_count"] == device_count
+    total = int(DOUBLE_SETTINGS["FAKE_CUDA_TOTAL_MEM"])
+    assert len(document["devices"]) == device_count
+    for index, device in enumerate(document["devices"]):
+        assert device["error"] is None
+        assert device["index"] == index
+        assert device["device"] == f"cuda:{index}"
+        assert device["name"] == f"Report Test GPU {index}"
+        assert device["total_memory"] == total
+        assert device["free_memory"] == total - CONTEXT_FOOTPRINT
+        assert device["compute_capability"] == [8, 6]
+        assert device["multi_processor_count"] == 84
+        assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9]",
+                            device["pci_bus_id"])
+    assert len({d["pci_bus_id"] for d in document["devices"]}) == device_count
+    cuda, xpu = document["backends"]
+    assert cuda["selected"] is cuda["available"] is cuda["loaded"] is True
+    assert cuda["library"] == str(CUDA_DOUBLE)
+    assert cuda["driver_version"] == "12.4"
+    assert cuda["device_count"] == device_count
+    assert cuda["reason"] is None
+    assert xpu["selected"] is xpu["available"] is False
+    assert xpu["reason"]
+
+
+@needs_double
+def test_text_agrees_with_the_double() -> None:
+    result = run_report(
+        "--require", cuda_library=str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="2",
+        **DOUBLE_SETTINGS,
+    )
+    assert result.returncode == 0
+    assert result.stderr == ""
+    text = result.stdout
+    assert "Accelerator: cuda (driver 12.4), 2 devices" in text
+    for index in range(2):
+        assert f"cuda:{index}  Report Test GPU {index}\n" in text
+    assert text.count("memory: 12.25 GiB total, 11.75 GiB free") == 2
+    assert text.count("compute capability: 8.6") == 2
+    assert text.count("multiprocessors: 84") == 2
+    assert len(re.findall(r"PCI bus id: [0-9a-f]{4}:", text)) == 2
+    assert "cuda: selected" in text
+    assert "No accelerator" not in text
+
+
+def test_bad_option_is_a_usage_error() -> None:
+    result = run_report("--no-such-option", cuda_library=MISSING_LIBRARY)
+    assert result.returncode == 2
+    assert "usage: python -m accelerator" in result.stderr
+
+
+# Formatting (no driver) ---------------------------------------------------
+
+
+def make_device(**changes: object) -> _report.DeviceReport:
+    """A device record as the report builds it, with some fields changed."""
+    device = _report.DeviceReport(
+        index=0, device="xpu:0", name="Some GPU", uuid=None,
+        total_memory=8 * GIB, free_memory=None, compute_capability=None,
+        pci_bus_id=None, multi_processor_count=448, vendor_id=0x8086,
+        device_id=0x56A0, is_integrated=False, error=None,
+    )
+    device.update(changes)  # type: ignore[typeddict-item]
+    return device
+
+
+def test_device_without_compute_capability_prints_none() -> None:
+    text = "\n".join(_report.format_device(make_device(), "xpu"))
+    assert "compute capability" not in text
+    assert "execution units: 448" in text
+    assert "memory: 8.00 GiB total, unknown free" in text
+    assert "PCI bus id: unknown" in text
+
+
+def test_device_error_is_printed() -> None:
+    text = "\n".join(
+        _report.format_device(make_device(error="cuDeviceGet failed"), "xpu")
+    )
+    assert "error: cuDeviceGet failed" in text
