@@ -50,7 +50,7 @@ import argparse
 import json
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO, TypedDict
 
 import accelerator
@@ -110,7 +110,7 @@ class Report(TypedDict):
     backends: list[BackendReport]
 
 
-def backend_report(record: dict[str, Any]) -> BackendReport:
+def backend_report(record: Mapping[str, Any]) -> BackendReport:
     """Copy the keys of one ``backends()`` record that the schema promises."""
     return BackendReport(
         name=record["name"],
@@ -135,19 +135,19 @@ def device_report(device_type: str, index: int) -> DeviceReport:
     )
     try:
         props = accelerator.get_device_properties(index)
-        report.update(
-            name=props.name,
-            uuid=props.uuid,
-            total_memory=props.total_memory,
-            compute_capability=(
+        report.update({
+            "name": props.name,
+            "uuid": props.uuid,
+            "total_memory": props.total_memory,
+            "compute_capability": (
                 [props.major, props.minor] if props.major >= 0 else None
             ),
-            pci_bus_id=props.pci_bus_id or None,
-            multi_processor_count=props.multi_processor_count,
-            vendor_id=props.vendor_id,
-            device_id=props.device_id,
-            is_integrated=props.is_integrated,
-        )
+            "pci_bus_id": props.pci_bus_id or None,
+            "multi_processor_count": props.multi_processor_count,
+            "vendor_id": props.vendor_id,
+            "device_id": props.device_id,
+            "is_integrated": props.is_integrated,
+        })
         report["free_memory"], total = accelerator.get_memory_info(index)
         if report["total_memory"] is None:
             report["total_memory"] = total

@@ -65,6 +65,7 @@ def missing_devices_reason(needed: int) -> str | None:
     count = accelerator.device_count()
     if count < needed:
         backend = accelerator.current_accelerator()
+        assert backend is not None
         return f"{wanted}: {backend.type} has {count}"
     return None
 
@@ -156,8 +157,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize ``accel_device`` over every device (ids like cuda:0)."""
     if "accel_device" not in metafunc.fixturenames:
         return
-    if accelerator.is_available():
-        device_type = accelerator.current_accelerator().type
+    current = accelerator.current_accelerator()
+    if current is not None:
+        device_type = current.type
         params = [
             pytest.param(accelerator.device(device_type, index),
                          id=f"{device_type}:{index}")

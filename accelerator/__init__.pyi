@@ -1,0 +1,74 @@
+"""Type stubs for the accelerator package (the public names)."""
+
+from types import TracebackType
+
+from typing_extensions import deprecated
+
+from . import _accelerator as _accelerator
+from ._accelerator import (
+    MAX_DEVICES as MAX_DEVICES,
+    AcceleratorError as AcceleratorError,
+    DeviceIndexError as DeviceIndexError,
+    DeviceProperties as DeviceProperties,
+    Event as Event,
+    OutOfMemoryError as OutOfMemoryError,
+    Stream as Stream,
+    _DeviceLike,
+    backends as backends,
+    current_accelerator as current_accelerator,
+    current_device_index as current_device_index,
+    current_stream as current_stream,
+    device as device,
+    device_count as device_count,
+    get_device_name as get_device_name,
+    get_device_properties as get_device_properties,
+    get_memory_info as get_memory_info,
+    is_available as is_available,
+    set_device_index as set_device_index,
+    set_stream as set_stream,
+    synchronize as synchronize,
+)
+
+__all__ = [
+    "MAX_DEVICES",
+    "AcceleratorError",
+    "DeviceIndexError",
+    "DeviceProperties",
+    "Event",
+    "OutOfMemoryError",
+    "Stream",
+    "backends",
+    "current_accelerator",
+    "current_device_idx",
+    "current_device_index",
+    "current_stream",
+    "device",
+    "device_count",
+    "device_index",
+    "get_device_name",
+    "get_device_properties",
+    "get_memory_info",
+    "is_available",
+    "set_device_idx",
+    "set_device_index",
+    "set_stream",
+    "synchronize",
+]
+
+__version__: str
+
+class device_index:
+    idx: int | None
+    def __init__(self, device: int | None, /) -> None: ...
+    def __enter__(self) -> None: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+@deprecated("Use `current_device_index` instead.")
+def current_device_idx() -> int: ...
+@deprecated("Use `set_device_index` instead.")
+def set_device_idx(device: _DeviceLike, /) -> None: ...
