@@ -675,7 +675,9 @@ PyDoc_STRVAR(cuda_stream_doc,
 PyDoc_STRVAR(from_handle_doc,
 "from_handle($type, /, handle, device=None)\n--\n\n"
 "Wrap a stream made by another library, without owning it: an int\n"
-"handle or an object with __cuda_stream__().");
+"handle or an object with __cuda_stream__() (kept alive by the wrapper).\n"
+"device is the stream's device (default: the current device).  The\n"
+"handle of a device's default stream gives that default stream.");
 PyDoc_STRVAR(reduce_doc,
 "__reduce__($self, /)\n--\n\nStreams cannot be pickled.");
 

@@ -121,10 +121,8 @@ cuda_resolve(acc_error *err)
     }                                                                      \
     if (p == NULL) {                                                       \
         acc_error_set(err, ACC_ERR_NO_ACCELERATOR,                         \
-                      "the CUDA driver lacks %s (a driver for CUDA %d.%d " \
-                      "or newer is needed)", #symbol,                      \
-                      ACC_CUDA_ABI_VERSION / 1000,                         \
-                      ACC_CUDA_ABI_VERSION % 1000 / 10);                   \
+                      "the CUDA driver lacks %s (a driver for CUDA 11.4 "  \
+                      "or newer is needed)", #symbol);                     \
         return ACC_ERR_NO_ACCELERATOR;                                     \
     }                                                                      \
     memcpy(&cu.fn.name, &p, sizeof(p));
@@ -433,6 +431,10 @@ cuda_stream_create(acc_stream *s, acc_error *err)
     if (st == ACC_OK) {
         s->handle = (uintptr_t)handle;
     }
+    else if (handle != NULL) {
+        /* Made, but restoring the caller's context failed: no leak. */
+        (void)cu.fn.cuStreamDestroy(handle);
+    }
     return st;
 }
 
@@ -525,6 +527,10 @@ cuda_event_create(acc_event *e, acc_error *err)
     if (st == ACC_OK) {
         e->native = event;
         e->handle = (uintptr_t)event;
+    }
+    else if (event != NULL) {
+        /* Made, but restoring the caller's context failed: no leak. */
+        (void)cu.fn.cuEventDestroy(event);
     }
     return st;
 }
