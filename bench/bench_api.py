@@ -1,0 +1,1021 @@
+#!/usr/bin/env python3
+"""Per-call cost of accelerator's hot APIs, against a no-op C call.
+
+    python bench/bench_api.py [--double] [--quick] [--json OUT.json]
+                              [--markdown OUT.md] [--peers] [--callgrind]
+
+Each API is timed in a worker process next to ``_accelerator._noop()`` (a
+METH_NOARGS C function that returns None) and an empty loop: per repeat,
+the three run back to back in a random order, each for a calibrated number
+of calls; the table shows medians over the repeats.  ``ns/call`` is net of
+the empty loop; ``x no-op`` is that over the no-op's net cost.  The driver
+part of each call is the same driver function timed from C
+(bench/driver_calls.c, built with cc at run time), and ``overhead`` is the
+difference.  On the CUDA driver double the driver calls per API call are
+counted, not assumed.  ``--callgrind`` adds instructions per call under
+valgrind.  ``--peers`` adds torch.accelerator, torch.cuda, cuda.core and
+CuPy doing the same calls, where installed and usable.  See bench/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+CUDA_DOUBLE = REPO / "tests" / "drivers" / "build" / "libcuda.so.1"
+ZE_DRIVER = REPO / "tests" / "drivers" / "build" / "libze_test_driver.so"
+RESULT_TAG = "BENCH_JSON "
+PEERS = ("torch.accelerator", "torch.cuda", "cuda.core", "cupy")
+
+
+@dataclass(frozen=True)
+class Api:
+    """One table row: what is called, and the budget it is held to."""
+
+    key: str
+    label: str
+    budget: str = "report"  # "noop2", "driver150" or "report"
+
+
+APIS = [
+    Api("is_available", "is_available()", "noop2"),
+    Api("device_count", "device_count()", "noop2"),
+    Api("current_device_index", "current_device_index()", "noop2"),
+    Api("current_accelerator", "current_accelerator()"),
+    Api("current_stream", "current_stream()", "noop2"),
+    Api("set_stream", "set_stream(s)"),
+    Api("device_index", "with device_index(0) (same)"),
+    Api("device_index_switch", "with device_index(1) (switch)"),
+    Api("with_stream", "with stream"),
+    Api("Stream()", "Stream() (+dealloc)"),
+    Api("Event()", "Event() (+dealloc)"),
+    Api("Event()+record", "Event().record(s) (+dealloc)"),
+    Api("Stream.query", "Stream.query()", "driver150"),
+    Api("Event.record", "Event.record(s)", "driver150"),
+    Api("Event.record()", "Event.record() (current)"),
+    Api("Event.query", "Event.query()", "driver150"),
+    Api("synchronize", "synchronize() (idle)"),
+]
+BUDGETS = {"noop2": "<= 2x no-op", "driver150": "<= driver+150ns",
+           "report": "report"}
+
+# The driver functions each API calls on the CUDA backend, as counted on the
+# double (which the double run re-checks); used where nothing counts them.
+CUDA_CALLS: dict[str, dict[str, float]] = {
+    "device_index_switch": {"cuCtxSetCurrent": 2},
+    "Stream()": {"cuCtxGetCurrent": 1, "cuStreamCreateWithPriority": 1,
+                 "cuStreamDestroy": 1},
+    "Event()+record": {"cuCtxGetCurrent": 1, "cuEventCreate": 1,
+                       "cuEventRecord": 1, "cuEventDestroy": 1},
+    "Stream.query": {"cuStreamQuery": 1},
+    "Event.record": {"cuEventRecord": 1},
+    "Event.record()": {"cuCtxGetCurrent": 1, "cuEventRecord": 1},
+    "Event.query": {"cuEventQuery": 1},
+    "synchronize": {"cuCtxGetCurrent": 1, "cuCtxSynchronize": 1},
+}
+COUNTED = ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxPushCurrent",
+           "cuCtxPopCurrent", "cuStreamCreateWithPriority", "cuStreamDestroy",
+           "cuStreamQuery", "cuStreamSynchronize", "cuStreamWaitEvent",
+           "cuEventCreate", "cuEventDestroy", "cuEventRecord", "cuEventQuery",
+           "cuEventSynchronize", "cuCtxSynchronize")
+# Where an API's driver call is a variant that driver_calls.c times apart.
+VARIANTS = {
+    "Event.record()": {"cuEventRecord": "cuEventRecord(legacy stream)"}}
+PAIRS = ("cuStreamCreateWithPriority+cuStreamDestroy",
+         "cuEventCreate+cuEventDestroy", "cuCtxPushCurrent+cuCtxPopCurrent")
+
+
+# Suites: what each library calls for each API (run in the worker) --------
+
+
+@dataclass
+class Suite:
+    """Names bound as locals of the timed loop, the statement per API key
+    (first candidate that runs wins), and a statement that restores the
+    state (current stream, device) and drains queued work after a run."""
+
+    names: dict[str, Any]
+    stmts: dict[str, list[str]]
+    reset: str
+    info: dict[str, Any]
+
+
+class Skip(Exception):
+    """The suite cannot run here; the message says why."""
+
+
+def noop_baseline() -> Callable[[], None]:
+    from accelerator import _accelerator
+    return _accelerator._noop
+
+
+def suite_accelerator() -> Suite:
+    import accelerator as A
+
+    if not A.is_available():
+        raise Skip("no accelerator: " + "; ".join(
+            f"{b['name']}: {b['reason']}" for b in A.backends()))
+    s = A.Stream()
+    done = A.Event()
+    done.record(s)
+    s.synchronize()
+    backend = next(b for b in A.backends() if b["selected"])
+    names = dict(
+        noop=A._accelerator._noop, is_available=A.is_available,
+        device_count=A.device_count,
+        current_device_index=A.current_device_index,
+        current_accelerator=A.current_accelerator,
+        current_stream=A.current_stream, set_stream=A.set_stream,
+        set_device_index=A.set_device_index, device_index=A.device_index,
+        Stream=A.Stream, Event=A.Event, synchronize=A.synchronize,
+        s=s, e=A.Event(), done=done, default=A.current_stream(0))
+    stmts = {
+        "is_available": ["is_available()"],
+        "device_count": ["device_count()"],
+        "current_device_index": ["current_device_index()"],
+        "current_accelerator": ["current_accelerator()"],
+        "current_stream": ["current_stream()"],
+        "set_stream": ["set_stream(s)"],
+        "device_index": ["with device_index(0):\n    pass"],
+        "device_index_switch": ["with device_index(1):\n    pass"],
+        "with_stream": ["with s:\n    pass"],
+        "Stream()": ["Stream()"],
+        "Event()": ["Event()"],
+        "Event()+record": ["Event().record(s)"],
+        "Stream.query": ["s.query()"],
+        "Event.record": ["e.record(s)"],
+        "Event.record()": ["e.record()"],
+        "Event.query": ["done.query()"],
+        "synchronize": ["synchronize()"],
+    }
+    info = {"library": "accelerator", "backend": backend["name"],
+            "driver_version": backend["driver_version"],
+            "device_name": A.get_device_name(0),
+            "device_count": A.device_count(),
+            "current_stream_cached":
+                A.current_stream() is A.current_stream()}
+    return Suite(names, stmts,
+                 "set_stream(default); set_device_index(0); synchronize()",
+                 info)
+
+
+def torch_cuda() -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        raise Skip(f"torch is not installed ({exc})") from None
+    if not torch.cuda.is_available():
+        raise Skip("torch.cuda.is_available() is False")
+    return torch
+
+
+def suite_torch_accelerator() -> Suite:
+    torch = torch_cuda()
+    T = getattr(torch, "accelerator", None)
+    if T is None:
+        raise Skip("this torch has no torch.accelerator")
+    s = torch.Stream(device="cuda")
+    done = torch.Event(device="cuda")
+    done.record(s)
+    s.synchronize()
+    # Bound to locals, as for accelerator: attribute lookups are not timed.
+    names = {"T_" + name: getattr(T, name, None) for name in (
+        "is_available", "device_count", "current_device_index",
+        "current_accelerator", "current_stream", "set_stream",
+        "set_device_index", "device_index", "synchronize")}
+    names.update(noop=noop_baseline(), S=torch.Stream, E=torch.Event, s=s,
+                 e=torch.Event(device="cuda"), done=done,
+                 default=T.current_stream(0))
+    stmts = {
+        "is_available": ["T_is_available()"],
+        "device_count": ["T_device_count()"],
+        "current_device_index": ["T_current_device_index()"],
+        "current_accelerator": ["T_current_accelerator()"],
+        "current_stream": ["T_current_stream()"],
+        "set_stream": ["T_set_stream(s)"],
+        "device_index": ["with T_device_index(0):\n    pass"],
+        "device_index_switch": ["with T_device_index(1):\n    pass"],
+        "with_stream": ["with s:\n    pass"],
+        "Stream()": ["S(device='cuda')"],
+        "Event()": ["E(device='cuda')"],
+        "Event()+record": ["E(device='cuda').record(s)"],
+        "Stream.query": ["s.query()"],
+        "Event.record": ["e.record(s)"],
+        "Event.record()": ["e.record()"],
+        "Event.query": ["done.query()"],
+        "synchronize": ["T_synchronize()"],
+    }
+    return Suite(names, stmts,
+                 "T_set_stream(default); T_set_device_index(0); "
+                 "T_synchronize()",
+                 {"library": "torch.accelerator",
+                  "version": torch.__version__})
+
+
+def suite_torch_cuda() -> Suite:
+    torch = torch_cuda()
+    C = torch.cuda
+    s = C.Stream()
+    done = C.Event()
+    done.record(s)
+    s.synchronize()
+    names = dict(
+        noop=noop_baseline(), is_available=C.is_available,
+        device_count=C.device_count, current_device=C.current_device,
+        current_stream=C.current_stream, set_stream=C.set_stream,
+        device=C.device, stream=C.stream, Stream=C.Stream, Event=C.Event,
+        synchronize=C.synchronize, s=s, e=C.Event(), done=done,
+        default=C.current_stream(0), torch_set=C.set_device)
+    stmts = {
+        "is_available": ["is_available()"],
+        "device_count": ["device_count()"],
+        "current_device_index": ["current_device()"],
+        "current_stream": ["current_stream()"],
+        "set_stream": ["set_stream(s)"],
+        "device_index": ["with device(0):\n    pass"],
+        "device_index_switch": ["with device(1):\n    pass"],
+        "with_stream": ["with stream(s):\n    pass"],
+        "Stream()": ["Stream()"],
+        "Event()": ["Event()"],
+        "Event()+record": ["Event().record(s)"],
+        "Stream.query": ["s.query()"],
+        "Event.record": ["e.record(s)"],
+        "Event.record()": ["e.record()"],
+        "Event.query": ["done.query()"],
+        "synchronize": ["synchronize()"],
+    }
+    return Suite(names, stmts,
+                 "set_stream(default); torch_set(0); synchronize()",
+                 {"library": "torch.cuda", "version": torch.__version__})
+
+
+def suite_cuda_core() -> Suite:
+    try:
+        import cuda.core as core
+        Device = core.Device
+    except (ImportError, AttributeError):
+        try:
+            import cuda.core.experimental as core
+            Device = core.Device
+        except ImportError as exc:
+            raise Skip(f"cuda.core is not installed ({exc})") from None
+    dev = Device(0)
+    dev.set_current()
+    s = dev.create_stream()
+    done = s.record()
+    s.sync()
+    names = dict(noop=noop_baseline(), Device=Device, dev=dev,
+                 system=getattr(core, "system", None), s=s,
+                 e=dev.create_event(), done=done)
+    stmts = {
+        "device_count": ["system.get_num_devices()", "system.num_devices"],
+        "current_device_index": ["Device().device_id"],
+        "current_stream": ["dev.default_stream"],
+        "Stream()": ["dev.create_stream()"],
+        "Event()": ["dev.create_event()"],
+        "Event()+record": ["s.record()"],
+        "Event.record": ["s.record(e)"],
+        "Event.query": ["done.is_done"],
+        "synchronize": ["dev.sync()"],
+    }
+    return Suite(names, stmts, "s.sync(); dev.sync()",
+                 {"library": "cuda.core",
+                  "version": getattr(core, "__version__", "?")})
+
+
+def suite_cupy() -> Suite:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise Skip(f"cupy is not installed ({exc})") from None
+    cuda = cupy.cuda
+    if not cuda.is_available():
+        raise Skip("cupy.cuda.is_available() is False")
+    s = cuda.Stream(non_blocking=True)
+    done = cuda.Event(disable_timing=True)
+    done.record(s)
+    s.synchronize()
+    names = dict(
+        noop=noop_baseline(), is_available=cuda.is_available,
+        getDeviceCount=cuda.runtime.getDeviceCount,
+        getDevice=cuda.runtime.getDevice,
+        get_current_stream=cuda.get_current_stream, Device=cuda.Device,
+        Stream=cuda.Stream, Event=cuda.Event,
+        deviceSynchronize=cuda.runtime.deviceSynchronize, s=s,
+        e=cuda.Event(disable_timing=True), done=done,
+        default=cuda.Stream.null, setDevice=cuda.runtime.setDevice)
+    stmts = {
+        "is_available": ["is_available()"],
+        "device_count": ["getDeviceCount()"],
+        "current_device_index": ["getDevice()"],
+        "current_stream": ["get_current_stream()"],
+        "set_stream": ["s.use()"],
+        "device_index": ["with Device(0):\n    pass"],
+        "device_index_switch": ["with Device(1):\n    pass"],
+        "with_stream": ["with s:\n    pass"],
+        "Stream()": ["Stream(non_blocking=True)"],
+        "Event()": ["Event(disable_timing=True)"],
+        "Event()+record": ["Event(disable_timing=True).record(s)"],
+        "Stream.query": ["s.done"],
+        "Event.record": ["e.record(s)"],
+        "Event.record()": ["e.record()"],
+        "Event.query": ["done.done"],
+        "synchronize": ["deviceSynchronize()"],
+    }
+    return Suite(names, stmts,
+                 "default.use(); setDevice(0); deviceSynchronize()",
+                 {"library": "cupy", "version": cupy.__version__})
+
+
+SUITES: dict[str, Callable[[], Suite]] = {
+    "accelerator": suite_accelerator,
+    "torch.accelerator": suite_torch_accelerator,
+    "torch.cuda": suite_torch_cuda,
+    "cuda.core": suite_cuda_core,
+    "cupy": suite_cupy,
+}
+
+
+# The worker: times one suite in this process ------------------------------
+
+
+def make_timer(suite: Suite, stmt: str) -> timeit.Timer:
+    """A timer whose loop sees every suite name as a fast local."""
+    setup = "; ".join(f"{name} = _names[{name!r}]" for name in suite.names)
+    return timeit.Timer(stmt, setup, globals={"_names": suite.names})
+
+
+def driver_counter() -> Callable[[], dict[str, int]] | None:
+    """Reads the CUDA double's call counters; None on a real driver."""
+    path = os.environ.get("ACCELERATOR_CUDA_LIBRARY")
+    if not path:
+        return None
+    try:
+        count = ctypes.CDLL(path).fake_cuda_call_count
+    except (OSError, AttributeError):
+        return None
+    count.argtypes = [ctypes.c_char_p]
+    count.restype = ctypes.c_longlong
+
+    def snapshot() -> dict[str, int]:
+        counts = {name: count(name.encode()) for name in COUNTED}
+        counts["*"] = count(None)
+        return counts
+
+    return snapshot
+
+
+def calibrate(timer: timeit.Timer, target: float, reset: Callable[[], None]
+              ) -> int:
+    """Calls per run such that one run lasts about target seconds."""
+    n = 1
+    while True:
+        elapsed = timer.timeit(n)
+        reset()
+        if elapsed >= target or n >= 1 << 26:
+            return n
+        grow = target / elapsed if elapsed > 0 else 10.0
+        n = max(n + 1, int(n * min(grow * 1.1, 10.0)))
+
+
+def run_worker(name: str, target: float, repeats: int,
+               callgrind: tuple[int, int] | None, marker: str | None
+               ) -> dict[str, Any]:
+    """Time (or count instructions of) every API of one suite."""
+    try:
+        suite = SUITES[name]()
+    except Skip as exc:
+        return {"suite": name, "skipped": str(exc)}
+    except Exception as exc:  # a peer library failing to set up
+        return {"suite": name, "skipped": f"{type(exc).__name__}: {exc}"}
+
+    # Keep the parts of the reset that work here (an older library may
+    # lack one of the functions it uses).
+    resets = []
+    for part in suite.reset.split(";"):
+        try:
+            exec(part.strip(), {}, suite.names)
+            resets.append(compile(part.strip(), "<reset>", "exec"))
+        except Exception:
+            pass
+
+    def reset() -> None:
+        for code in resets:
+            exec(code, {}, suite.names)
+
+    timers = {"loop": make_timer(suite, "pass"),
+              "noop": make_timer(suite, "noop()")}
+    chosen: dict[str, str] = {}
+    unavailable: dict[str, str] = {}
+    for key, candidates in suite.stmts.items():
+        errors = []
+        for stmt in candidates:
+            timer = make_timer(suite, stmt)
+            try:
+                timer.timeit(1)
+                reset()
+            except Exception as exc:
+                errors.append(f"{stmt!r}: {type(exc).__name__}: {exc}")
+                continue
+            timers[key], chosen[key] = timer, stmt
+            break
+        else:
+            unavailable[key] = "; ".join(errors)[:300]
+    result: dict[str, Any] = {"suite": name, "info": suite.info,
+                              "stmts": chosen, "unavailable": unavailable}
+    if callgrind is not None:
+        assert marker is not None
+        result["callgrind"] = count_instructions(timers, callgrind, marker,
+                                                 reset)
+        return result
+    counts = {key: calibrate(t, target, reset) for key, t in timers.items()}
+    samples: dict[str, list[tuple[float, float, float]]] = {
+        key: [] for key in chosen}
+    for _ in range(repeats):
+        for key in random.sample(list(chosen), len(chosen)):
+            trio: dict[str, float] = {}
+            for which in random.sample(["loop", "noop", key], 3):
+                n = counts[which]
+                trio[which] = timers[which].timeit(n) / n * 1e9
+                reset()
+            samples[key].append((trio["loop"], trio["noop"], trio[key]))
+    rows = {}
+    for key, triples in samples.items():
+        net = [row - loop for loop, _, row in triples]
+        noop_net = [noop - loop for loop, noop, _ in triples]
+        ratios = [r / b for r, b in zip(net, noop_net) if b > 0.5]
+        rows[key] = {"ns": statistics.median(net),
+                     "ns_gross": statistics.median(t[2] for t in triples),
+                     "ratio": statistics.median(ratios) if ratios else None,
+                     "loop_ns": statistics.median(t[0] for t in triples),
+                     "noop_ns": statistics.median(noop_net),
+                     "calls": counts[key]}
+    result["rows"] = rows
+    result["loop_ns"] = statistics.median(r["loop_ns"] for r in rows.values())
+    result["noop_ns"] = statistics.median(r["noop_ns"] for r in rows.values())
+    snapshot = (driver_counter() if suite.info.get("backend") == "cuda"
+                else None)
+    if snapshot is not None:
+        result["driver_calls"] = count_driver_calls(timers, chosen, snapshot,
+                                                    reset)
+    return result
+
+
+def count_driver_calls(timers: dict[str, timeit.Timer],
+                       chosen: dict[str, str],
+                       snapshot: Callable[[], dict[str, int]],
+                       reset: Callable[[], None]
+                       ) -> dict[str, dict[str, float]]:
+    """Driver calls per API call, from the double's counters."""
+    n = 200
+    calls = {}
+    for key in chosen:
+        before = snapshot()
+        timers[key].timeit(n)
+        after = snapshot()
+        reset()
+        delta = {f: (after[f] - before[f]) / n for f in after}
+        other = delta.pop("*") - sum(delta.values())
+        per_call = {f: round(v, 2) for f, v in delta.items() if v}
+        if other:
+            per_call["other"] = round(other, 2)
+        calls[key] = per_call
+    return calls
+
+
+def count_instructions(timers: dict[str, timeit.Timer], sizes: tuple[int, int],
+                       marker: str, reset: Callable[[], None]
+                       ) -> dict[str, list[int]]:
+    """Run each API n1 then n2 times between callgrind dump markers."""
+    lib = ctypes.CDLL(marker)
+    lib.cg_mark.argtypes = [ctypes.c_char_p]
+    lib.cg_mark.restype = None
+    for key, timer in timers.items():
+        for n in sizes:
+            reset()
+            lib.cg_mark(b"pre")
+            timer.timeit(n)
+            lib.cg_mark(f"{key}:{n}".encode())
+    reset()
+    return {key: list(sizes) for key in timers}
+
+
+# The orchestrator --------------------------------------------------------
+
+
+def child_env(use_double: bool, backend: str) -> dict[str, str] | None:
+    """The environment for workers; None when that backend cannot run."""
+    env = dict(os.environ)
+    if any(REPO.joinpath("accelerator").glob("_accelerator*.so")):
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    if use_double and backend == "cuda":
+        if not CUDA_DOUBLE.exists():
+            return None
+        env.update(ACCELERATOR_BACKEND="cuda", FAKE_CUDA_DEVICES="2",
+                   ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE))
+    elif use_double and backend == "xpu":
+        if not ZE_DRIVER.exists():
+            return None
+        env.update(ACCELERATOR_BACKEND="xpu", FAKE_ZE_DEVICES="2",
+                   ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER))
+    return env
+
+
+def spawn_worker(suite: str, env: dict[str, str], args: argparse.Namespace,
+                 prefix: Sequence[str] = (), extra: Sequence[str] = ()
+                 ) -> dict[str, Any]:
+    """Run one suite in a fresh process and return its result."""
+    cmd = [*prefix, sys.executable, str(Path(__file__).resolve()),
+           "--worker", suite, "--target-ms", str(args.target_ms),
+           "--repeats", str(args.repeats), *extra]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                              timeout=args.worker_timeout)
+    except subprocess.TimeoutExpired:
+        return {"suite": suite, "skipped": "worker timed out after "
+                f"{args.worker_timeout} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    return {"suite": suite, "skipped": f"worker failed ({proc.returncode}): "
+            + " | ".join(tail)}
+
+
+def build_c(tmp: Path, source: str, output: str, *flags: str) -> Path | None:
+    """Compile one of bench/*.c with cc; None (and why, on stderr) if not."""
+    cc = os.environ.get("CC", "cc")
+    out = tmp / output
+    cmd = [cc, "-std=gnu11", "-O2", "-Wall", "-Wextra",
+           f"-I{REPO / 'csrc' / 'backends'}", *flags, "-o", str(out),
+           str(BENCH / source), "-ldl"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:
+        print(f"note: cannot build {source}: {exc}", file=sys.stderr)
+        return None
+    if proc.returncode != 0:
+        print(f"note: cannot build {source}:\n{proc.stderr}", file=sys.stderr)
+        return None
+    return out
+
+
+def run_driver_calls(program: Path, env: dict[str, str],
+                     args: argparse.Namespace) -> dict[str, Any]:
+    """Driver function -> median ns per call, timed from C."""
+    try:
+        proc = subprocess.run(
+            [str(program), "--target-ms", str(args.target_ms), "--repeats",
+             str(args.repeats)], env=env, capture_output=True, text=True,
+            timeout=args.worker_timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": "driver_calls timed out"}
+    ns: dict[str, Any] = {}
+    for line in proc.stdout.splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            return {"error": f"driver_calls printed {line!r}"}
+        if "error" in item:
+            return {"error": item["error"]}
+        ns[item["op"]] = item["ns"]
+    return ns
+
+
+IMPORT_PROBE = """
+import json, os, time, ctypes
+t = time.perf_counter()
+import accelerator
+import_s = time.perf_counter() - t
+maps = open('/proc/self/maps').read().split('\\n')
+drivers = sorted({l.split()[-1] for l in maps if l.strip() and
+                  os.path.basename(l.split()[-1]).startswith(
+                      ('libcuda.', 'libze_', 'libnvidia-ml'))})
+calls = None
+path = os.environ.get('ACCELERATOR_CUDA_LIBRARY')
+if path:
+    try:
+        f = ctypes.CDLL(path).fake_cuda_call_count
+        f.argtypes, f.restype = [ctypes.c_char_p], ctypes.c_longlong
+        calls = f(None)
+    except (OSError, AttributeError):
+        pass
+t = time.perf_counter()
+accelerator.is_available()
+probe_s = time.perf_counter() - t
+print(json.dumps({'import_ms': import_s * 1e3, 'drivers_loaded': drivers,
+                  'driver_calls': calls, 'first_call_ms': probe_s * 1e3}))
+"""
+
+
+def measure_import(env: dict[str, str], repeats: int) -> dict[str, Any]:
+    """Extra wall time of `python -c 'import accelerator'` over `-c pass`,
+    interleaved, plus what the import loaded and called (one more run).
+    Start-up noise only ever adds time, so the headline is best of N minus
+    best of N; the median of the paired differences is kept too."""
+    commands = {"pass": [sys.executable, "-c", "pass"],
+                "import": [sys.executable, "-c", "import accelerator"]}
+    times: dict[str, list[float]] = {"pass": [], "import": []}
+    for _ in range(repeats):
+        for which in random.sample(list(commands), 2):
+            start = time.perf_counter()
+            subprocess.run(commands[which], env=env, check=True)
+            times[which].append((time.perf_counter() - start) * 1e3)
+    probe = subprocess.run([sys.executable, "-c", IMPORT_PROBE], env=env,
+                           capture_output=True, text=True, check=True)
+    result = json.loads(probe.stdout.strip().splitlines()[-1])
+    result.update(
+        python_ms=min(times["pass"]),
+        extra_ms=min(times["import"]) - min(times["pass"]),
+        extra_median_ms=statistics.median(
+            i - p for i, p in zip(times["import"], times["pass"])),
+        runs=repeats)
+    return result
+
+
+def driver_ns(key: str, calls: dict[str, float], c_ns: dict[str, Any]
+              ) -> float | None:
+    """The driver time of one API call: its driver calls at C cost."""
+    rename = VARIANTS.get(key, {})
+    left = {rename.get(f, f): k for f, k in calls.items()}
+    total = 0.0
+    for pair in PAIRS:
+        a, b = pair.split("+")
+        k = min(left.get(a, 0), left.get(b, 0))
+        if k and pair in c_ns:
+            total += k * c_ns[pair]
+            left[a] -= k
+            left[b] -= k
+    for function, k in left.items():
+        if k <= 0:
+            continue
+        if function not in c_ns:
+            return None
+        total += k * c_ns[function]
+    return total
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table, padded so it reads as plain text too."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows])
+              for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                                 for i, (c, w) in enumerate(zip(cells, widths))
+                                 ) + " |"
+
+    sep = "|" + "|".join("-" * (w + 1) + ("-" if i == 0 else ":")
+                         for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def main_table(result: dict[str, Any], c_ns: dict[str, Any],
+               imports: dict[str, Any] | None) -> tuple[str, list[dict]]:
+    """The per-API table of one backend, and its rows as data."""
+    counted = result.get("driver_calls")
+    is_cuda = result["info"].get("backend") == "cuda"
+    rows, data = [], []
+    for api in APIS:
+        r = result["rows"].get(api.key)
+        if r is None:
+            continue
+        calls = None
+        if counted is not None:
+            calls = counted.get(api.key, {})
+        elif is_cuda:
+            calls = CUDA_CALLS.get(api.key, {})
+        drv = (driver_ns(api.key, calls, c_ns)
+               if calls is not None and c_ns else None)
+        overhead = r["ns"] - drv if drv is not None else None
+        met = "-"
+        if api.budget == "noop2" and r["ratio"] is not None:
+            ok = r["ratio"] <= 2.0
+            if api.key == "current_stream":
+                ok = ok and result["info"]["current_stream_cached"]
+            met = "yes" if ok else "NO"
+        elif api.budget == "driver150" and overhead is not None:
+            met = "yes" if overhead <= 150 else "NO"
+        budget = BUDGETS[api.budget]
+        if api.key == "current_stream":
+            budget += ", cached"
+        call_text = "-" if calls is None else " ".join(
+            f if v == 1 else f"{f}*{v:g}" for f, v in calls.items()) or "none"
+        rows.append([api.label, fmt(r["ns"]), fmt(r["ratio"], 2), fmt(drv),
+                     fmt(overhead), budget, met]
+                    + ([call_text] if counted is not None else []))
+        data.append({"api": api.key, "ns": r["ns"], "ratio": r["ratio"],
+                     "driver_ns": drv, "overhead_ns": overhead,
+                     "budget": budget, "met": met, "driver_calls": calls})
+    if imports is not None:
+        ok = (imports["extra_ms"] < 5.0 and not imports["drivers_loaded"]
+              and imports["driver_calls"] in (0, None))
+        calls = imports["driver_calls"]
+        rows.append(["import accelerator (extra ms)",
+                     f"{imports['extra_ms']:.2f} ms", "-",
+                     "-" if calls is None else f"{calls} calls", "-",
+                     "< 5 ms, no driver", "yes" if ok else "NO"]
+                    + ([f"{calls} calls"] if counted is not None else []))
+        data.append({"api": "import", "extra_ms": imports["extra_ms"],
+                     "met": "yes" if ok else "NO", **imports})
+    headers = ["api", "ns/call", "x no-op", "driver ns", "overhead ns",
+               "budget", "met?"] + (["driver calls/call (counted)"]
+                                    if counted is not None else [])
+    return table(headers, rows), data
+
+
+def peers_table(results: dict[str, dict[str, Any]]) -> str:
+    """ns/call (x no-op) of each API in each library, side by side."""
+    names = [n for n in results if "rows" in results[n]]
+    rows = []
+    for api in APIS:
+        cells = []
+        for n in names:
+            r = results[n]["rows"].get(api.key)
+            cells.append("n/a" if r is None else
+                         f"{r['ns']:,.0f} ({fmt(r['ratio'], 1)}x)")
+        if any(c != "n/a" for c in cells):
+            rows.append([api.label, *cells])
+    return table(["api: ns/call (x no-op)", *names], rows)
+
+
+TRIGGER = "desc: Trigger: Client Request: "
+
+
+def parse_callgrind(directory: Path, prefix: str) -> dict[str, int]:
+    """Instructions of each dumped part, by its client-request label.  Only
+    the main thread's (-01): work a driver hands to its own threads is the
+    device's job, and it lands in whichever part it happens to run."""
+    parts: dict[str, int] = {}
+    for path in directory.glob(prefix + ".*-01"):
+        label = total = None
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith(TRIGGER):
+                label = line[len(TRIGGER):]
+            elif line.startswith(("summary:", "totals:")):
+                total = int(line.split()[1])
+            if label is not None and total is not None:
+                break
+        if label is not None and total is not None and label != "pre":
+            parts[label] = total
+    return parts
+
+
+def per_call(parts: dict[str, int], key: str, sizes: tuple[int, int]
+             ) -> float | None:
+    a, b = parts.get(f"{key}:{sizes[0]}"), parts.get(f"{key}:{sizes[1]}")
+    if a is None or b is None:
+        return None
+    return (b - a) / (sizes[1] - sizes[0])
+
+
+def run_callgrind(env: dict[str, str], tmp: Path, program: Path | None,
+                  counted: dict[str, dict[str, float]] | None,
+                  args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Instructions per call of each API, and of its driver part, from
+    callgrind profiles split by client-request dumps (see README)."""
+    valgrind = shutil.which("valgrind")
+    marker = build_c(tmp, "callgrind_mark.c", "callgrind_mark.so", "-shared",
+                     "-fPIC")
+    if valgrind is None or marker is None:
+        return "callgrind: needs valgrind and valgrind/callgrind.h", {}
+    sizes = (100, 300) if args.quick else (300, 1300)
+    size_arg = f"{sizes[0]},{sizes[1]}"
+    out = Path(tempfile.mkdtemp(prefix="callgrind.", dir=tmp))  # per run
+    prefix = [valgrind, "--tool=callgrind", "--dump-instr=no",
+              "--separate-threads=yes", f"--callgrind-out-file={out}/py.%p"]
+    args.worker_timeout = max(args.worker_timeout, 900)
+    worker = spawn_worker("accelerator", env, args, prefix,
+                          ["--callgrind-sizes", size_arg, "--marker",
+                           str(marker)])
+    if "skipped" in worker:
+        return f"callgrind: skipped ({worker['skipped']})", {}
+    py = parse_callgrind(out, "py")
+    c_ir: dict[str, float] = {}
+    if program is not None and worker["info"].get("backend") == "cuda":
+        subprocess.run([*prefix[:-1], f"--callgrind-out-file={out}/c.%p",
+                        str(program),
+                        "--callgrind", size_arg], env=env, capture_output=True,
+                       timeout=args.worker_timeout)
+        c_parts = parse_callgrind(out, "c")
+        for op in {label.rsplit(":", 1)[0] for label in c_parts}:
+            value = per_call(c_parts, op, sizes)
+            if value is not None:
+                c_ir[op] = value
+    loop = per_call(py, "loop", sizes) or 0.0
+    noop = (per_call(py, "noop", sizes) or 0.0) - loop
+    rows, data = [], {"loop_ir": loop, "noop_ir": noop, "rows": {}}
+    for api in APIS:
+        total = per_call(py, api.key, sizes)
+        if total is None:
+            continue
+        net = total - loop
+        calls = None
+        if c_ir:
+            calls = (counted or CUDA_CALLS).get(api.key, {})
+        drv = driver_ns(api.key, calls, c_ir) if calls is not None else None
+        rows.append([api.label, fmt(net, 0),
+                     fmt(net / noop if noop > 0 else None, 2), fmt(drv, 0),
+                     fmt(net - drv if drv is not None else None, 0)])
+        data["rows"][api.key] = {"ir": net, "driver_ir": drv}
+    text = (f"Instructions per call under callgrind (N={sizes[0]} vs "
+            f"{sizes[1]}; loop {loop:.0f} Ir subtracted; no-op {noop:.0f} Ir)"
+            "\n\n" + table(["api", "Ir/call", "x no-op", "driver Ir",
+                            "overhead Ir"], rows))
+    return text, data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--double", action="store_true",
+                        help="run on the driver test doubles "
+                        "(tests/drivers/build), 2 devices")
+    parser.add_argument("--quick", action="store_true",
+                        help="short runs: 2 ms per timing, 5 repeats")
+    parser.add_argument("--json", type=Path, help="write all data here")
+    parser.add_argument("--markdown", type=Path,
+                        help="write the tables here, with date and device")
+    parser.add_argument("--peers", action="store_true",
+                        help="also time torch.accelerator, torch.cuda, "
+                        "cuda.core and CuPy (real GPU only)")
+    parser.add_argument("--summary", type=Path,
+                        help="write the last (shortest) table here")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="also count instructions per call (valgrind)")
+    parser.add_argument("--target-ms", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--marker", help=argparse.SUPPRESS)
+    parser.add_argument("--callgrind-sizes", dest="sizes",
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.target_ms = args.target_ms or (2.0 if args.quick else 10.0)
+    args.repeats = args.repeats or (5 if args.quick else 15)
+    args.worker_timeout = 60 if args.quick else 300
+
+    if args.worker:
+        sizes = None
+        if args.sizes:
+            n1, n2 = (int(x) for x in args.sizes.split(","))
+            sizes = (n1, n2)
+        result = run_worker(args.worker, args.target_ms / 1e3, args.repeats,
+                            sizes, args.marker)
+        print(RESULT_TAG + json.dumps(result))
+        return 0
+    return orchestrate(args)
+
+
+def orchestrate(args: argparse.Namespace) -> int:
+    """Run every backend (and peer) in its own process; print and save."""
+    started = datetime.datetime.now().astimezone()
+    report: dict[str, Any] = {
+        "date": started.isoformat(timespec="seconds"),
+        "python": platform.python_version(), "machine": platform.machine(),
+        "cpus": os.cpu_count(), "quick": args.quick, "backends": {}}
+    text: list[str] = []
+    summary = ""
+    with tempfile.TemporaryDirectory(prefix="bench_api.") as tmpdir:
+        tmp = Path(tmpdir)
+        program = build_c(tmp, "driver_calls.c", "driver_calls")
+        measured = 0
+        for backend in ("cuda", "xpu"):
+            env = child_env(args.double, backend)
+            if env is None:
+                print(f"{backend}: skipped (its driver double is not built: "
+                      "make -C tests/drivers)")
+                continue
+            if not args.double and backend == "xpu":
+                break  # without --double the environment picks one backend
+            result = spawn_worker("accelerator", env, args)
+            if "skipped" in result:
+                label = backend if args.double else "accelerator"
+                print(f"{label}: skipped ({result['skipped']})")
+                report["backends"][backend] = result
+                continue
+            chosen = result["info"]["backend"]
+            c_ns: dict[str, Any] = {}
+            if chosen == "cuda" and program is not None:
+                c_ns = run_driver_calls(program, env, args)
+                if "error" in c_ns:
+                    print(f"note: driver_calls: {c_ns['error']}")
+                    c_ns = {}
+            imports = measure_import(env, 20 if args.quick else 40)
+            body, rows = main_table(result, c_ns, imports)
+            check = check_counts(result)
+            head = header(result, args, imports)
+            summary = body
+            text.append(f"{head}\n\n{body}" + (f"\n\n{check}" if check
+                                                 else ""))
+            print(text[-1] + "\n", flush=True)
+            report["backends"][chosen] = {
+                "worker": result, "driver_c_ns": c_ns, "table": rows}
+            measured += 1
+            if args.callgrind:
+                cg_text, cg_data = run_callgrind(
+                    env, tmp, program, result.get("driver_calls"), args)
+                text.append(cg_text)
+                print(cg_text + "\n", flush=True)
+                report["backends"][chosen]["callgrind"] = cg_data
+            if not args.double:
+                break
+        if measured == 0:
+            print("no accelerator to measure; on a machine without a GPU "
+                  "run: make -C tests/drivers cuda && python "
+                  "bench/bench_api.py --double", file=sys.stderr)
+            return 1
+        if args.peers:
+            env = child_env(False, "cuda") or dict(os.environ)
+            peers = {"accelerator": report["backends"].get(
+                "cuda", {}).get("worker", {})}
+            for name in PEERS:
+                peers[name] = spawn_worker(name, env, args)
+                if "skipped" in peers[name]:
+                    print(f"{name}: skipped ({peers[name]['skipped']})")
+                elif peers[name]["unavailable"]:
+                    print(f"{name}: no equivalent or failed: "
+                          f"{', '.join(peers[name]['unavailable'])} "
+                          "(reasons in the JSON)")
+            report["peers"] = peers
+            if any("rows" in p for n, p in peers.items()
+                   if n != "accelerator"):
+                summary = peers_table(peers)
+                text.append("Side by side, each library in its own process "
+                            "(ns/call net of the loop; x its own no-op "
+                            "call)\n\n" + summary)
+                print(text[-1] + "\n", flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    if args.summary:
+        args.summary.parent.mkdir(parents=True, exist_ok=True)
+        args.summary.write_text(summary + "\n")
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text("\n\n".join(text) + "\n")
+    return 0
+
+
+def header(result: dict[str, Any], args: argparse.Namespace,
+           imports: dict[str, Any]) -> str:
+    """What was measured where, and the baselines, as a markdown list."""
+    info = result["info"]
+    return "\n".join([
+        f"### accelerator on {info['backend']}: {info['device_name']} "
+        f"x{info['device_count']}, driver {info['driver_version']}"
+        f"{' (test double)' if args.double else ''}",
+        "",
+        f"- {datetime.date.today().isoformat()}, Python "
+        f"{platform.python_version()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs",
+        f"- baseline: `_accelerator._noop()` (METH_NOARGS, returns None) "
+        f"{result['noop_ns']:.1f} ns net; empty loop "
+        f"{result['loop_ns']:.1f} ns/iteration, subtracted from every row",
+        f"- medians of {args.repeats} interleaved repeats (loop, no-op, "
+        f"API in random order) of ~{args.target_ms:g} ms each",
+        f"- import: `python -c pass` {imports['python_ms']:.1f} ms (best of "
+        f"{imports['runs']}); `import accelerator` adds "
+        f"{imports['extra_ms']:.2f} ms (median of the paired differences "
+        f"{imports['extra_median_ms']:.2f} ms); the import itself "
+        f"{imports['import_ms']:.2f} ms in-process; first "
+        f"is_available() (the probe) {imports['first_call_ms']:.2f} ms; "
+        f"driver libraries mapped after import: "
+        f"{', '.join(imports['drivers_loaded']) or 'none'}",
+    ])
+
+
+def check_counts(result: dict[str, Any]) -> str:
+    """Where the counted driver calls differ from CUDA_CALLS, say so."""
+    counted = result.get("driver_calls")
+    if counted is None or result["info"].get("backend") != "cuda":
+        return ""
+    diffs = [f"{key}: counted {calls}, CUDA_CALLS says "
+             f"{CUDA_CALLS.get(key, {})}" for key, calls in counted.items()
+             if calls != CUDA_CALLS.get(key, {})]
+    return ("note: update CUDA_CALLS in bench_api.py (used on real drivers):"
+            "\n  " + "\n  ".join(diffs)) if diffs else ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# gpu_check.sh - the project on a real NVIDIA GPU, in under 4 minutes.
+#
+#   bench/gpu_check.sh          (PYTHON=... picks the interpreter)
+#
+# On a machine with an NVIDIA GPU and its driver: installs the project with
+# `pip install --no-build-isolation .` (downloads nothing), builds it in place
+# too (the suite runs from the source tree, where ./accelerator shadows the
+# installed copy), runs the behaviour suite on the real driver, then the
+# benchmark side by side with torch.accelerator / torch.cuda, cuda.core and
+# CuPy where installed, and writes bench/results/<date>-<gpu>.md and .json.
+# It prints a short table last.  Exit status: 0, or 1 when the suite failed
+# or the benchmark did not run (the results are written either way).
+# Without a GPU or driver it says so and exits 0.
+set -euo pipefail
+
+repo="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)"
+py="${PYTHON:-$(command -v python3 || command -v python || true)}"
+deadline=$((SECONDS + 235))
+
+# The real driver only: nothing may point the package at a double.
+unset ACCELERATOR_BACKEND ACCELERATOR_CUDA_LIBRARY ACCELERATOR_ZE_LIBRARY \
+    FAKE_CUDA_DEVICES FAKE_ZE_DEVICES
+
+no_gpu() {
+    echo "no NVIDIA GPU/driver found; nothing to check ($1)"
+    exit 0
+}
+
+[[ -n "$py" ]] || no_gpu "and no python to check with"
+
+# "name|device count|driver version" from the driver itself, or exit 1.
+probe='
+import ctypes, sys
+try:
+    cu = ctypes.CDLL("libcuda.so.1")
+except OSError as exc:
+    sys.exit(f"cannot load libcuda.so.1: {exc}")
+rc = cu.cuInit(0)
+if rc != 0:
+    sys.exit(f"cuInit failed: {rc}")
+n, dev, ver = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+if cu.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value < 1:
+    sys.exit("the driver reports no device")
+name = ctypes.create_string_buffer(256)
+cu.cuDeviceGet(ctypes.byref(dev), 0)
+cu.cuDeviceGetName(name, 256, dev)
+cu.cuDriverGetVersion(ctypes.byref(ver))
+print(f"{name.value.decode()}|{n.value}|{ver.value // 1000}.{ver.value % 1000 // 10}")
+'
+if ! found="$("$py" -c "$probe" 2>&1)"; then
+    no_gpu "$found"
+fi
+IFS='|' read -r gpu count driver <<<"$found"
+if command -v nvidia-smi >/dev/null 2>&1; then
+    driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader \
+        2>/dev/null | head -n 1 || true) (CUDA $driver)"
+fi
+echo "GPU: $gpu x$count, driver $driver"
+
+stamp="$(date -u +%Y-%m-%d)"
+slug="$(tr '[:upper:]' '[:lower:]' <<<"$gpu" | tr -cs 'a-z0-9' '-' \
+    | sed 's/^-*//; s/-*$//')"
+results="$repo/bench/results"
+base="$results/$stamp-${slug:-gpu}"
+work="$(mktemp -d)"
+trap 'rm -rf -- "$work"' EXIT
+mkdir -p -- "$results"
+cd -- "$repo"
+
+left() { echo $((deadline - SECONDS)); }
+
+status=0
+echo "== install (pip install --no-build-isolation ., no network)"
+if "$py" -m pip install --no-build-isolation --no-deps --no-index -q . \
+    >"$work/install.log" 2>&1; then
+    # From outside the tree, so that this is the installed copy.
+    installed="$(cd -- "$work" || exit 1
+        "$py" -c 'import accelerator as a; print(a.__file__, a.is_available())' \
+            2>&1 || true)"
+else
+    tail -n 20 "$work/install.log"
+    installed="FAILED (pip install; see above)"
+    status=1
+fi
+echo "installed: $installed"
+"$py" setup.py -q build_ext --inplace >>"$work/install.log" 2>&1 \
+    || { tail -n 40 "$work/install.log"; exit 1; }
+
+# The doubles only where the suite refers to them (not needed on `real`).
+if grep -rqsE 'drivers/build|CUDA_DOUBLE|ZE_DRIVER' tests/behaviour \
+    && command -v make >/dev/null 2>&1; then
+    echo "== driver doubles (make -C tests/drivers)"
+    make -s -C tests/drivers >>"$work/install.log" 2>&1 || true
+fi
+
+echo "== behaviour suite on the real driver"
+tests="not run"
+if [[ -d tests/behaviour ]]; then
+    budget=$(($(left) - 75))
+    ((budget > 150)) && budget=150
+    if ((budget < 20)); then
+        tests="not run: no time left"
+        status=1
+    else
+        rc=0
+        ACCELERATOR_TEST_BACKEND=real timeout "$budget" \
+            "$py" -m pytest tests/behaviour -q -p no:cacheprovider \
+            >"$work/tests.log" 2>&1 || rc=$?
+        tail -n 25 "$work/tests.log"
+        tests="$(grep -E '(passed|failed|error|skipped|no tests ran)' \
+            "$work/tests.log" | tail -n 1 || true)"
+        ((rc == 124)) && tests="timed out after ${budget}s: $tests"
+        if ((rc != 0)); then
+            status=1
+            tests="FAILED (exit $rc): $tests"
+        fi
+    fi
+else
+    tests="not run: no tests/behaviour"
+fi
+echo "tests: $tests"
+
+echo "== benchmark (quick), with peers"
+bench_rc=0
+budget=$(($(left) - 5))
+((budget < 30)) && budget=30
+timeout "$budget" "$py" bench/bench_api.py --quick --peers \
+    --json "$base.json" --markdown "$work/bench.md" \
+    --summary "$work/summary.md" || bench_rc=$?
+if ((bench_rc != 0)); then
+    status=1
+    echo "benchmark: FAILED (exit $bench_rc)" >"$work/summary.md"
+fi
+
+host="$(uname -srm)"
+versions="$("$py" - <<'EOF'
+import importlib, platform
+out = [f"Python {platform.python_version()}"]
+for name in ("torch", "cuda.core", "cupy"):
+    try:
+        out.append(f"{name} {importlib.import_module(name).__version__}")
+    except Exception:
+        out.append(f"{name} -")
+print(", ".join(out))
+EOF
+)"
+{
+    echo "# GPU check: $gpu, $stamp"
+    echo
+    echo "- GPU: $gpu x$count; driver $driver; host $host"
+    echo "- $versions"
+    echo "- installed: $installed"
+    echo "- behaviour suite (ACCELERATOR_TEST_BACKEND=real): $tests"
+    echo "- command: bench/gpu_check.sh ($((SECONDS))s)"
+    echo
+    if [[ -s "$work/bench.md" ]]; then
+        cat -- "$work/bench.md"
+    else
+        echo "benchmark: FAILED (exit $bench_rc)"
+    fi
+} >"$base.md"
+
+echo
+echo "wrote ${base#"$repo"/}.md and .json in $((SECONDS))s; tests: $tests"
+echo
+cat -- "$work/summary.md"
+exit "$status"
