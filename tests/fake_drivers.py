@@ -93,6 +93,25 @@ class CudaDouble(DriverDouble):
         return self.lib.fake_cuda_current_device()
 
 
+class ZeDouble(DriverDouble):
+    """tests/drivers/build/libze_test_driver.so, under the real loader."""
+
+    kinds = {"stream": "list"}
+
+    def __init__(self, path: pathlib.Path = ZE_DRIVER) -> None:
+        super().__init__(path, "ze")
+        self.lib.fake_ze_enqueue_sleep.argtypes = [
+            ctypes.c_ulonglong, ctypes.c_double]
+        self.lib.fake_ze_enqueue_sleep.restype = ctypes.c_int
+
+    def enqueue_sleep(self, stream: object, ms: float) -> None:
+        # The handle is the driver's, or the loader's wrapper of it in
+        # intercept mode; the driver accepts both.
+        rc = self.lib.fake_ze_enqueue_sleep(
+            stream.handle, ms)  # type: ignore[attr-defined]
+        assert rc == 0, f"fake_ze_enqueue_sleep failed: {rc:#x}"
+
+
 def clean_environment() -> dict[str, str]:
     """os.environ without the variables that configure backends or doubles."""
     prefixes = ("ACCELERATOR_", "FAKE_CUDA_", "FAKE_ZE_", "ZE_", "ZEL_")

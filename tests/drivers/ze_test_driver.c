@@ -1,0 +1,1475 @@
+/*
+ * ze_test_driver.c - a Level Zero driver for tests, loaded by the real
+ * loader: ZE_ENABLE_ALT_DRIVERS=/abs/path/libze_test_driver.so.
+ *
+ * It exports the DDI table getters that loader 1.8.12 requires (all the
+ * non-experimental ze, zet and zes ones) and implements the part of the
+ * core API that the accelerator backend uses, with the driver's own
+ * semantics: asynchronous immediate command lists (one worker thread per
+ * list), events with a signaled state and kernel timestamps, event pools,
+ * real ze_result_t codes for bad handles and arguments, and strict
+ * lifetime rules (destroying something still in use fails with
+ * ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE) so that backend bugs show.
+ *
+ * Configuration (read when the loader opens the driver):
+ *   FAKE_ZE_DEVICES         GPU devices in the one driver (default 2)
+ *   FAKE_ZE_API_VERSION     0x10004 (default) or "1.7"; >= 1.7 honours
+ *                           ZE_COMMAND_QUEUE_FLAG_IN_ORDER (1 << 1)
+ *   FAKE_ZE_TOTAL_MEM       bytes of device memory (default 64 GiB)
+ *   FAKE_ZE_TIMER_RESOLUTION  ns per timestamp tick (default 1)
+ *   FAKE_ZE_TIMESTAMP_BITS  kernelTimestampValidBits (default 32)
+ *   FAKE_ZE_TIMESTAMP_BASE  tick value at load time, e.g. just below
+ *                           2**bits to make the counter wrap soon
+ *   FAKE_ZE_INTEGRATED=1    report integrated devices
+ *   FAKE_ZE_INIT_FAIL=1     zeInit fails
+ *   FAKE_ZE_FAIL            "name:nth:code,..." faults, as fake_ze_fail
+ *
+ * Ordering model: a list created with IN_ORDER (driver API >= 1.7) runs
+ * each command after the previous one has finished.  Any other list is
+ * out of order, as the spec allows: timed work (fake_ze_enqueue_sleep)
+ * starts as soon as it reaches the head and runs concurrently with what
+ * follows; a barrier waits for everything before it; a wait on events
+ * stalls the commands after it; a signal command does not wait for
+ * earlier work.
+ *
+ * Control functions for tests (ctypes; see the "Control" section):
+ *   long long fake_ze_call_count(const char *name)  NULL: all; -1: unknown
+ *   void fake_ze_reset_counts(void)
+ *   int fake_ze_fail(const char *name, int nth, int code)
+ *   void fake_ze_clear_faults(void)
+ *   long long fake_ze_live(const char *kind)  "context", "list", "pool",
+ *                                             "event"; -1: unknown kind
+ *   int fake_ze_enqueue_sleep(unsigned long long command_list, double ms)
+ *   int fake_ze_enqueue_sleep_default(int device, double ms)
+ * Load this library with ctypes by the same absolute path as in
+ * ZE_ENABLE_ALT_DRIVERS: dlopen then returns the instance the loader
+ * opened, with the same state.
+ */
+#define _GNU_SOURCE
+#include <level_zero/ze_api.h>
+#include <level_zero/ze_ddi.h>
+#include <level_zero/zes_ddi.h>
+#include <level_zero/zet_ddi.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define FAKE_MAX_DEVICES 64
+#define FAKE_MAX_FAULTS 32
+#define FAKE_MAGIC 0x5a45fa4eu
+
+/* In-order lists need spec 1.7; ZE_COMMAND_QUEUE_FLAG_IN_ORDER is newer
+ * than this SDK. */
+#define FAKE_FLAG_IN_ORDER (1u << 1)
+
+/* Objects ------------------------------------------------------------- */
+
+enum fake_kind { K_CONTEXT, K_LIST, K_POOL, K_EVENT, K_KINDS };
+static const char *const kind_names[K_KINDS] = {
+    "context", "list", "pool", "event",
+};
+
+typedef struct fake_obj {
+    unsigned magic;
+    enum fake_kind kind;
+    struct fake_obj *next; /* in the live list of its kind */
+} fake_obj;
+
+typedef struct fake_context {
+    fake_obj obj;
+    int children; /* live lists and pools */
+} fake_context;
+
+typedef struct fake_pool {
+    fake_obj obj;
+    fake_context *ctx;
+    ze_event_pool_flags_t flags;
+    uint32_t count;
+    int events;             /* live events */
+    unsigned char *used;    /* per index */
+} fake_pool;
+
+typedef struct fake_event {
+    fake_obj obj;
+    fake_pool *pool;
+    uint32_t index;
+    int signaled;
+    int refs;               /* pending commands that name it */
+    uint64_t ts_start, ts_end;
+} fake_event;
+
+enum cmd_kind { CMD_SLEEP, CMD_BARRIER, CMD_SIGNAL, CMD_WAIT };
+
+typedef struct fake_cmd {
+    enum cmd_kind kind;
+    uint64_t ns;            /* CMD_SLEEP */
+    uint64_t start, deadline;
+    fake_event *signal;
+    uint32_t nwait;
+    fake_event **wait;
+    struct fake_cmd *next;
+} fake_cmd;
+
+typedef struct fake_list {
+    fake_obj obj;
+    fake_context *ctx;
+    int device;
+    int in_order;
+    long long serial;       /* creation order, for _default */
+    fake_cmd *head, *tail;  /* not started */
+    fake_cmd *running;      /* started, not finished */
+    int stop;
+    pthread_t worker;
+} fake_list;
+
+typedef struct fake_device {
+    int index;
+} fake_device;
+
+typedef struct fake_fault {
+    char name[64];
+    int once;               /* 0: every call */
+    int countdown;          /* calls left until a one-shot fault */
+    ze_result_t code;
+} fake_fault;
+
+/* The functions we implement, for call counts. */
+#define FAKE_FUNCTIONS(X)                                               \
+    X(zeInit) X(zeDriverGet) X(zeDriverGetApiVersion)                   \
+    X(zeDriverGetProperties) X(zeDeviceGet) X(zeDeviceGetProperties)    \
+    X(zeDeviceGetMemoryProperties)                                      \
+    X(zeDeviceGetCommandQueueGroupProperties)                           \
+    X(zeContextCreate) X(zeContextDestroy)                              \
+    X(zeCommandListCreateImmediate) X(zeCommandListDestroy)             \
+    X(zeCommandListAppendBarrier) X(zeCommandListAppendSignalEvent)     \
+    X(zeCommandListAppendWaitOnEvents)                                  \
+    X(zeEventPoolCreate) X(zeEventPoolDestroy)                          \
+    X(zeEventCreate) X(zeEventDestroy) X(zeEventHostSynchronize)        \
+    X(zeEventQueryStatus) X(zeEventHostReset) X(zeEventHostSignal)      \
+    X(zeEventQueryKernelTimestamp)
+
+#define FAKE_ENUM(name) F_##name,
+enum { FAKE_FUNCTIONS(FAKE_ENUM) F_COUNT };
+#undef FAKE_ENUM
+#define FAKE_NAME(name) #name,
+static const char *const function_names[F_COUNT] = {
+    FAKE_FUNCTIONS(FAKE_NAME)
+};
+#undef FAKE_NAME
+
+static struct {
+    pthread_mutex_t lock;   /* guards everything below */
+    pthread_cond_t cond;    /* broadcast on every state change */
+    int ndevices;
+    uint32_t api_version;
+    uint64_t total_mem;
+    uint64_t timer_res;     /* ns per tick */
+    uint32_t ts_bits;
+    uint64_t ts_base;
+    uint64_t t0;
+    int integrated;
+    int init_fail;
+    char driver;            /* its address is the driver handle */
+    fake_device devices[FAKE_MAX_DEVICES];
+    fake_obj *live[K_KINDS];
+    long long live_count[K_KINDS];
+    long long calls[F_COUNT];
+    fake_fault faults[FAKE_MAX_FAULTS];
+    int nfaults;
+    long long serial;
+    int probe_pipe[2];      /* to test whether memory is readable */
+} g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .probe_pipe = {-1, -1},
+};
+
+/* Helpers ------------------------------------------------------------- */
+
+static uint64_t
+mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t
+to_ticks(uint64_t ns)
+{
+    uint64_t t = (ns - g.t0) / g.timer_res + g.ts_base;
+    if (g.ts_bits < 64) {
+        t &= (1ull << g.ts_bits) - 1;
+    }
+    return t;
+}
+
+/* Wait on g.cond until `deadline` (CLOCK_MONOTONIC ns; 0 = forever). */
+static void
+wait_until(uint64_t deadline)
+{
+    if (deadline == 0) {
+        pthread_cond_wait(&g.cond, &g.lock);
+        return;
+    }
+    struct timespec ts = {
+        .tv_sec = (time_t)(deadline / 1000000000ull),
+        .tv_nsec = (long)(deadline % 1000000000ull),
+    };
+    pthread_cond_timedwait(&g.cond, &g.lock, &ts);
+}
+
+static ze_result_t
+parse_code(const char *s)
+{
+    return (ze_result_t)strtoul(s, NULL, 0);
+}
+
+static int
+function_index(const char *name)
+{
+    for (int i = 0; name != NULL && i < F_COUNT; i++) {
+        if (strcmp(name, function_names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int
+add_fault(const char *name, int nth, int code)
+{
+    if (function_index(name) < 0 || nth < 0
+        || g.nfaults == FAKE_MAX_FAULTS) {
+        return -1;
+    }
+    fake_fault *f = &g.faults[g.nfaults++];
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    f->once = nth > 0;
+    f->countdown = nth;
+    f->code = (ze_result_t)code;
+    return 0;
+}
+
+/* Count a call and apply a pending fault.  Takes and releases g.lock. */
+static ze_result_t
+enter(int fn)
+{
+    int hit = -1;
+    pthread_mutex_lock(&g.lock);
+    g.calls[fn]++;
+    for (int i = 0; i < g.nfaults; i++) {
+        fake_fault *f = &g.faults[i];
+        if (strcmp(f->name, function_names[fn]) != 0
+            || (f->once && --f->countdown > 0)) {
+            continue;
+        }
+        if (hit < 0) {
+            hit = i;
+        }
+        else if (f->once) {
+            /* Due too, but an earlier fault answers this call. */
+            f->countdown = 1;
+        }
+    }
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (hit >= 0) {
+        r = g.faults[hit].code;
+        if (g.faults[hit].once) {
+            memmove(&g.faults[hit], &g.faults[hit + 1],
+                    (size_t)(g.nfaults - hit - 1) * sizeof(g.faults[0]));
+            g.nfaults--;
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+#define ENTER(name)                                   \
+    do {                                              \
+        ze_result_t enter_r_ = enter(F_##name);       \
+        if (enter_r_ != ZE_RESULT_SUCCESS) {          \
+            return enter_r_;                          \
+        }                                             \
+    } while (0)
+
+static void
+obj_add(fake_obj *o, enum fake_kind kind)
+{
+    o->magic = FAKE_MAGIC;
+    o->kind = kind;
+    o->next = g.live[kind];
+    g.live[kind] = o;
+    g.live_count[kind]++;
+}
+
+static void
+obj_remove(fake_obj *o)
+{
+    for (fake_obj **p = &g.live[o->kind]; *p != NULL; p = &(*p)->next) {
+        if (*p == o) {
+            *p = o->next;
+            g.live_count[o->kind]--;
+            o->magic = 0;
+            return;
+        }
+    }
+}
+
+/* The live object `h` of `kind`, or NULL; never dereferences h unless it
+ * is one of ours.  Call with g.lock held. */
+static void *
+obj_find(const void *h, enum fake_kind kind)
+{
+    for (fake_obj *o = g.live[kind]; o != NULL; o = o->next) {
+        if ((const void *)o == h) {
+            return o;
+        }
+    }
+    return NULL;
+}
+
+/* ZE_RESULT_ERROR_INVALID_NULL_HANDLE for NULL, as the validation layer
+ * says; INVALID_ARGUMENT for a handle that is not (or no longer) ours. */
+static ze_result_t
+bad_handle(const void *h)
+{
+    return h == NULL ? ZE_RESULT_ERROR_INVALID_NULL_HANDLE
+                     : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+}
+
+static fake_device *
+device_of(ze_device_handle_t h)
+{
+    for (int i = 0; i < g.ndevices; i++) {
+        if ((void *)&g.devices[i] == (void *)h) {
+            return &g.devices[i];
+        }
+    }
+    return NULL;
+}
+
+/* Configuration ------------------------------------------------------- */
+
+static unsigned long long
+env_ull(const char *name, unsigned long long dflt)
+{
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0') {
+        return dflt;
+    }
+    return strtoull(s, NULL, 0);
+}
+
+static uint32_t
+env_version(void)
+{
+    const char *s = getenv("FAKE_ZE_API_VERSION");
+    if (s == NULL || *s == '\0') {
+        return ZE_MAKE_VERSION(1, 4);
+    }
+    const char *dot = strchr(s, '.');
+    if (dot != NULL) {
+        unsigned major = (unsigned)strtoul(s, NULL, 10);
+        unsigned minor = (unsigned)strtoul(dot + 1, NULL, 10);
+        return ZE_MAKE_VERSION(major, minor);
+    }
+    return (uint32_t)strtoul(s, NULL, 0);
+}
+
+static void
+parse_fail_env(void)
+{
+    const char *s = getenv("FAKE_ZE_FAIL");
+    if (s == NULL) {
+        return;
+    }
+    char *copy = strdup(s);
+    char *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        char *nth = strchr(item, ':');
+        char *code = nth != NULL ? strchr(nth + 1, ':') : NULL;
+        if (code == NULL) {
+            fprintf(stderr, "ze_test_driver: bad FAKE_ZE_FAIL item '%s' "
+                    "(expected name:nth:code)\n", item);
+            continue;
+        }
+        *nth++ = '\0';
+        *code++ = '\0';
+        if (add_fault(item, atoi(nth), (int)parse_code(code)) != 0) {
+            fprintf(stderr, "ze_test_driver: ignoring FAKE_ZE_FAIL item "
+                    "for '%s' (unknown function or too many faults)\n",
+                    item);
+        }
+    }
+    free(copy);
+}
+
+__attribute__((constructor)) static void
+fake_configure(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g.cond, &attr);
+    pthread_condattr_destroy(&attr);
+
+    long long n = (long long)env_ull("FAKE_ZE_DEVICES", 2);
+    g.ndevices = n < 0 ? 0 : n > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES
+                                                  : (int)n;
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
+        g.devices[i].index = i;
+    }
+    g.api_version = env_version();
+    g.total_mem = env_ull("FAKE_ZE_TOTAL_MEM", 64ull << 30);
+    g.timer_res = env_ull("FAKE_ZE_TIMER_RESOLUTION", 1);
+    if (g.timer_res == 0) {
+        g.timer_res = 1;
+    }
+    g.ts_bits = (uint32_t)env_ull("FAKE_ZE_TIMESTAMP_BITS", 32);
+    g.ts_base = env_ull("FAKE_ZE_TIMESTAMP_BASE", 0);
+    g.integrated = env_ull("FAKE_ZE_INTEGRATED", 0) != 0;
+    g.init_fail = env_ull("FAKE_ZE_INIT_FAIL", 0) != 0;
+    g.t0 = mono_ns();
+    parse_fail_env();
+}
+
+/* Global, driver, device ---------------------------------------------- */
+
+static ze_result_t
+fake_zeInit(ze_init_flags_t flags)
+{
+    ENTER(zeInit);
+    if (g.init_fail) {
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    }
+    if (flags != 0 && !(flags & ZE_INIT_FLAG_GPU_ONLY)) {
+        /* Only GPUs here: a VPU-only init finds nothing. */
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    }
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeDriverGet(uint32_t *pCount, ze_driver_handle_t *phDrivers)
+{
+    ENTER(zeDriverGet);
+    if (pCount == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (*pCount == 0 || phDrivers == NULL) {
+        *pCount = 1;
+        return ZE_RESULT_SUCCESS;
+    }
+    *pCount = 1;
+    phDrivers[0] = (ze_driver_handle_t)&g.driver;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeDriverGetApiVersion(ze_driver_handle_t h, ze_api_version_t *version)
+{
+    ENTER(zeDriverGetApiVersion);
+    if ((void *)h != &g.driver) {
+        return bad_handle(h);
+    }
+    if (version == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    *version = (ze_api_version_t)g.api_version;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeDriverGetProperties(ze_driver_handle_t h, ze_driver_properties_t *p)
+{
+    ENTER(zeDriverGetProperties);
+    if ((void *)h != &g.driver) {
+        return bad_handle(h);
+    }
+    if (p == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    memset(p->uuid.id, 0, sizeof(p->uuid.id));
+    memcpy(p->uuid.id, "fake-ze-driver", 14);
+    p->driverVersion = 0x01000001u;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeDeviceGet(ze_driver_handle_t h, uint32_t *pCount,
+                 ze_device_handle_t *phDevices)
+{
+    ENTER(zeDeviceGet);
+    if ((void *)h != &g.driver) {
+        return bad_handle(h);
+    }
+    if (pCount == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    uint32_t n = (uint32_t)g.ndevices;
+    if (*pCount == 0 || phDevices == NULL) {
+        *pCount = n;
+        return ZE_RESULT_SUCCESS;
+    }
+    if (*pCount > n) {
+        *pCount = n;
+    }
+    for (uint32_t i = 0; i < *pCount; i++) {
+        phDevices[i] = (ze_device_handle_t)&g.devices[i];
+    }
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeDeviceGetProperties(ze_device_handle_t h, ze_device_properties_t *p)
+{
+    ENTER(zeDeviceGetProperties);
+    fake_device *d = device_of(h);
+    if (d == NULL) {
+        return bad_handle(h);
+    }
+    if (p == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    ze_structure_type_t stype = p->stype;
+    void *next = p->pNext;
+    memset(p, 0, sizeof(*p));
+    p->stype = stype;
+    p->pNext = next;
+    p->type = ZE_DEVICE_TYPE_GPU;
+    p->vendorId = 0x8086;
+    p->deviceId = 0x0bd0 + (uint32_t)d->index;
+    p->flags = g.integrated ? ZE_DEVICE_PROPERTY_FLAG_INTEGRATED : 0;
+    p->coreClockRate = 1600;
+    p->maxMemAllocSize = g.total_mem;
+    p->maxHardwareContexts = 64;
+    p->maxCommandQueuePriority = 2;
+    p->numThreadsPerEU = 8;
+    p->physicalEUSimdWidth = 16;
+    p->numEUsPerSubslice = 8;
+    p->numSubslicesPerSlice = 4;
+    p->numSlices = 2;
+    /* The plain stype means ns per tick; the 1.2 one means ticks/s. */
+    p->timerResolution = stype == ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2
+                             ? 1000000000ull / g.timer_res
+                             : g.timer_res;
+    p->timestampValidBits = 64;
+    p->kernelTimestampValidBits = g.ts_bits;
+    memcpy(p->uuid.id, "fake-ze-device", 14);
+    p->uuid.id[15] = (uint8_t)d->index;
+    snprintf(p->name, sizeof(p->name), "Fake XPU Device %d", d->index);
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeDeviceGetMemoryProperties(ze_device_handle_t h, uint32_t *pCount,
+                                 ze_device_memory_properties_t *p)
+{
+    ENTER(zeDeviceGetMemoryProperties);
+    if (device_of(h) == NULL) {
+        return bad_handle(h);
+    }
+    if (pCount == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (*pCount == 0 || p == NULL) {
+        *pCount = 1;
+        return ZE_RESULT_SUCCESS;
+    }
+    *pCount = 1;
+    p->flags = 0;
+    p->maxClockRate = 3200;
+    p->maxBusWidth = 4096;
+    p->totalSize = g.total_mem;
+    snprintf(p->name, sizeof(p->name), "HBM");
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeDeviceGetCommandQueueGroupProperties(
+    ze_device_handle_t h, uint32_t *pCount,
+    ze_command_queue_group_properties_t *p)
+{
+    ENTER(zeDeviceGetCommandQueueGroupProperties);
+    if (device_of(h) == NULL) {
+        return bad_handle(h);
+    }
+    if (pCount == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (*pCount == 0 || p == NULL) {
+        *pCount = 1;
+        return ZE_RESULT_SUCCESS;
+    }
+    *pCount = 1;
+    p->flags = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE
+               | ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY;
+    p->maxMemoryFillPatternSize = 128;
+    p->numQueues = 4;
+    return ZE_RESULT_SUCCESS;
+}
+
+/* Context ------------------------------------------------------------- */
+
+static ze_result_t
+fake_zeContextCreate(ze_driver_handle_t h, const ze_context_desc_t *desc,
+                     ze_context_handle_t *out)
+{
+    ENTER(zeContextCreate);
+    if ((void *)h != &g.driver) {
+        return bad_handle(h);
+    }
+    if (desc == NULL || out == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    fake_context *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&g.lock);
+    obj_add(&c->obj, K_CONTEXT);
+    pthread_mutex_unlock(&g.lock);
+    *out = (ze_context_handle_t)c;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeContextDestroy(ze_context_handle_t h)
+{
+    ENTER(zeContextDestroy);
+    pthread_mutex_lock(&g.lock);
+    fake_context *c = obj_find(h, K_CONTEXT);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (c == NULL) {
+        r = bad_handle(h);
+    }
+    else if (c->children > 0) {
+        r = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+    }
+    else {
+        obj_remove(&c->obj);
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r == ZE_RESULT_SUCCESS) {
+        free(c);
+    }
+    return r;
+}
+
+/* Command lists ------------------------------------------------------- */
+
+static int
+waits_done(const fake_cmd *c)
+{
+    for (uint32_t i = 0; i < c->nwait; i++) {
+        if (!c->wait[i]->signaled) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void
+cmd_finish(fake_cmd *c, uint64_t now)
+{
+    if (c->signal != NULL) {
+        c->signal->signaled = 1;
+        c->signal->ts_start = to_ticks(c->start);
+        c->signal->ts_end = to_ticks(now);
+        c->signal->refs--;
+    }
+    for (uint32_t i = 0; i < c->nwait; i++) {
+        c->wait[i]->refs--;
+    }
+    free(c->wait);
+    free(c);
+    pthread_cond_broadcast(&g.cond);
+}
+
+static void *
+list_worker(void *arg)
+{
+    fake_list *l = arg;
+    pthread_mutex_lock(&g.lock);
+    for (;;) {
+        uint64_t now = mono_ns();
+        uint64_t next = 0;
+        for (fake_cmd **p = &l->running; *p != NULL;) {
+            fake_cmd *c = *p;
+            if (c->deadline <= now) {
+                *p = c->next;
+                cmd_finish(c, now);
+                continue;
+            }
+            if (next == 0 || c->deadline < next) {
+                next = c->deadline;
+            }
+            p = &c->next;
+        }
+        fake_cmd *c = l->head;
+        if (c != NULL) {
+            int after_all = l->in_order || c->kind == CMD_BARRIER;
+            if ((!after_all || l->running == NULL) && waits_done(c)) {
+                l->head = c->next;
+                if (l->head == NULL) {
+                    l->tail = NULL;
+                }
+                c->start = now;
+                if (c->kind == CMD_SLEEP && c->ns > 0) {
+                    c->deadline = now + c->ns;
+                    c->next = l->running;
+                    l->running = c;
+                }
+                else {
+                    cmd_finish(c, now);
+                }
+                continue;
+            }
+        }
+        else if (l->stop && l->running == NULL) {
+            break;
+        }
+        wait_until(next);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return NULL;
+}
+
+static ze_result_t
+fake_zeCommandListCreateImmediate(ze_context_handle_t hc,
+                                  ze_device_handle_t hd,
+                                  const ze_command_queue_desc_t *desc,
+                                  ze_command_list_handle_t *out)
+{
+    ENTER(zeCommandListCreateImmediate);
+    if (desc == NULL || out == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    fake_list *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_context *c = obj_find(hc, K_CONTEXT);
+    fake_device *d = device_of(hd);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (c == NULL) {
+        r = bad_handle(hc);
+    }
+    else if (d == NULL) {
+        r = bad_handle(hd);
+    }
+    else if (desc->ordinal != 0 || desc->index >= 4) {
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    else if (desc->mode > ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS
+             || desc->priority > ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_HIGH) {
+        r = ZE_RESULT_ERROR_INVALID_ENUMERATION;
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        l->ctx = c;
+        l->device = d->index;
+        /* Before 1.7 the bit means nothing: the list stays out of order,
+         * so a backend that relies on it anyway is caught. */
+        l->in_order = g.api_version >= ZE_MAKE_VERSION(1, 7)
+                      && (desc->flags & FAKE_FLAG_IN_ORDER);
+        l->serial = ++g.serial;
+        if (pthread_create(&l->worker, NULL, list_worker, l) != 0) {
+            r = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+        }
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        obj_add(&l->obj, K_LIST);
+        c->children++;
+        *out = (ze_command_list_handle_t)l;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        free(l);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeCommandListDestroy(ze_command_list_handle_t h)
+{
+    ENTER(zeCommandListDestroy);
+    pthread_mutex_lock(&g.lock);
+    fake_list *l = obj_find(h, K_LIST);
+    if (l == NULL) {
+        pthread_mutex_unlock(&g.lock);
+        return bad_handle(h);
+    }
+    if (l->head != NULL || l->running != NULL) {
+        /* The spec leaves this undefined; failing shows the bug. */
+        pthread_mutex_unlock(&g.lock);
+        return ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+    }
+    obj_remove(&l->obj);
+    l->ctx->children--;
+    l->stop = 1;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+    pthread_join(l->worker, NULL);
+    free(l);
+    return ZE_RESULT_SUCCESS;
+}
+
+/* Queue a command on l.  Call with g.lock held; validates the events. */
+static ze_result_t
+append_locked(fake_list *l, enum cmd_kind kind, uint64_t ns,
+              ze_event_handle_t signal, uint32_t nwait,
+              ze_event_handle_t *wait)
+{
+    fake_event *sev = NULL;
+    if (signal != NULL) {
+        sev = obj_find(signal, K_EVENT);
+        if (sev == NULL || sev->pool->ctx != l->ctx) {
+            return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+        }
+    }
+    if (nwait > 0 && wait == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    for (uint32_t i = 0; i < nwait; i++) {
+        fake_event *w = obj_find(wait[i], K_EVENT);
+        if (w == NULL || w->pool->ctx != l->ctx) {
+            return bad_handle(wait[i]);
+        }
+    }
+    fake_cmd *c = calloc(1, sizeof(*c));
+    fake_event **ws = nwait > 0 ? calloc(nwait, sizeof(*ws)) : NULL;
+    if (c == NULL || (nwait > 0 && ws == NULL)) {
+        free(c);
+        free(ws);
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    c->kind = kind;
+    c->ns = ns;
+    c->signal = sev;
+    if (sev != NULL) {
+        sev->refs++;
+    }
+    c->nwait = nwait;
+    c->wait = ws;
+    for (uint32_t i = 0; i < nwait; i++) {
+        ws[i] = obj_find(wait[i], K_EVENT);
+        ws[i]->refs++;
+    }
+    if (l->tail != NULL) {
+        l->tail->next = c;
+    }
+    else {
+        l->head = c;
+    }
+    l->tail = c;
+    pthread_cond_broadcast(&g.cond);
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+append(ze_command_list_handle_t h, enum cmd_kind kind,
+       ze_event_handle_t signal, uint32_t nwait, ze_event_handle_t *wait)
+{
+    pthread_mutex_lock(&g.lock);
+    fake_list *l = obj_find(h, K_LIST);
+    ze_result_t r = l == NULL ? bad_handle(h)
+                              : append_locked(l, kind, 0, signal, nwait,
+                                              wait);
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeCommandListAppendBarrier(ze_command_list_handle_t h,
+                                ze_event_handle_t signal, uint32_t nwait,
+                                ze_event_handle_t *wait)
+{
+    ENTER(zeCommandListAppendBarrier);
+    return append(h, CMD_BARRIER, signal, nwait, wait);
+}
+
+static ze_result_t
+fake_zeCommandListAppendSignalEvent(ze_command_list_handle_t h,
+                                    ze_event_handle_t ev)
+{
+    ENTER(zeCommandListAppendSignalEvent);
+    if (ev == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    }
+    return append(h, CMD_SIGNAL, ev, 0, NULL);
+}
+
+static ze_result_t
+fake_zeCommandListAppendWaitOnEvents(ze_command_list_handle_t h,
+                                     uint32_t n, ze_event_handle_t *evs)
+{
+    ENTER(zeCommandListAppendWaitOnEvents);
+    if (evs == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    return append(h, CMD_WAIT, NULL, n, evs);
+}
+
+/* Event pools and events ---------------------------------------------- */
+
+static ze_result_t
+fake_zeEventPoolCreate(ze_context_handle_t hc,
+                       const ze_event_pool_desc_t *desc, uint32_t ndev,
+                       ze_device_handle_t *devs, ze_event_pool_handle_t *out)
+{
+    ENTER(zeEventPoolCreate);
+    if (desc == NULL || out == NULL || (ndev > 0 && devs == NULL)) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (desc->count == 0) {
+        return ZE_RESULT_ERROR_INVALID_SIZE;
+    }
+    if (desc->flags > 0x7) {
+        return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+    }
+    fake_pool *p = calloc(1, sizeof(*p));
+    unsigned char *used = calloc(desc->count, 1);
+    if (p == NULL || used == NULL) {
+        free(p);
+        free(used);
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_context *c = obj_find(hc, K_CONTEXT);
+    ze_result_t r = c == NULL ? bad_handle(hc) : ZE_RESULT_SUCCESS;
+    for (uint32_t i = 0; r == ZE_RESULT_SUCCESS && i < ndev; i++) {
+        if (device_of(devs[i]) == NULL) {
+            r = bad_handle(devs[i]);
+        }
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        p->ctx = c;
+        p->flags = desc->flags;
+        p->count = desc->count;
+        p->used = used;
+        obj_add(&p->obj, K_POOL);
+        c->children++;
+        *out = (ze_event_pool_handle_t)p;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        free(p);
+        free(used);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeEventPoolDestroy(ze_event_pool_handle_t h)
+{
+    ENTER(zeEventPoolDestroy);
+    pthread_mutex_lock(&g.lock);
+    fake_pool *p = obj_find(h, K_POOL);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (p == NULL) {
+        r = bad_handle(h);
+    }
+    else if (p->events > 0) {
+        r = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+    }
+    else {
+        obj_remove(&p->obj);
+        p->ctx->children--;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r == ZE_RESULT_SUCCESS) {
+        free(p->used);
+        free(p);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeEventCreate(ze_event_pool_handle_t h, const ze_event_desc_t *desc,
+                   ze_event_handle_t *out)
+{
+    ENTER(zeEventCreate);
+    if (desc == NULL || out == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    fake_event *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_pool *p = obj_find(h, K_POOL);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (p == NULL) {
+        r = bad_handle(h);
+    }
+    else if (desc->index >= p->count || p->used[desc->index]) {
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        e->pool = p;
+        e->index = desc->index;
+        p->used[desc->index] = 1;
+        p->events++;
+        obj_add(&e->obj, K_EVENT);
+        *out = (ze_event_handle_t)e;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        free(e);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeEventDestroy(ze_event_handle_t h)
+{
+    ENTER(zeEventDestroy);
+    pthread_mutex_lock(&g.lock);
+    fake_event *e = obj_find(h, K_EVENT);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (e == NULL) {
+        r = bad_handle(h);
+    }
+    else if (e->refs > 0) {
+        r = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+    }
+    else {
+        obj_remove(&e->obj);
+        e->pool->used[e->index] = 0;
+        e->pool->events--;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r == ZE_RESULT_SUCCESS) {
+        free(e);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeEventHostSynchronize(ze_event_handle_t h, uint64_t timeout)
+{
+    ENTER(zeEventHostSynchronize);
+    uint64_t deadline = 0;
+    if (timeout != UINT64_MAX) {
+        deadline = mono_ns() + timeout;
+    }
+    pthread_mutex_lock(&g.lock);
+    ze_result_t r;
+    for (;;) {
+        fake_event *e = obj_find(h, K_EVENT);
+        if (e == NULL) {
+            r = bad_handle(h);
+            break;
+        }
+        if (e->signaled) {
+            r = ZE_RESULT_SUCCESS;
+            break;
+        }
+        if (deadline != 0 && mono_ns() >= deadline) {
+            r = ZE_RESULT_NOT_READY;
+            break;
+        }
+        wait_until(deadline);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeEventQueryStatus(ze_event_handle_t h)
+{
+    ENTER(zeEventQueryStatus);
+    pthread_mutex_lock(&g.lock);
+    fake_event *e = obj_find(h, K_EVENT);
+    ze_result_t r = e == NULL ? bad_handle(h)
+                    : e->signaled ? ZE_RESULT_SUCCESS
+                                  : ZE_RESULT_NOT_READY;
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeEventHostReset(ze_event_handle_t h)
+{
+    ENTER(zeEventHostReset);
+    pthread_mutex_lock(&g.lock);
+    fake_event *e = obj_find(h, K_EVENT);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (e == NULL) {
+        r = bad_handle(h);
+    }
+    else if (e->refs > 0) {
+        /* A pending signal would set it again, a pending wait would miss
+         * it: the spec forbids resetting an event the device uses. */
+        r = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+    }
+    else {
+        e->signaled = 0;
+        e->ts_start = e->ts_end = 0;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeEventHostSignal(ze_event_handle_t h)
+{
+    ENTER(zeEventHostSignal);
+    pthread_mutex_lock(&g.lock);
+    fake_event *e = obj_find(h, K_EVENT);
+    ze_result_t r = e == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+    if (e != NULL) {
+        uint64_t now = mono_ns();
+        e->signaled = 1;
+        e->ts_start = e->ts_end = to_ticks(now);
+        pthread_cond_broadcast(&g.cond);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeEventQueryKernelTimestamp(ze_event_handle_t h,
+                                 ze_kernel_timestamp_result_t *dst)
+{
+    ENTER(zeEventQueryKernelTimestamp);
+    if (dst == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_event *e = obj_find(h, K_EVENT);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (e == NULL) {
+        r = bad_handle(h);
+    }
+    else if (!(e->pool->flags & ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP)) {
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    else if (!e->signaled) {
+        r = ZE_RESULT_NOT_READY;
+    }
+    else {
+        dst->global.kernelStart = e->ts_start;
+        dst->global.kernelEnd = e->ts_end;
+        dst->context = dst->global;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+/* DDI table getters ---------------------------------------------------- */
+
+/* Tables only grow by appending, so any 1.x table holds the 1.0 fields
+ * written below: accept every major-1 version and write nothing newer. */
+static ze_result_t
+check_table(ze_api_version_t version, const void *table)
+{
+    if (ZE_MAJOR_VERSION(version) != 1) {
+        return ZE_RESULT_ERROR_UNSUPPORTED_VERSION;
+    }
+    return table == NULL ? ZE_RESULT_ERROR_INVALID_NULL_POINTER
+                         : ZE_RESULT_SUCCESS;
+}
+
+EXPORT ze_result_t
+zeGetGlobalProcAddrTable(ze_api_version_t version, ze_global_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnInit = fake_zeInit;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zeGetDriverProcAddrTable(ze_api_version_t version, ze_driver_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnGet = fake_zeDriverGet;
+        t->pfnGetApiVersion = fake_zeDriverGetApiVersion;
+        t->pfnGetProperties = fake_zeDriverGetProperties;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zeGetDeviceProcAddrTable(ze_api_version_t version, ze_device_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnGet = fake_zeDeviceGet;
+        t->pfnGetProperties = fake_zeDeviceGetProperties;
+        t->pfnGetMemoryProperties = fake_zeDeviceGetMemoryProperties;
+        t->pfnGetCommandQueueGroupProperties =
+            fake_zeDeviceGetCommandQueueGroupProperties;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zeGetContextProcAddrTable(ze_api_version_t version, ze_context_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnCreate = fake_zeContextCreate;
+        t->pfnDestroy = fake_zeContextDestroy;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zeGetCommandListProcAddrTable(ze_api_version_t version,
+                              ze_command_list_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnCreateImmediate = fake_zeCommandListCreateImmediate;
+        t->pfnDestroy = fake_zeCommandListDestroy;
+        t->pfnAppendBarrier = fake_zeCommandListAppendBarrier;
+        t->pfnAppendSignalEvent = fake_zeCommandListAppendSignalEvent;
+        t->pfnAppendWaitOnEvents = fake_zeCommandListAppendWaitOnEvents;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zeGetEventPoolProcAddrTable(ze_api_version_t version,
+                            ze_event_pool_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnCreate = fake_zeEventPoolCreate;
+        t->pfnDestroy = fake_zeEventPoolDestroy;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zeGetEventProcAddrTable(ze_api_version_t version, ze_event_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnCreate = fake_zeEventCreate;
+        t->pfnDestroy = fake_zeEventDestroy;
+        t->pfnHostSignal = fake_zeEventHostSignal;
+        t->pfnHostSynchronize = fake_zeEventHostSynchronize;
+        t->pfnQueryStatus = fake_zeEventQueryStatus;
+        t->pfnHostReset = fake_zeEventHostReset;
+        t->pfnQueryKernelTimestamp = fake_zeEventQueryKernelTimestamp;
+    }
+    return r;
+}
+
+/* The loader refuses a driver that lacks any of these, even though it
+ * never calls them here: left empty (a NULL entry makes the loader answer
+ * ZE_RESULT_ERROR_UNSUPPORTED_FEATURE). */
+#define EMPTY_GETTER(name, table_t)                                  \
+    EXPORT ze_result_t name(ze_api_version_t version, table_t *t)    \
+    {                                                                \
+        return check_table(version, t);                              \
+    }
+
+EMPTY_GETTER(zeGetCommandQueueProcAddrTable, ze_command_queue_dditable_t)
+EMPTY_GETTER(zeGetImageProcAddrTable, ze_image_dditable_t)
+EMPTY_GETTER(zeGetFenceProcAddrTable, ze_fence_dditable_t)
+EMPTY_GETTER(zeGetModuleProcAddrTable, ze_module_dditable_t)
+EMPTY_GETTER(zeGetModuleBuildLogProcAddrTable,
+             ze_module_build_log_dditable_t)
+EMPTY_GETTER(zeGetKernelProcAddrTable, ze_kernel_dditable_t)
+EMPTY_GETTER(zeGetSamplerProcAddrTable, ze_sampler_dditable_t)
+EMPTY_GETTER(zeGetPhysicalMemProcAddrTable, ze_physical_mem_dditable_t)
+EMPTY_GETTER(zeGetMemProcAddrTable, ze_mem_dditable_t)
+EMPTY_GETTER(zeGetVirtualMemProcAddrTable, ze_virtual_mem_dditable_t)
+
+EMPTY_GETTER(zetGetDeviceProcAddrTable, zet_device_dditable_t)
+EMPTY_GETTER(zetGetContextProcAddrTable, zet_context_dditable_t)
+EMPTY_GETTER(zetGetCommandListProcAddrTable, zet_command_list_dditable_t)
+EMPTY_GETTER(zetGetModuleProcAddrTable, zet_module_dditable_t)
+EMPTY_GETTER(zetGetKernelProcAddrTable, zet_kernel_dditable_t)
+EMPTY_GETTER(zetGetMetricGroupProcAddrTable, zet_metric_group_dditable_t)
+EMPTY_GETTER(zetGetMetricProcAddrTable, zet_metric_dditable_t)
+EMPTY_GETTER(zetGetMetricStreamerProcAddrTable,
+             zet_metric_streamer_dditable_t)
+EMPTY_GETTER(zetGetMetricQueryPoolProcAddrTable,
+             zet_metric_query_pool_dditable_t)
+EMPTY_GETTER(zetGetMetricQueryProcAddrTable, zet_metric_query_dditable_t)
+EMPTY_GETTER(zetGetDebugProcAddrTable, zet_debug_dditable_t)
+EMPTY_GETTER(zetGetTracerExpProcAddrTable, zet_tracer_exp_dditable_t)
+
+EMPTY_GETTER(zesGetDriverProcAddrTable, zes_driver_dditable_t)
+EMPTY_GETTER(zesGetDeviceProcAddrTable, zes_device_dditable_t)
+EMPTY_GETTER(zesGetSchedulerProcAddrTable, zes_scheduler_dditable_t)
+EMPTY_GETTER(zesGetPerformanceFactorProcAddrTable,
+             zes_performance_factor_dditable_t)
+EMPTY_GETTER(zesGetPowerProcAddrTable, zes_power_dditable_t)
+EMPTY_GETTER(zesGetFrequencyProcAddrTable, zes_frequency_dditable_t)
+EMPTY_GETTER(zesGetEngineProcAddrTable, zes_engine_dditable_t)
+EMPTY_GETTER(zesGetStandbyProcAddrTable, zes_standby_dditable_t)
+EMPTY_GETTER(zesGetFirmwareProcAddrTable, zes_firmware_dditable_t)
+EMPTY_GETTER(zesGetMemoryProcAddrTable, zes_memory_dditable_t)
+EMPTY_GETTER(zesGetFabricPortProcAddrTable, zes_fabric_port_dditable_t)
+EMPTY_GETTER(zesGetTemperatureProcAddrTable, zes_temperature_dditable_t)
+EMPTY_GETTER(zesGetPsuProcAddrTable, zes_psu_dditable_t)
+EMPTY_GETTER(zesGetFanProcAddrTable, zes_fan_dditable_t)
+EMPTY_GETTER(zesGetLedProcAddrTable, zes_led_dditable_t)
+EMPTY_GETTER(zesGetRasProcAddrTable, zes_ras_dditable_t)
+EMPTY_GETTER(zesGetDiagnosticsProcAddrTable, zes_diagnostics_dditable_t)
+
+/* Control (for tests, through ctypes) --------------------------------- */
+
+/* Calls of the named ze function so far, faulted ones included (NULL:
+ * of all of them); -1 for a function this driver does not implement. */
+EXPORT long long
+fake_ze_call_count(const char *name)
+{
+    int fn = function_index(name);
+    if (name != NULL && fn < 0) {
+        return -1;
+    }
+    long long n = 0;
+    pthread_mutex_lock(&g.lock);
+    for (int i = 0; i < F_COUNT; i++) {
+        if (name == NULL || i == fn) {
+            n += g.calls[i];
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    return n;
+}
+
+EXPORT void
+fake_ze_reset_counts(void)
+{
+    pthread_mutex_lock(&g.lock);
+    memset(g.calls, 0, sizeof(g.calls));
+    pthread_mutex_unlock(&g.lock);
+}
+
+/* Make the nth call (1-based, counted from now) of `name` fail with
+ * `code` without doing anything (nth 0: every call until cleared).  When
+ * several faults are due on one call the earliest installed wins.  0 on
+ * success, -1 for a function this driver does not implement, nth < 0 or
+ * more than 32 pending faults. */
+EXPORT int
+fake_ze_fail(const char *name, int nth, int code)
+{
+    pthread_mutex_lock(&g.lock);
+    int r = add_fault(name, nth, code);
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+EXPORT void
+fake_ze_clear_faults(void)
+{
+    pthread_mutex_lock(&g.lock);
+    g.nfaults = 0;
+    pthread_mutex_unlock(&g.lock);
+}
+
+/* Live objects of a kind: "context", "list", "pool", "event"; -1 for an
+ * unknown kind. */
+EXPORT long long
+fake_ze_live(const char *kind)
+{
+    long long n = -1;
+    pthread_mutex_lock(&g.lock);
+    for (int i = 0; i < K_KINDS; i++) {
+        if (kind != NULL && strcmp(kind, kind_names[i]) == 0) {
+            n = g.live_count[i];
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    return n;
+}
+
+/* Copy 8 bytes from `addr` if they are mapped and readable: write(2)
+ * reports EFAULT instead of crashing on a bad address. */
+static int
+read_word(uintptr_t addr, uintptr_t *out)
+{
+    if (g.probe_pipe[0] < 0 && pipe(g.probe_pipe) != 0) {
+        return -1;
+    }
+    if (write(g.probe_pipe[1], (const void *)addr, sizeof(*out))
+        != (ssize_t)sizeof(*out)) {
+        return -1;
+    }
+    return read(g.probe_pipe[0], out, sizeof(*out)) == (ssize_t)sizeof(*out)
+               ? 0 : -1;
+}
+
+/*
+ * The list a test names.  In the loader's direct mode (one driver) the
+ * backend's handles are ours.  In intercept mode
+ * (ZE_ENABLE_LOADER_INTERCEPT=1, or several drivers) the backend sees
+ * loader objects whose first word is our handle (loader 1.8's object_t
+ * layout), so that word is tried next, read safely.
+ */
+static fake_list *
+resolve_list(unsigned long long h)
+{
+    fake_list *l = obj_find((void *)(uintptr_t)h, K_LIST);
+    uintptr_t inner;
+    if (l == NULL && h != 0 && h % sizeof(void *) == 0
+        && read_word((uintptr_t)h, &inner) == 0) {
+        l = obj_find((void *)inner, K_LIST);
+    }
+    return l;
+}
+
+static int
+enqueue_sleep(fake_list *l, double ms)
+{
+    if (l == NULL) {
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    if (!(ms >= 0.0 && ms < 1e9)) {
+        return ZE_RESULT_ERROR_INVALID_SIZE;
+    }
+    return append_locked(l, CMD_SLEEP, (uint64_t)(ms * 1e6), NULL, 0, NULL);
+}
+
+/*
+ * Queue `ms` milliseconds of work on a command list, given as the handle
+ * the backend reports (stream.handle, in direct or intercept mode).
+ * Returns a ze_result_t (0: queued).
+ */
+EXPORT int
+fake_ze_enqueue_sleep(unsigned long long command_list, double ms)
+{
+    pthread_mutex_lock(&g.lock);
+    int r = enqueue_sleep(resolve_list(command_list), ms);
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+/* The same on the live list most recently created on device `device`
+ * (after the default stream is made: that stream's list). */
+EXPORT int
+fake_ze_enqueue_sleep_default(int device, double ms)
+{
+    pthread_mutex_lock(&g.lock);
+    fake_list *best = NULL;
+    for (fake_obj *o = g.live[K_LIST]; o != NULL; o = o->next) {
+        fake_list *l = (fake_list *)o;
+        if (l->device == device
+            && (best == NULL || l->serial > best->serial)) {
+            best = l;
+        }
+    }
+    int r = enqueue_sleep(best, ms);
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
