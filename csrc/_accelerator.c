@@ -576,6 +576,26 @@ backends(PyObject *module, PyObject *unused)
     return list;
 }
 
+PyDoc_STRVAR(empty_cache_doc,
+"empty_cache($module, /)\n--\n\n"
+"Release the driver streams and events kept for reuse.  Dropped streams\n"
+"and events go to a small pool so that creating new ones costs no driver\n"
+"call; this gives them back to the driver (exit does too).");
+
+static PyObject *
+empty_cache(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (!acc_probed()) {
+        Py_RETURN_NONE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    acc_empty_cache();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(noop_doc,
 "_noop($module, /)\n--\n\n"
 "Do nothing: the baseline C call the benchmarks compare against.");
@@ -610,6 +630,7 @@ static PyMethodDef module_methods[] = {
     {"get_device_name", (PyCFunction)(void (*)(void))get_device_name,
      METH_FASTCALL, get_device_name_doc},
     {"backends", backends, METH_NOARGS, backends_doc},
+    {"empty_cache", empty_cache, METH_NOARGS, empty_cache_doc},
     {"_noop", noop, METH_NOARGS, noop_doc},
     {NULL, NULL, 0, NULL},
 };

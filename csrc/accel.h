@@ -176,6 +176,9 @@ acc_status acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
 /* Release the native event, if any. */
 void acc_event_release(acc_event *e);
 
+/* Release the driver streams and events kept for reuse (may block). */
+void acc_empty_cache(void);
+
 /* Memory */
 acc_status acc_memory_info(int device, size_t *free_bytes,
                            size_t *total_bytes, acc_error *err);

@@ -28,6 +28,35 @@ typedef struct default_slot {
     acc_stream s;
 } default_slot;
 
+/*
+ * Driver streams and events are kept for reuse when their owner drops
+ * them, as torch pools streams: creating one in a loop then costs no
+ * driver call.  A reused stream may still run its previous owner's work
+ * (in order, as with torch's shared pool streams); a reused event is
+ * unrecorded until its new owner records it.  acc_empty_cache() releases
+ * them; so does exit.
+ */
+#define STREAM_POOL_SIZE 8   /* free streams kept per device */
+#define EVENT_POOL_SIZE 32   /* free events kept per device and flags */
+#define EVENT_KINDS 4        /* ACC_EVENT_TIMING | ACC_EVENT_BLOCKING */
+
+typedef struct stream_pool {
+    int n;
+    struct {
+        int priority;
+        uintptr_t handle;
+        void *native;
+    } items[STREAM_POOL_SIZE];
+} stream_pool;
+
+typedef struct event_pool {
+    int n;
+    struct {
+        uintptr_t handle;
+        void *native;
+    } items[EVENT_POOL_SIZE];
+} event_pool;
+
 typedef struct properties_slot {
     atomic_int ready;
     acc_device_properties props;
@@ -46,9 +75,13 @@ static struct {
     pthread_key_t thread_key;  /* runs release_thread_state at exit */
     default_slot defaults[ACC_MAX_DEVICES];
     properties_slot properties[ACC_MAX_DEVICES];
+    pthread_mutex_t pool_lock;
+    stream_pool streams[ACC_MAX_DEVICES];
+    event_pool events[ACC_MAX_DEVICES][EVENT_KINDS];
 } g = {
     .once = PTHREAD_ONCE_INIT,
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .pool_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
 /*
@@ -189,7 +222,11 @@ probe_backend(int i)
 static void
 shutdown_selected(void)
 {
-    if (g.selected != NULL && !g.forked && g.selected->shutdown != NULL) {
+    if (g.selected == NULL || g.forked) {
+        return;
+    }
+    acc_empty_cache();
+    if (g.selected->shutdown != NULL) {
         g.selected->shutdown();
     }
 }
@@ -571,6 +608,49 @@ acc_set_current_stream(acc_stream *s, acc_error *err)
     return ACC_OK;
 }
 
+/* Keep the native stream of s for reuse, or destroy it when the pool of
+ * its device is full. */
+static void
+stream_recycle(acc_stream *s)
+{
+    stream_pool *pool = &g.streams[s->device];
+
+    pthread_mutex_lock(&g.pool_lock);
+    if (pool->n < STREAM_POOL_SIZE) {
+        pool->items[pool->n].priority = s->priority;
+        pool->items[pool->n].handle = s->handle;
+        pool->items[pool->n].native = s->native;
+        pool->n++;
+        pthread_mutex_unlock(&g.pool_lock);
+        return;
+    }
+    pthread_mutex_unlock(&g.pool_lock);
+    if (s->backend->stream_destroy != NULL) {
+        s->backend->stream_destroy(s);
+    }
+}
+
+/* Fill s from the pool when a free stream of its priority is there. */
+static int
+stream_reuse(acc_stream *s)
+{
+    stream_pool *pool = &g.streams[s->device];
+    int found = 0;
+
+    pthread_mutex_lock(&g.pool_lock);
+    for (int i = pool->n - 1; i >= 0; i--) {
+        if (pool->items[i].priority == s->priority) {
+            s->handle = pool->items[i].handle;
+            s->native = pool->items[i].native;
+            pool->items[i] = pool->items[--pool->n];
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g.pool_lock);
+    return found;
+}
+
 void
 acc_stream_incref(acc_stream *s)
 {
@@ -592,9 +672,8 @@ acc_stream_decref(acc_stream *s)
     }
     /* A stream outlives a fork only in memory: the child must not call
      * the driver, and the parent still owns the native object. */
-    if (!(s->flags & ACC_STREAM_EXTERNAL) && !g.forked
-        && s->backend->stream_destroy != NULL) {
-        s->backend->stream_destroy(s);
+    if (!(s->flags & ACC_STREAM_EXTERNAL) && !g.forked) {
+        stream_recycle(s);
     }
     free(s);
 }
@@ -665,6 +744,10 @@ acc_stream_create(int device, int priority, acc_stream **out,
         return st;
     }
     s->priority = (int)wanted;
+    if (stream_reuse(s)) {
+        *out = s;
+        return ACC_OK;
+    }
     st = g.selected->stream_create(s, err);
     if (st != ACC_OK) {
         free(s);
@@ -766,6 +849,30 @@ acc_stream_wait_stream(acc_stream *s, acc_stream *other, acc_error *err)
 
 /* Events ----------------------------------------------------------------- */
 
+static event_pool *
+event_pool_of(const acc_event *e)
+{
+    return &g.events[e->device][e->flags & (EVENT_KINDS - 1)];
+}
+
+/* Give e a pooled native event of its device and flags, if there is one. */
+static int
+event_reuse(acc_event *e)
+{
+    event_pool *pool = event_pool_of(e);
+    int found = 0;
+
+    pthread_mutex_lock(&g.pool_lock);
+    if (pool->n > 0) {
+        pool->n--;
+        e->handle = pool->items[pool->n].handle;
+        e->native = pool->items[pool->n].native;
+        found = 1;
+    }
+    pthread_mutex_unlock(&g.pool_lock);
+    return found;
+}
+
 void
 acc_event_init(acc_event *e, unsigned flags)
 {
@@ -788,7 +895,7 @@ acc_event_record(acc_event *e, acc_stream *s, acc_error *err)
     if (e->native == NULL) {
         e->backend = s->backend;
         e->device = s->device;
-        st = s->backend->event_create(e, err);
+        st = event_reuse(e) ? ACC_OK : s->backend->event_create(e, err);
         if (st != ACC_OK) {
             e->device = -1;
             e->backend = NULL;
@@ -852,6 +959,14 @@ acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                       "elapsed time.");
         return ACC_ERR_INVALID_ARGUMENT;
     }
+    if (start->device != end->device) {
+        /* Device clocks (and CUDA contexts) differ: no common time. */
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "Both events must be recorded on the same device to "
+                      "calculate elapsed time, got devices %d and %d.",
+                      start->device, end->device);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
     st = acc_check_usable(err);
     if (st != ACC_OK) {
         return st;
@@ -872,9 +987,78 @@ acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
 void
 acc_event_release(acc_event *e)
 {
-    if (e->native != NULL && !g.forked && e->backend->event_destroy) {
-        e->backend->event_destroy(e);
+    event_pool *pool;
+
+    if (e->native != NULL && !g.forked) {
+        pool = event_pool_of(e);
+        pthread_mutex_lock(&g.pool_lock);
+        if (pool->n < EVENT_POOL_SIZE) {
+            pool->items[pool->n].handle = e->handle;
+            pool->items[pool->n].native = e->native;
+            pool->n++;
+            e->native = NULL;
+        }
+        pthread_mutex_unlock(&g.pool_lock);
+        if (e->native != NULL && e->backend->event_destroy != NULL) {
+            e->backend->event_destroy(e);
+        }
     }
     e->native = NULL;
     e->handle = 0;
+}
+
+/* Cache ------------------------------------------------------------------ */
+
+void
+acc_empty_cache(void)
+{
+    acc_stream s;
+    acc_event e;
+
+    if (g.selected == NULL || g.forked) {
+        return;
+    }
+    /* Take one object out under the lock, destroy it outside: destroying
+     * may wait for the driver. */
+    for (int d = 0; d < g.device_count; d++) {
+        for (;;) {
+            pthread_mutex_lock(&g.pool_lock);
+            if (g.streams[d].n == 0) {
+                pthread_mutex_unlock(&g.pool_lock);
+                break;
+            }
+            memset(&s, 0, sizeof(s));
+            g.streams[d].n--;
+            s.backend = g.selected;
+            s.device = d;
+            s.priority = g.streams[d].items[g.streams[d].n].priority;
+            s.handle = g.streams[d].items[g.streams[d].n].handle;
+            s.native = g.streams[d].items[g.streams[d].n].native;
+            pthread_mutex_unlock(&g.pool_lock);
+            if (g.selected->stream_destroy != NULL) {
+                g.selected->stream_destroy(&s);
+            }
+        }
+        for (unsigned kind = 0; kind < EVENT_KINDS; kind++) {
+            event_pool *pool = &g.events[d][kind];
+
+            for (;;) {
+                pthread_mutex_lock(&g.pool_lock);
+                if (pool->n == 0) {
+                    pthread_mutex_unlock(&g.pool_lock);
+                    break;
+                }
+                pool->n--;
+                acc_event_init(&e, kind);
+                e.backend = g.selected;
+                e.device = d;
+                e.handle = pool->items[pool->n].handle;
+                e.native = pool->items[pool->n].native;
+                pthread_mutex_unlock(&g.pool_lock);
+                if (g.selected->event_destroy != NULL) {
+                    g.selected->event_destroy(&e);
+                }
+            }
+        }
+    }
 }

@@ -304,30 +304,48 @@ def test_from_handle_rejects_bad_handles() -> None:
 
 
 def test_dropping_a_busy_stream_is_safe(driver) -> None:
-    gc.collect()
+    acc.synchronize()
+    acc.empty_cache()
     live = driver.live("stream")
     stream = acc.Stream()
     driver.enqueue_sleep(stream, 50)
     assert driver.live("stream") == live + 1
     del stream
     gc.collect()
+    acc.synchronize()
+    acc.empty_cache()
     assert driver.live("stream") == live
-    time.sleep(0.08)
 
 
 def test_a_current_stream_outlives_its_object(driver,
                                              default_streams) -> None:
+    acc.empty_cache()
     live = driver.live("stream")
     stream = acc.Stream()
     handle = stream.handle
     acc.set_stream(stream)
     del stream
     gc.collect()
+    acc.empty_cache()
     assert driver.live("stream") == live + 1
     assert acc.current_stream().handle == handle
     acc.set_stream(default_streams[0])
-    gc.collect()
+    acc.empty_cache()
     assert driver.live("stream") == live
+
+
+def test_dropped_streams_are_reused_without_driver_calls(driver) -> None:
+    acc.empty_cache()
+    stream = acc.Stream(priority=-1)
+    handle = stream.handle
+    del stream
+    calls = driver.calls()
+    again = acc.Stream(priority=-1)
+    assert driver.calls() == calls, "a pooled stream was not reused"
+    assert again.handle == handle and again.priority < 0
+    other = acc.Stream()  # another priority: a new driver stream
+    assert other.handle != handle
+    assert driver.calls() > calls
 
 
 def test_streams_cannot_be_pickled_but_can_be_weakly_referenced() -> None:
