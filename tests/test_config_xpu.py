@@ -1,0 +1,107 @@
+"""Level Zero configurations and backend selection, one process each.
+
+The Level Zero test driver runs under Debian's real loader (libze1); these
+tests skip with the reason when the loader or the driver is missing.
+"""
+from __future__ import annotations
+
+import ctypes.util
+import json
+
+import pytest
+
+from fake_drivers import CUDA_DOUBLE, ZE_DRIVER
+from test_config import UNAVAILABLE, run
+
+pytestmark = [
+    pytest.mark.skipif(not ZE_DRIVER.exists(),
+                       reason="no Level Zero test driver (needs libze-dev; "
+                       "run make -C tests/drivers)"),
+    pytest.mark.skipif(ctypes.util.find_library("ze_loader") is None,
+                       reason="Debian's Level Zero loader (libze1) is not "
+                       "installed"),
+]
+
+SUMMARY = """
+import accelerator as a
+print(a.is_available(), a.device_count(), a.current_accelerator())
+"""
+
+
+def ze(devices: int = 2, **env: str) -> dict[str, str]:
+    return dict(ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER),
+                FAKE_ZE_DEVICES=str(devices), **env)
+
+
+def test_the_issue_command_line() -> None:
+    out = run(SUMMARY, **ze(2, ACCELERATOR_BACKEND="xpu")).stdout
+    assert out == "True 2 xpu\n"
+
+
+@pytest.mark.parametrize("mode", [{}, {"ZE_ENABLE_LOADER_INTERCEPT": "1"}])
+@pytest.mark.parametrize("devices", [1, 3])
+def test_device_counts(devices: int, mode: dict[str, str]) -> None:
+    out = run(SUMMARY, **ze(devices, **mode)).stdout
+    assert out.split() == ["True", str(devices), "xpu"]
+
+
+def xpu_reason(result) -> str:
+    backends = {b["name"]: b for b in json.loads(result.stdout)}
+    assert not backends["xpu"]["available"]
+    return backends["xpu"]["reason"]
+
+
+def test_zeinit_failing_is_unavailable_and_safe() -> None:
+    # Loader 1.8 crashes on any call after a failed zeInit: none is made.
+    result = run(UNAVAILABLE, **ze(2, FAKE_ZE_INIT_FAIL="1",
+                                   ACCELERATOR_BACKEND="xpu"))
+    assert "zeInit" in xpu_reason(result)
+
+
+def test_no_level_zero_driver() -> None:
+    result = run(UNAVAILABLE, ACCELERATOR_BACKEND="xpu")
+    assert "zeInit" in xpu_reason(result)
+
+
+def test_no_loader_library() -> None:
+    result = run(UNAVAILABLE, ACCELERATOR_BACKEND="xpu",
+                 ACCELERATOR_ZE_LIBRARY="/nonexistent/libze_loader.so.1")
+    assert "/nonexistent/libze_loader.so.1" in xpu_reason(result)
+
+
+@pytest.mark.skipif(not CUDA_DOUBLE.exists(), reason="no CUDA double")
+def test_both_present_picks_cuda_first_and_reports_both() -> None:
+    both = dict(ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE),
+                FAKE_CUDA_DEVICES="2", **ze(3))
+    result = run("""
+    import accelerator as a
+    print(a.current_accelerator(), a.device_count())
+    print(json.dumps(a.backends()))
+    """, **both, ACCELERATOR_DEBUG="1")
+    first, listing = result.stdout.splitlines()
+    assert first == "cuda 2"
+    backends = {b["name"]: b for b in json.loads(listing)}
+    assert backends["cuda"]["selected"] and not backends["xpu"]["selected"]
+    assert backends["xpu"]["available"] and backends["xpu"]["device_count"] == 3
+    assert "selected backend cuda" in result.stderr
+    assert "backend xpu not probed: cuda was selected first" in result.stderr
+    assert "backend xpu available: 3 device(s)" in result.stderr
+    chosen = run(SUMMARY, **both, ACCELERATOR_BACKEND="xpu").stdout
+    assert chosen.split() == ["True", "3", "xpu"]
+
+
+def test_fork_after_init_refuses_clearly() -> None:
+    run("""
+    import accelerator as a
+    a.Stream().synchronize()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            a.Stream()
+        except a.AcceleratorError as e:
+            os._exit(0 if "'spawn'" in str(e) else 2)
+        os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    a.Stream().synchronize()
+    """, **ze(2, ACCELERATOR_BACKEND="xpu"))
