@@ -12,8 +12,14 @@ WARNINGS = ["-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 if os.environ.get("ACCELERATOR_WERROR") == "1":
     WARNINGS.append("-Werror")
 
+# The stable ABI of Python 3.11 (abi3): one wheel for 3.11 and later.  It
+# measured as fast as the full API (see bench/README.md).
+LIMITED_API = "0x030B0000"
+
 extension = Extension(
     "accelerator._accelerator",
+    define_macros=[("Py_LIMITED_API", LIMITED_API)],
+    py_limited_api=True,
     sources=sorted(glob.glob("csrc/*.c") + glob.glob("csrc/backends/*.c")),
     depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/backends/*.h")),
     libraries=["dl", "pthread"],
@@ -22,4 +28,7 @@ extension = Extension(
     extra_link_args=os.environ.get("ACCELERATOR_LDFLAGS", "").split(),
 )
 
-setup(ext_modules=[extension])
+setup(
+    ext_modules=[extension],
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
+)

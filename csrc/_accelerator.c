@@ -16,9 +16,38 @@
 acc_state *
 acc_state_from_type(PyTypeObject *type)
 {
-    PyObject *module = PyType_GetModuleByDef(type, &acc_module_def);
+    PyObject *module;
 
-    return module ? acc_module_state(module) : NULL;
+    /* PyType_GetModuleByDef is in the limited API only from 3.13: walk
+     * the bases (a Python subclass has no module) to the type we made. */
+    while (type != NULL) {
+        if (PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE) {
+            module = PyType_GetModule(type);
+            if (module != NULL && PyModule_GetDef(module) == &acc_module_def) {
+                return acc_module_state(module);
+            }
+            PyErr_Clear();
+        }
+        type = (PyTypeObject *)PyType_GetSlot(type, Py_tp_base);
+    }
+    return NULL;
+}
+
+const char *
+acc_type_name(PyObject *obj)
+{
+    static __thread char ring[4][100];
+    static __thread unsigned next;
+    char *buf = ring[next++ % 4];
+    PyObject *name = PyType_GetName(Py_TYPE(obj));
+    const char *text = name ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
+
+    snprintf(buf, sizeof(ring[0]), "%s", text ? text : "?");
+    if (text == NULL) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(name);
+    return buf;
 }
 
 static PyObject *
@@ -267,7 +296,7 @@ exchange_device(PyObject *module, PyObject *arg)
 
     if (PyBool_Check(arg) || !PyLong_Check(arg)) {
         PyErr_Format(PyExc_TypeError, "device_index() expects an int device "
-                     "index or None, got %.100s", Py_TYPE(arg)->tp_name);
+                     "index or None, got %.100s", acc_type_name(arg));
         return NULL;
     }
     index = PyLong_AsLongLongAndOverflow(arg, &overflow);
@@ -358,7 +387,7 @@ set_stream(PyObject *module, PyObject *stream)
     if (!PyObject_TypeCheck(stream, st->stream_type)) {
         PyErr_Format(PyExc_TypeError, "set_stream() expected an "
                      "accelerator.Stream, got %.100s",
-                     Py_TYPE(stream)->tp_name);
+                     acc_type_name(stream));
         return NULL;
     }
     if (acc_require_usable(st) < 0) {

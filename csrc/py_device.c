@@ -4,6 +4,7 @@
  */
 #include "pyaccel.h"
 
+#include <stdio.h>
 #include <limits.h>
 #include <string.h>
 
@@ -92,7 +93,7 @@ parse_index_arg(PyObject *obj, int *index)
     if (PyBool_Check(obj) || !PyLong_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
                      "device index must be an int or None, not %.100s",
-                     Py_TYPE(obj)->tp_name);
+                     acc_type_name(obj));
         return -1;
     }
     value = PyLong_AsLongLongAndOverflow(obj, &overflow);
@@ -156,6 +157,13 @@ device_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         if (parse_index_arg(type_arg, &index) < 0) {
             return NULL;
         }
+        if (index < 0) {
+            /* -1 means "no index" only next to a type, as in torch. */
+            PyErr_Format(PyExc_ValueError,
+                         "Device index must not be negative, got %R",
+                         type_arg);
+            return NULL;
+        }
         acc_ensure_probed();
         if (acc_require_usable(st) < 0) {
             return NULL;
@@ -166,7 +174,7 @@ device_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         PyErr_Format(PyExc_TypeError,
                      "device() expects a device string such as 'cuda:0', "
                      "a type and an index, or an int index; got %.100s",
-                     Py_TYPE(type_arg)->tp_name);
+                     acc_type_name(type_arg));
         return NULL;
     }
     if (parse_device_string(type_arg, &type, &index) < 0) {
@@ -182,7 +190,7 @@ device_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         }
         index = explicit_index;
     }
-    self = (DeviceObject *)cls->tp_alloc(cls, 0);
+    self = (DeviceObject *)acc_alloc(cls);
     if (self == NULL) {
         Py_DECREF(type);
         return NULL;
@@ -196,10 +204,10 @@ device_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 static void
 device_dealloc(DeviceObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
 
     Py_XDECREF(self->type);
-    tp->tp_free((PyObject *)self);
+    acc_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -272,9 +280,9 @@ device_reduce(DeviceObject *self, PyObject *unused)
 {
     (void)unused;
     if (self->index < 0) {
-        return Py_BuildValue("O(O)", Py_TYPE(self), self->type);
+        return Py_BuildValue("O(O)", Py_TYPE((PyObject *)self), self->type);
     }
-    return Py_BuildValue("O(Oi)", Py_TYPE(self), self->type, self->index);
+    return Py_BuildValue("O(Oi)", Py_TYPE((PyObject *)self), self->type, self->index);
 }
 
 /* Resolution ------------------------------------------------------------- */
@@ -304,19 +312,25 @@ device_parts(acc_state *st, PyObject *obj, PyObject **type, int *index)
         PyErr_Format(PyExc_TypeError,
                      "expected a device: an int index, a device string such "
                      "as 'cuda:0', an accelerator.device, or an object with "
-                     ".type and .index; got %.100s", Py_TYPE(obj)->tp_name);
+                     ".type and .index; got %.100s", acc_type_name(obj));
         return -1;
     }
     if (!PyUnicode_Check(type_attr)) {
         PyErr_Format(PyExc_TypeError,
                      "device.type must be a str, got %.100s",
-                     Py_TYPE(type_attr)->tp_name);
+                     acc_type_name(type_attr));
         Py_DECREF(type_attr);
         return -1;
     }
     index_attr = PyObject_GetAttr(obj, st->str_index);
     if (index_attr == NULL) {
         Py_DECREF(type_attr);
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "expected a device: %.100s has .type but no "
+                         ".index (an int or None)", acc_type_name(obj));
+        }
         return -1;
     }
     rc = parse_index_arg(index_attr, index);

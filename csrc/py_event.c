@@ -5,6 +5,7 @@
  */
 #include "pyaccel.h"
 
+#include <stdio.h>
 #include <string.h>
 
 typedef struct {
@@ -28,7 +29,7 @@ parse_flag(PyObject *obj, const char *name, int *value)
     }
     if (!PyBool_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "Event() argument %s must be a bool, "
-                     "not %.100s", name, Py_TYPE(obj)->tp_name);
+                     "not %.100s", name, acc_type_name(obj));
         return -1;
     }
     *value = obj == Py_True;
@@ -64,7 +65,7 @@ event_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     if (acc_require_usable(st) < 0) {
         return NULL;
     }
-    self = (EventObject *)cls->tp_alloc(cls, 0);
+    self = (EventObject *)acc_alloc(cls);
     if (self == NULL) {
         return NULL;
     }
@@ -76,7 +77,7 @@ event_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 static void
 event_dealloc(EventObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
 
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
@@ -84,14 +85,14 @@ event_dealloc(EventObject *self)
     /* The driver lets an event be destroyed while work still refers to
      * it; destroying does not block. */
     acc_event_release(&self->e);
-    tp->tp_free((PyObject *)self);
+    acc_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
 static acc_state *
 event_state(EventObject *self)
 {
-    return acc_state_from_type(Py_TYPE(self));
+    return acc_state_from_type(Py_TYPE((PyObject *)self));
 }
 
 /* The stream argument of record()/wait(): None means the current stream
@@ -114,7 +115,7 @@ stream_arg(acc_state *st, PyObject *stream, const char *what,
     }
     if (!PyObject_TypeCheck(stream, st->stream_type)) {
         PyErr_Format(PyExc_TypeError, "%s expected an accelerator.Stream "
-                     "or None, got %.100s", what, Py_TYPE(stream)->tp_name);
+                     "or None, got %.100s", what, acc_type_name(stream));
         return -1;
     }
     *out = acc_stream_of(stream);
@@ -126,10 +127,10 @@ one_optional_arg(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                  const char *name, const char *what, PyObject **value)
 {
     *value = NULL;
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
-        if (PyTuple_GET_SIZE(kwnames) == 1 && nargs == 0
+    if (kwnames != NULL && PyTuple_Size(kwnames) > 0) {
+        if (PyTuple_Size(kwnames) == 1 && nargs == 0
             && PyUnicode_CompareWithASCIIString(
-                   PyTuple_GET_ITEM(kwnames, 0), name) == 0) {
+                   PyTuple_GetItem(kwnames, 0), name) == 0) {
             *value = args[0];
             return 0;
         }
@@ -239,7 +240,7 @@ event_elapsed_time(EventObject *self, PyObject *end)
 
     if (!PyObject_TypeCheck(end, st->event_type)) {
         PyErr_Format(PyExc_TypeError, "Event.elapsed_time() expected an "
-                     "accelerator.Event, got %.100s", Py_TYPE(end)->tp_name);
+                     "accelerator.Event, got %.100s", acc_type_name(end));
         return NULL;
     }
     if (acc_event_elapsed_ms(&self->e, acc_event_of(end), &ms, &err)
@@ -255,7 +256,7 @@ event_reduce(EventObject *self, PyObject *unused)
     (void)unused;
     PyErr_Format(PyExc_TypeError,
                  "cannot pickle %.100s objects: an event belongs to this "
-                 "process's driver", Py_TYPE(self)->tp_name);
+                 "process's driver", acc_type_name((PyObject *)self));
     return NULL;
 }
 

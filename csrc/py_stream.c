@@ -8,6 +8,7 @@
  */
 #include "pyaccel.h"
 
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -28,7 +29,7 @@ acc_stream_of(PyObject *stream)
 static PyObject *
 stream_wrap(PyTypeObject *cls, acc_stream *s, PyObject *owner)
 {
-    StreamObject *self = (StreamObject *)cls->tp_alloc(cls, 0);
+    StreamObject *self = (StreamObject *)acc_alloc(cls);
 
     if (self == NULL) {
         return NULL;
@@ -75,7 +76,7 @@ parse_priority(PyObject *obj, int *priority)
     if (PyBool_Check(obj) || !PyLong_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
                      "Stream priority must be an int, not %.100s",
-                     Py_TYPE(obj)->tp_name);
+                     acc_type_name(obj));
         return -1;
     }
     value = PyLong_AsLongAndOverflow(obj, &overflow);
@@ -133,7 +134,7 @@ stream_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 static int
 stream_traverse(StreamObject *self, visitproc visit, void *arg)
 {
-    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(Py_TYPE((PyObject *)self));
     Py_VISIT(self->owner);
     return 0;
 }
@@ -148,7 +149,7 @@ stream_clear(StreamObject *self)
 static void
 stream_dealloc(StreamObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
 
     PyObject_GC_UnTrack(self);
     if (self->weakreflist != NULL) {
@@ -164,7 +165,7 @@ stream_dealloc(StreamObject *self)
         self->s = NULL;
     }
     Py_CLEAR(self->owner);
-    tp->tp_free((PyObject *)self);
+    acc_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -174,7 +175,7 @@ static PyObject *
 stream_get_device(StreamObject *self, void *closure)
 {
     (void)closure;
-    return acc_device_new(acc_state_from_type(Py_TYPE(self)),
+    return acc_device_new(acc_state_from_type(Py_TYPE((PyObject *)self)),
                           acc_device_type(), self->s->device);
 }
 
@@ -269,7 +270,7 @@ stream_query(StreamObject *self, PyObject *unused)
     if (status == ACC_NOT_READY) {
         Py_RETURN_FALSE;
     }
-    return acc_raise(acc_state_from_type(Py_TYPE(self)), &err);
+    return acc_raise(acc_state_from_type(Py_TYPE((PyObject *)self)), &err);
 }
 
 static PyObject *
@@ -283,17 +284,18 @@ stream_synchronize(StreamObject *self, PyObject *unused)
     status = acc_stream_synchronize(self->s, &err);
     Py_END_ALLOW_THREADS
     if (status != ACC_OK) {
-        return acc_raise(acc_state_from_type(Py_TYPE(self)), &err);
+        return acc_raise(acc_state_from_type(Py_TYPE((PyObject *)self)), &err);
     }
     Py_RETURN_NONE;
 }
 
 static int
-check_type(PyObject *obj, PyTypeObject *type, const char *what)
+check_type(PyObject *obj, PyTypeObject *type, const char *expected,
+           const char *what)
 {
     if (!PyObject_TypeCheck(obj, type)) {
         PyErr_Format(PyExc_TypeError, "%s expected an %s, got %.100s", what,
-                     type->tp_name, Py_TYPE(obj)->tp_name);
+                     expected, acc_type_name(obj));
         return -1;
     }
     return 0;
@@ -302,10 +304,11 @@ check_type(PyObject *obj, PyTypeObject *type, const char *what)
 static PyObject *
 stream_wait_event(StreamObject *self, PyObject *event)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
     acc_error err;
 
-    if (check_type(event, st->event_type, "Stream.wait_event()") < 0) {
+    if (check_type(event, st->event_type, "accelerator.Event",
+                   "Stream.wait_event()") < 0) {
         return NULL;
     }
     if (acc_stream_wait_event(self->s, acc_event_of(event), &err)
@@ -318,11 +321,12 @@ stream_wait_event(StreamObject *self, PyObject *event)
 static PyObject *
 stream_wait_stream(StreamObject *self, PyObject *other)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
     acc_error err;
     acc_status status;
 
-    if (check_type(other, st->stream_type, "Stream.wait_stream()") < 0) {
+    if (check_type(other, st->stream_type, "accelerator.Stream",
+                   "Stream.wait_stream()") < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -338,18 +342,18 @@ static PyObject *
 stream_record_event(StreamObject *self, PyObject *const *args,
                     Py_ssize_t nargs, PyObject *kwnames)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
     PyObject *event = NULL;
     acc_event *e;
     acc_error err;
     acc_status status;
 
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && nargs == 0
-        && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
+    if (kwnames != NULL && PyTuple_Size(kwnames) == 1 && nargs == 0
+        && PyUnicode_CompareWithASCIIString(PyTuple_GetItem(kwnames, 0),
                                             "event") == 0) {
         event = args[0];
     }
-    else if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)
+    else if ((kwnames != NULL && PyTuple_Size(kwnames) != 0)
              || nargs > 1) {
         PyErr_SetString(PyExc_TypeError,
                         "record_event() takes at most one argument, event");
@@ -364,7 +368,8 @@ stream_record_event(StreamObject *self, PyObject *const *args,
             return NULL;
         }
     }
-    else if (check_type(event, st->event_type, "Stream.record_event()") < 0) {
+    else if (check_type(event, st->event_type, "accelerator.Event",
+                          "Stream.record_event()") < 0) {
         return NULL;
     }
     else {
@@ -416,7 +421,7 @@ stream_stack(acc_state *st)
 static PyObject *
 stream_enter(StreamObject *self, PyObject *unused)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE(self));
+    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
     PyObject *stack, *previous, *entry;
     int device = acc_current_device(), rc;
     acc_stream *current;
@@ -430,18 +435,20 @@ stream_enter(StreamObject *self, PyObject *unused)
     if (acc_current_stream(self->s->device, &current, &err) != ACC_OK) {
         return acc_raise(st, &err);
     }
-    if (same_stream(current, self->s)) {
-        /* Re-entering the current stream changes nothing, as in torch. */
-        if (PyList_Append(stack, Py_None) < 0) {
-            return NULL;
-        }
-        return Py_NewRef(self);
+    if (self->s->device == device && same_stream(current, self->s)) {
+        /* Re-entering the current stream changes nothing, as in torch;
+         * a stream current on another device still switches to it. */
+        entry = Py_BuildValue("(OOO)", self, Py_None, Py_None);
+        rc = entry != NULL ? PyList_Append(stack, entry) : -1;
+        Py_XDECREF(entry);
+        return rc < 0 ? NULL : Py_NewRef((PyObject *)self);
     }
     previous = acc_stream_object(st, current);
     if (previous == NULL) {
         return NULL;
     }
-    entry = Py_BuildValue("(iN)", device, previous);
+    /* (stream entered, device to restore, stream to restore) */
+    entry = Py_BuildValue("(OiN)", self, device, previous);
     if (entry == NULL) {
         return NULL;
     }
@@ -457,17 +464,17 @@ stream_enter(StreamObject *self, PyObject *unused)
             acc_raise(st, &err);
         }
         /* Nothing changed that the stack entry would restore. */
-        PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1);
+        PySequence_DelItem(stack, PyList_Size(stack) - 1);
         return NULL;
     }
-    return Py_NewRef(self);
+    return Py_NewRef((PyObject *)self);
 }
 
 static PyObject *
 stream_exit(StreamObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE(self));
-    PyObject *stack = stream_stack(st), *entry, *previous;
+    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
+    PyObject *stack = stream_stack(st), *entry, *previous, *owner;
     Py_ssize_t n;
     int device;
     acc_error err;
@@ -477,24 +484,34 @@ stream_exit(StreamObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (stack == NULL) {
         return NULL;
     }
-    n = PyList_GET_SIZE(stack);
+    n = PyList_Size(stack);
     if (n == 0) {
         PyErr_SetString(PyExc_RuntimeError,
                         "Stream.__exit__() without a matching __enter__() "
                         "in this thread");
         return NULL;
     }
-    entry = Py_NewRef(PyList_GET_ITEM(stack, n - 1));
+    entry = PyList_GetItem(stack, n - 1);
+    owner = PyTuple_GetItem(entry, 0);
+    if (owner != (PyObject *)self && acc_stream_of(owner) != self->s) {
+        /* Restoring what another stream saved would corrupt both. */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Stream.__exit__() of a stream that is not the "
+                        "innermost one entered in this thread (exit "
+                        "streams in the reverse order of entering them)");
+        return NULL;
+    }
+    Py_INCREF(entry);
     if (PySequence_DelItem(stack, n - 1) < 0) {
         Py_DECREF(entry);
         return NULL;
     }
-    if (entry == Py_None) {
+    if (PyTuple_GetItem(entry, 1) == Py_None) {
         Py_DECREF(entry);
         Py_RETURN_NONE;
     }
-    device = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
-    previous = PyTuple_GET_ITEM(entry, 1);
+    device = (int)PyLong_AsLong(PyTuple_GetItem(entry, 1));
+    previous = PyTuple_GetItem(entry, 2);
     /* Restore the stream first, then the device, as torch does. */
     if (acc_set_current_stream(acc_stream_of(previous), &err) != ACC_OK) {
         Py_DECREF(entry);
@@ -527,6 +544,7 @@ foreign_handle(acc_state *st, PyObject *obj, uintptr_t *handle,
 {
     PyObject *method, *result, *version;
     unsigned long long value;
+    int overflow;
     int rc = -1;
 
     *owner = NULL;
@@ -547,7 +565,7 @@ foreign_handle(acc_state *st, PyObject *obj, uintptr_t *handle,
             PyErr_Format(PyExc_TypeError,
                          "Stream.from_handle() expects an int handle or an "
                          "object with __cuda_stream__(), got %.100s",
-                         Py_TYPE(obj)->tp_name);
+                         acc_type_name(obj));
         }
         return -1;
     }
@@ -563,24 +581,27 @@ foreign_handle(acc_state *st, PyObject *obj, uintptr_t *handle,
     if (result == NULL) {
         return -1;
     }
-    if (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != 2
-        || !PyLong_Check(PyTuple_GET_ITEM(result, 1))) {
+    if (!PyTuple_Check(result) || PyTuple_Size(result) != 2
+        || !PyLong_Check(PyTuple_GetItem(result, 1))) {
         PyErr_Format(PyExc_TypeError,
                      "__cuda_stream__() must return a tuple (version, "
                      "handle), got %R", result);
         goto done;
     }
-    version = PyTuple_GET_ITEM(result, 0);
-    if (!PyLong_Check(version) || PyLong_AsLong(version) != 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_ValueError,
-                         "unsupported __cuda_stream__ protocol version %R "
-                         "(expected 0)", version);
-        }
+    version = PyTuple_GetItem(result, 0);
+    if (!PyLong_Check(version)
+        || PyLong_AsLongAndOverflow(version, &overflow) != 0 || overflow) {
+        PyErr_Format(PyExc_ValueError,
+                     "unsupported __cuda_stream__ protocol version %R "
+                     "(expected 0)", version);
         goto done;
     }
-    value = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(result, 1));
+    value = PyLong_AsUnsignedLongLong(PyTuple_GetItem(result, 1));
     if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError,
+                     "__cuda_stream__() returned the handle %R: a stream "
+                     "handle must be a non-negative int that fits in a "
+                     "pointer", PyTuple_GetItem(result, 1));
         goto done;
     }
     *handle = (uintptr_t)value;
@@ -637,7 +658,7 @@ stream_reduce(StreamObject *self, PyObject *unused)
     (void)unused;
     PyErr_Format(PyExc_TypeError,
                  "cannot pickle %.100s objects: a stream belongs to this "
-                 "process's driver", Py_TYPE(self)->tp_name);
+                 "process's driver", acc_type_name((PyObject *)self));
     return NULL;
 }
 

@@ -10,6 +10,8 @@
 #define PYACCEL_H
 
 #define PY_SSIZE_T_CLEAN
+/* The stable ABI (abi3) of Python 3.11: one build serves 3.11 and later.
+ * setup.py defines it; the checks below keep the code honest either way. */
 #include <Python.h>
 #include <structmember.h>
 
@@ -42,6 +44,27 @@ static inline acc_state *
 acc_module_state(PyObject *module)
 {
     return (acc_state *)PyModule_GetState(module);
+}
+
+/* The name of obj's type, for error messages (the limited API has no
+ * tp_name).  Points into a small per-thread ring of buffers, so a message
+ * may use up to four at once. */
+const char *acc_type_name(PyObject *obj);
+
+/* Allocate and free instances of our heap types (tp_alloc and tp_free
+ * are not fields in the limited API). */
+static inline PyObject *
+acc_alloc(PyTypeObject *cls)
+{
+    return PyType_GenericAlloc(cls, 0);
+}
+
+static inline void
+acc_free(PyObject *self)
+{
+    freefunc free_slot = (freefunc)PyType_GetSlot(Py_TYPE(self), Py_tp_free);
+
+    free_slot(self);
 }
 
 /* State of the module that defined type (or its base). */
