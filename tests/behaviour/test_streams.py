@@ -363,3 +363,27 @@ def test_subclasses_are_allowed() -> None:
     assert isinstance(stream, acc.Stream)
     acc.set_stream(stream)
     assert acc.current_stream() is stream
+
+
+def test_entering_a_stream_current_on_another_device_switches_to_it() -> None:
+    other = acc.Stream(1)
+    acc.set_stream(other)
+    acc.set_device_index(0)
+    with other:
+        assert acc.current_device_index() == 1
+        assert acc.current_stream() is other
+    assert acc.current_device_index() == 0
+    assert acc.current_stream(1) is other
+
+
+def test_exits_out_of_order_are_refused() -> None:
+    first, second = acc.Stream(), acc.Stream()
+    previous = acc.current_stream()
+    first.__enter__()
+    second.__enter__()
+    with pytest.raises(RuntimeError, match="innermost"):
+        first.__exit__(None, None, None)
+    assert acc.current_stream() is second
+    second.__exit__(None, None, None)
+    first.__exit__(None, None, None)
+    assert acc.current_stream() is previous
