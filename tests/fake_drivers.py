@@ -23,6 +23,16 @@ class DriverDouble:
 
     #: generic kind -> the double's own name for it
     kinds: dict[str, str] = {}
+    #: every kind of live object the double counts (its own names)
+    live_kinds: tuple[str, ...] = ()
+    #: kinds the backend pools and recycles instead of destroying: their
+    #: counts settle at the peak in use rather than return to a baseline
+    pooled_kinds: tuple[str, ...] = ()
+    #: the environment variable that installs faults at load
+    fail_env = ""
+    #: (code, name) of a generic driver failure and of out-of-memory
+    unknown_error: tuple[int, str] = (0, "")
+    oom_error: tuple[int, str] = (0, "")
 
     def __init__(self, path: pathlib.Path, prefix: str) -> None:
         self.path = path
@@ -67,9 +77,18 @@ class DriverDouble:
         """Keep a stream busy for ms milliseconds, like a kernel."""
         raise NotImplementedError
 
+    def live_all(self) -> dict[str, int]:
+        """Every live-object count of the double, by its own kind names."""
+        return {kind: self.live(kind) for kind in self.live_kinds}
+
 
 class CudaDouble(DriverDouble):
     """tests/drivers/build/libcuda.so.1."""
+
+    live_kinds = ("stream", "event", "context", "retain")
+    fail_env = "FAKE_CUDA_FAIL"
+    unknown_error = (999, "CUDA_ERROR_UNKNOWN")
+    oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
         super().__init__(path, "cuda")
@@ -97,6 +116,11 @@ class ZeDouble(DriverDouble):
     """tests/drivers/build/libze_test_driver.so, under the real loader."""
 
     kinds = {"stream": "list"}
+    live_kinds = ("list", "event", "pool", "context")
+    pooled_kinds = ("event", "pool")
+    fail_env = "FAKE_ZE_FAIL"
+    unknown_error = (0x7FFFFFFE, "ZE_RESULT_ERROR_UNKNOWN")
+    oom_error = (0x70000003, "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY")
 
     def __init__(self, path: pathlib.Path = ZE_DRIVER) -> None:
         super().__init__(path, "ze")

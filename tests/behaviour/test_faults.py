@@ -1,0 +1,959 @@
+"""Fault injection at every driver call site.
+
+The driver functions a backend calls are read from the backend's own
+X-macro list (csrc/backends/cuda_api.h ACC_CUDA_FUNCTIONS, ze_api.h
+ACC_ZE_FUNCTIONS and ACC_ZE_OPTIONAL_FUNCTIONS), so a new call site
+without an entry in SITES below fails test_every_driver_function_has_a_site.
+
+Each site says how the product reaches the function and what a failure
+there must do:
+
+  RAISE     an API call fails with the driver's error, in this process:
+            the exception class (AcceleratorError, or OutOfMemoryError for
+            an out-of-memory code), .backend, .api, .code, .error_name;
+            the thread's current device and stream are unchanged; nothing
+            leaked (the double's live counts are back at the baseline
+            after the retry); the same call then works.
+  FRESH     the same checks, in a fresh process, for call sites that run
+            once per process (context retain, cached properties, the
+            first event pool).  Leaks are found by comparing the live
+            counts at the end with a control process that ran without
+            the fault.
+  SILENT    a release path (destroy, reset): the driver's error cannot be
+            reported to anyone, so the product must swallow it without an
+            exception or an unraisable error, and keep working.
+  REPORTER  the functions that name errors (cuGetErrorName/String): when
+            they fail too, the original error is still reported complete.
+  PROBE     called only while probing: in a fresh process with the fault
+            installed at load (FAKE_CUDA_FAIL / FAKE_ZE_FAIL),
+            is_available() is False and the reason names the function.
+  TOLERATED called while probing, but optional information: the backend
+            stays available.
+  EXIT      called only at exit (shutdown): the process still exits 0
+            with a clean stderr.
+  OPTIONAL  an optional entry point the test driver cannot offer (Debian's
+            loader 1.8 does not export it): skipped, with the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import accelerator as acc
+
+BACKEND = os.environ.get("ACCELERATOR_TEST_BACKEND", "cuda")
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+#: backend -> (header, X-macro list) pairs naming every function it calls
+SYMBOL_LISTS = {
+    "cuda": [("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS")],
+    "xpu": [("csrc/backends/ze_api.h", "ACC_ZE_FUNCTIONS"),
+            ("csrc/backends/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS")],
+}
+
+RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
+PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
+
+
+def driver_functions(backend: str) -> list[str]:
+    """The functions in the backend's X-macro lists, in list order."""
+    names: list[str] = []
+    for header, macro in SYMBOL_LISTS[backend]:
+        text = (REPO / header).read_text()
+        match = re.search(rf"^#define {macro}\(X\)((?:.*\\\n)*.*)$", text,
+                          re.MULTILINE)
+        assert match, f"{macro} not found in {header}"
+        names += re.findall(r"\bX\(\s*(\w+)", match.group(1))
+    assert names and len(names) == len(set(names)), names
+    return names
+
+
+# Actions ------------------------------------------------------------------
+
+State = dict[str, Any]
+
+
+def nothing() -> State:
+    return {}
+
+
+def on_device_0() -> State:
+    acc.set_device_index(0)
+    return {}
+
+
+def device_1_ready() -> State:
+    """On device 0, with device 1's context and priority range known."""
+    acc.set_device_index(0)
+    acc.Stream(1)
+    acc.Event().record(acc.Stream(1))
+    return {}
+
+
+def with_stream() -> State:
+    acc.set_device_index(0)
+    return {"s": acc.Stream(0)}
+
+
+def with_recorded_event() -> State:
+    state = with_stream()
+    state["e"] = acc.Event()
+    state["e"].record(state["s"])
+    return state
+
+
+def with_pending_event() -> State:
+    """An event recorded behind 50 ms of work: waits must reach the
+    driver (a complete event needs no wait)."""
+    state = with_stream()
+    make_double().enqueue_sleep(state["s"], 50)
+    state["e"] = acc.Event()
+    state["e"].record(state["s"])
+    state["s2"] = acc.Stream(0)
+    return state
+
+
+def with_timed_events() -> State:
+    state = with_stream()
+    state["a"] = acc.Event(enable_timing=True)
+    state["b"] = acc.Event(enable_timing=True)
+    state["a"].record(state["s"])
+    state["b"].record(state["s"])
+    state["b"].synchronize()
+    return state
+
+
+def with_two_streams() -> State:
+    state = with_stream()
+    state["t"] = acc.Stream(0)
+    return state
+
+
+def in_new_thread(call: Callable[[], Any], same_device: bool = True) -> None:
+    """Run call in a new thread (fresh per-thread state); re-raise."""
+    outcome: list[BaseException] = []
+
+    def body() -> None:
+        before = acc.current_device_index()
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            # A failed switch leaves the thread where it was.
+            if same_device and acc.current_device_index() != before:
+                exc = AssertionError("a failed switch changed the device")
+            outcome.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the thread hangs"
+    if outcome:
+        raise outcome[0]
+
+
+def enter_and_exit(device: int) -> None:
+    stream = acc.Stream(device)
+    before = acc.current_device_index(), acc.current_stream(device)
+    try:
+        stream.__enter__()
+    except acc.AcceleratorError:
+        # A failed __enter__ changes nothing.
+        assert (acc.current_device_index(),
+                acc.current_stream(device)) == before
+        raise
+    assert acc.current_stream() is stream
+    stream.__exit__(None, None, None)
+    assert (acc.current_device_index(), acc.current_stream(device)) == before
+
+
+def set_stream_checked(stream: acc.Stream) -> None:
+    before = acc.current_stream(stream.device_index)
+    try:
+        acc.set_stream(stream)
+    except acc.AcceleratorError:
+        # Not half done: the stream did not become current either.
+        assert acc.current_stream(stream.device_index) is before
+        raise
+
+
+def exit_to_device_0() -> None:
+    """The third cuCtxSetCurrent of a new thread is the one that brings it
+    back to device 0 when leaving `with Stream(1)`."""
+    acc.set_device_index(0)
+    stream = acc.Stream(1)
+    stream.__enter__()
+    try:
+        stream.__exit__(None, None, None)
+    except acc.AcceleratorError:
+        # The stream was restored; the device switch is what failed.
+        assert acc.current_stream(1) is not stream
+        assert acc.current_device_index() == 1
+        raise
+
+
+def drop(state: State) -> None:
+    state.clear()
+    gc.collect()
+
+
+def rerecord(state: State) -> None:
+    state["e"].synchronize()
+    state["e"].record(state["s"])
+
+
+ACTIONS: dict[str, Callable[[State], Any]] = {
+    "Stream()": lambda st: acc.Stream(0),
+    "Stream(1) from device 0": lambda st: acc.Stream(1),
+    "set_device_index(1) in a new thread":
+        lambda st: in_new_thread(lambda: acc.set_device_index(1)),
+    "set_stream(Stream(1)) in a new thread": lambda st: in_new_thread(
+        lambda: set_stream_checked(acc.Stream(1))),
+    "device_index(1) in a new thread": lambda st: in_new_thread(
+        lambda: acc.device_index(1).__enter__()),
+    "with Stream(1) in a new thread": lambda st: in_new_thread(
+        lambda: enter_and_exit(1)),
+    "exit from device 1 in a new thread": lambda st: in_new_thread(
+        exit_to_device_0, same_device=False),
+    "synchronize(0)": lambda st: acc.synchronize(0),
+    "get_memory_info(0)": lambda st: acc.get_memory_info(0),
+    "get_memory_info(1) from device 0": lambda st: acc.get_memory_info(1),
+    "get_device_properties(0)": lambda st: acc.get_device_properties(0),
+    "stream.query()": lambda st: st["s"].query(),
+    "default stream query()": lambda st: acc.current_stream(0).query(),
+    "stream.synchronize()": lambda st: st["s"].synchronize(),
+    "wrapped stream.query()": lambda st: acc.Stream.from_handle(
+        st["s"].handle, 0).query(),
+    "wrapped stream.synchronize()": lambda st: acc.Stream.from_handle(
+        st["s"].handle, 0).synchronize(),
+    "default stream synchronize()":
+        lambda st: acc.current_stream(0).synchronize(),
+    "stream.wait_event()": lambda st: st["s2"].wait_event(st["e"]),
+    "event.wait(stream)": lambda st: st["e"].wait(st["s2"]),
+    "stream.wait_stream()": lambda st: st["t"].wait_stream(st["s"]),
+    "first event.record()": lambda st: acc.Event().record(st["s"]),
+    "first event.record() on device 1":
+        lambda st: acc.Event().record(acc.current_stream(1)),
+    "stream.record_event()": lambda st: st["s"].record_event(),
+    "event.record() again": lambda st: st["e"].record(st["s"]),
+    "event.record() after completion": rerecord,
+    "event.query()": lambda st: st["e"].query(),
+    "event.synchronize()": lambda st: st["e"].synchronize(),
+    "elapsed_time()": lambda st: st["a"].elapsed_time(st["b"]),
+    "drop the objects": drop,
+}
+
+#: the state each action needs
+PREPARE: dict[str, Callable[[], State]] = {
+    "Stream()": on_device_0,
+    "Stream(1) from device 0": on_device_0,
+    "get_memory_info(1) from device 0": on_device_0,
+    "stream.wait_stream()": with_two_streams,
+    "first event.record()": with_stream,
+    "stream.record_event()": with_stream,
+    "stream.query()": with_stream,
+    "stream.synchronize()": with_stream,
+    "wrapped stream.query()": with_stream,
+    "wrapped stream.synchronize()": with_stream,
+    "stream.wait_event()": with_pending_event,
+    "event.wait(stream)": with_pending_event,
+    "event.record() again": with_recorded_event,
+    "event.record() after completion": with_recorded_event,
+    "event.query()": with_recorded_event,
+    "event.synchronize()": with_recorded_event,
+    "elapsed_time()": with_timed_events,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    api: str
+    how: str
+    action: str = ""
+    #: SILENT: objects the driver keeps because it refused to destroy
+    refused: tuple[tuple[str, int], ...] = ()
+    #: PROBE/OPTIONAL: why; REPORTER: the function that fails first
+    note: str = ""
+    #: what runs before the fault is injected, when not PREPARE[action]
+    prepare: Callable[[], State] | None = None
+    #: which call of api fails, counted from the start of the action
+    nth: int = 1
+
+    @property
+    def id(self) -> str:
+        prepared = f", after {self.prepare.__name__}" if self.prepare else ""
+        nth = f", call {self.nth}" if self.nth != 1 else ""
+        return f"{self.api}[{self.action or self.how}{prepared}{nth}]"
+
+    def prepared(self) -> State:
+        return (self.prepare or PREPARE.get(self.action, nothing))()
+
+
+CUDA_SITES = [
+    Site("cuInit", PROBE),
+    Site("cuDriverGetVersion", TOLERATED,
+         note="only the version text is lost"),
+    Site("cuGetErrorName", REPORTER, "stream.query()", note="cuStreamQuery"),
+    Site("cuGetErrorName", PROBE, note="with cuInit failing (unknown code)"),
+    Site("cuGetErrorString", REPORTER, "stream.query()",
+         note="cuStreamQuery"),
+    Site("cuGetErrorString", PROBE, note="with cuInit failing"),
+    Site("cuDeviceGetCount", PROBE),
+    Site("cuDeviceGet", PROBE),
+    Site("cuDeviceGetName", FRESH, "get_device_properties(0)"),
+    Site("cuDeviceGetUuid", FRESH, "get_device_properties(0)"),
+    Site("cuDeviceTotalMem", FRESH, "get_device_properties(0)"),
+    Site("cuDeviceGetAttribute", FRESH, "get_device_properties(0)"),
+    Site("cuDevicePrimaryCtxRetain", FRESH, "Stream()", prepare=nothing),
+    Site("cuDevicePrimaryCtxRetain", FRESH,
+         "set_device_index(1) in a new thread"),
+    Site("cuDevicePrimaryCtxRelease", EXIT),
+    Site("cuCtxSetCurrent", RAISE, "set_device_index(1) in a new thread"),
+    Site("cuCtxSetCurrent", RAISE, "with Stream(1) in a new thread"),
+    Site("cuCtxSetCurrent", RAISE, "set_stream(Stream(1)) in a new thread"),
+    Site("cuCtxSetCurrent", RAISE, "device_index(1) in a new thread"),
+    Site("cuCtxSetCurrent", RAISE, "exit from device 1 in a new thread",
+         nth=3),
+    Site("cuCtxGetCurrent", RAISE, "Stream()"),
+    Site("cuCtxGetCurrent", RAISE, "default stream query()"),
+    Site("cuCtxPushCurrent", RAISE, "Stream(1) from device 0"),
+    # A failed pop leaves the pushed context on the thread's stack, which
+    # would follow the rest of this process: a fresh one.
+    Site("cuCtxPopCurrent", FRESH, "Stream(1) from device 0"),
+    Site("cuCtxPopCurrent", FRESH, "Stream(1) from device 0",
+         prepare=device_1_ready),
+    Site("cuCtxPopCurrent", FRESH, "first event.record() on device 1",
+         prepare=device_1_ready),
+    Site("cuCtxPopCurrent", FRESH, "get_memory_info(1) from device 0"),
+    Site("cuCtxSynchronize", RAISE, "synchronize(0)"),
+    Site("cuCtxGetStreamPriorityRange", FRESH, "Stream()"),
+    Site("cuStreamCreateWithPriority", RAISE, "Stream()"),
+    Site("cuStreamQuery", RAISE, "stream.query()"),
+    Site("cuStreamQuery", RAISE, "default stream query()"),
+    Site("cuStreamQuery", RAISE, "wrapped stream.query()"),
+    Site("cuStreamSynchronize", RAISE, "stream.synchronize()"),
+    Site("cuStreamSynchronize", RAISE, "default stream synchronize()"),
+    Site("cuStreamSynchronize", RAISE, "wrapped stream.synchronize()"),
+    Site("cuStreamWaitEvent", RAISE, "stream.wait_event()"),
+    Site("cuStreamWaitEvent", RAISE, "event.wait(stream)"),
+    Site("cuStreamWaitEvent", RAISE, "stream.wait_stream()"),
+    Site("cuStreamDestroy", SILENT, "drop the objects",
+         refused=(("stream", 1),)),
+    Site("cuEventCreate", RAISE, "first event.record()"),
+    Site("cuEventCreate", RAISE, "stream.record_event()"),
+    Site("cuEventCreate", RAISE, "stream.wait_stream()"),
+    Site("cuEventRecord", RAISE, "first event.record()"),
+    Site("cuEventRecord", RAISE, "event.record() again"),
+    Site("cuEventRecord", RAISE, "stream.wait_stream()"),
+    Site("cuEventQuery", RAISE, "event.query()"),
+    Site("cuEventSynchronize", RAISE, "event.synchronize()"),
+    Site("cuEventElapsedTime", RAISE, "elapsed_time()"),
+    Site("cuEventDestroy", SILENT, "drop the objects",
+         refused=(("event", 1),)),
+    Site("cuMemGetInfo", RAISE, "get_memory_info(0)"),
+]
+
+XPU_SITES = [
+    Site("zeInit", PROBE),
+    Site("zeDriverGet", PROBE),
+    Site("zeDriverGetApiVersion", PROBE),
+    Site("zeDriverGetProperties", PROBE),
+    Site("zeDriverGet", PROBE, nth=2),
+    Site("zeDeviceGet", PROBE),
+    Site("zeDeviceGet", PROBE, nth=2),
+    Site("zeDeviceGetProperties", PROBE),
+    Site("zeDeviceGetMemoryProperties", PROBE),
+    Site("zeDeviceGetMemoryProperties", PROBE, nth=2),
+    Site("zeDeviceGetCommandQueueGroupProperties", TOLERATED,
+         note="the first queue group is used"),
+    Site("zeContextCreate", FRESH, "Stream()", prepare=nothing),
+    Site("zeContextCreate", FRESH, "default stream query()"),
+    Site("zeContextDestroy", EXIT),
+    Site("zeCommandListCreateImmediate", RAISE, "Stream()"),
+    Site("zeCommandListCreateImmediate", FRESH, "default stream query()"),
+    Site("zeCommandListDestroy", SILENT, "drop the objects"),
+    Site("zeCommandListAppendBarrier", RAISE, "first event.record()"),
+    Site("zeCommandListAppendBarrier", RAISE, "event.record() again"),
+    Site("zeCommandListAppendBarrier", RAISE, "stream.synchronize()"),
+    Site("zeCommandListAppendBarrier", RAISE, "stream.query()"),
+    Site("zeCommandListAppendBarrier", RAISE, "synchronize(0)"),
+    Site("zeCommandListAppendBarrier", RAISE, "stream.wait_stream()"),
+    Site("zeCommandListAppendBarrier", RAISE, "wrapped stream.query()"),
+    Site("zeCommandListAppendBarrier", RAISE, "wrapped stream.synchronize()"),
+    Site("zeCommandListAppendBarrier", SILENT, "drop the objects"),
+    Site("zeCommandListAppendWaitOnEvents", RAISE, "stream.wait_event()"),
+    Site("zeCommandListAppendWaitOnEvents", RAISE, "event.wait(stream)"),
+    Site("zeEventPoolCreate", FRESH, "first event.record()"),
+    Site("zeEventPoolDestroy", EXIT),
+    Site("zeEventCreate", FRESH, "first event.record()"),
+    Site("zeEventDestroy", EXIT),
+    Site("zeEventHostSynchronize", RAISE, "event.synchronize()"),
+    Site("zeEventHostSynchronize", RAISE, "stream.synchronize()"),
+    Site("zeEventHostSynchronize", RAISE, "synchronize(0)"),
+    Site("zeEventHostSynchronize", RAISE, "stream.query()"),
+    Site("zeEventHostSynchronize", RAISE, "wrapped stream.query()"),
+    Site("zeEventQueryStatus", RAISE, "event.query()"),
+    Site("zeEventHostReset", SILENT, "event.record() after completion"),
+    Site("zeEventQueryKernelTimestamp", RAISE, "elapsed_time()"),
+    Site("zeCommandListHostSynchronize", OPTIONAL,
+         note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
+    Site("zeDriverGetLastErrorDescription", OPTIONAL,
+         note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
+]
+
+SITES = {"cuda": CUDA_SITES, "xpu": XPU_SITES}
+CODES = ["unknown", "oom"]
+
+pytestmark = pytest.mark.skipif(
+    BACKEND not in SITES, reason="fault injection needs a driver double")
+
+
+def sites(*hows: str) -> list[Site]:
+    return [s for s in SITES.get(BACKEND, []) if s.how in hows]
+
+
+def site_params(*hows: str) -> list[Any]:
+    found = [pytest.param(s, id=s.id) for s in sites(*hows)]
+    return found or [pytest.param(None, id="none", marks=pytest.mark.skip(
+        reason=f"the {BACKEND} backend has no {'/'.join(hows)} sites"))]
+
+
+def test_every_driver_function_has_a_site() -> None:
+    listed = driver_functions(BACKEND)
+    covered = {s.api for s in SITES[BACKEND]}
+    assert set(listed) - covered == set(), \
+        "driver functions called without a fault test"
+    assert covered - set(listed) == set(), "sites for functions not called"
+    for site in SITES[BACKEND]:
+        if site.action:
+            assert site.action in ACTIONS, site
+
+
+def test_the_site_tables_match_both_symbol_lists() -> None:
+    """Both backends' tables stay complete, whichever backend runs."""
+    for backend, table in SITES.items():
+        assert {s.api for s in table} == set(driver_functions(backend))
+
+
+# Checks --------------------------------------------------------------------
+
+
+def expected(driver: Any, code: str) -> tuple[int, str, type]:
+    if code == "oom":
+        return (*driver.oom_error, acc.OutOfMemoryError)
+    return (*driver.unknown_error, acc.AcceleratorError)
+
+
+def settle() -> None:
+    """Collect garbage, give the pooled streams and events back to the
+    driver and let the devices drain (lazy destroys run)."""
+    gc.collect()
+    acc.empty_cache()
+    for device in range(acc.device_count()):
+        acc.synchronize(device)
+
+
+def check_error(exc: BaseException, api: str, number: int, name: str,
+                cls: type) -> None:
+    assert type(exc) is cls, (type(exc), exc)
+    assert exc.backend == BACKEND, vars(exc)
+    assert exc.api == api, vars(exc)
+    assert exc.code == number, vars(exc)
+    assert exc.error_name == name, vars(exc)
+    assert f"{api}() failed: {name}" in str(exc), str(exc)
+
+
+def where(streams: bool) -> tuple[int, Any]:
+    """The thread's current device and (when asked) its current streams;
+    asking makes the default streams, which may need the driver."""
+    current = [acc.current_stream(d) for d in range(acc.device_count())] \
+        if streams else []
+    return acc.current_device_index(), current
+
+
+def fail_once(driver: Any, site: Site, state: State, number: int,
+              name: str, cls: type, streams: bool = True) -> None:
+    """Inject the fault, run the action, check the error and the state."""
+    action = ACTIONS[site.action]
+    before = where(streams)
+    acc.empty_cache()  # so that creating means a driver call
+    calls = driver.calls(site.api)
+    driver.fail(site.api, site.nth, number)
+    try:
+        with pytest.raises(acc.AcceleratorError) as info:
+            action(state)
+    finally:
+        driver.clear_faults()
+    assert driver.calls(site.api) > calls
+    check_error(info.value, site.api, number, name, cls)
+    assert where(streams) == before, "a failed call changed the thread's " \
+        "current device or stream"
+
+
+ROUNDS = 5
+
+
+def check_counts(driver: Any, baseline: dict[str, int],
+                 rounds: list[dict[str, int]]) -> None:
+    """Live counts after each of ROUNDS rounds of a cycle: back at the
+    baseline.  Pooled kinds are recycled once the driver is done with
+    them, which is a matter of timing, so they may grow a little, but a
+    leak (one per round) would grow by ROUNDS - 1."""
+    for kind, before in baseline.items():
+        seen = [counts[kind] for counts in rounds]
+        if kind in driver.pooled_kinds:
+            assert max(seen) - seen[0] <= 2, (kind, seen)
+        else:
+            assert seen == [before] * len(seen), (kind, before, seen)
+
+
+@pytest.mark.parametrize("code", CODES)
+@pytest.mark.parametrize("site", site_params(RAISE))
+def test_raise(driver, site: Site, code: str) -> None:
+    number, name, cls = expected(driver, code)
+    prepare = site.prepared
+    action = ACTIONS[site.action]
+    # A first round makes what is made once (contexts, pools, defaults).
+    state = prepare()
+    action(state)
+    del state
+    settle()
+    baseline = driver.live_all()
+
+    rounds = []
+    for _ in range(ROUNDS):
+        state = prepare()
+        fail_once(driver, site, state, number, name, cls)
+        action(state)  # the same call works at once
+        del state
+        settle()
+        rounds.append(driver.live_all())
+    check_counts(driver, baseline, rounds)
+
+
+@pytest.mark.parametrize("site", site_params(SILENT))
+def test_silent(driver, site: Site) -> None:
+    prepare = site.prepare or PREPARE.get(site.action, with_recorded_event)
+    action = ACTIONS[site.action]
+    state = prepare()
+    action(state)
+    del state
+    settle()
+    baseline = driver.live_all()
+    refused = dict(site.refused)
+
+    rounds = []
+    unraisable: list[Any] = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        for i in range(ROUNDS):
+            state = prepare()
+            acc.empty_cache()
+            calls = driver.calls(site.api)
+            driver.fail(site.api, 1, driver.unknown_error[0])
+            action(state)
+            del state
+            settle()
+            assert driver.calls(site.api) > calls, "the site was not reached"
+            driver.clear_faults()
+            settle()
+            rounds.append({k: v - (i + 1) * refused.get(k, 0)
+                           for k, v in driver.live_all().items()})
+    finally:
+        sys.unraisablehook = hook
+        driver.clear_faults()
+    assert unraisable == []
+    check_counts(driver, baseline, rounds)
+    # And it works without the fault.
+    state = prepare()
+    action(state)
+
+
+@pytest.mark.parametrize("site", site_params(REPORTER))
+def test_reporter(driver, site: Site) -> None:
+    """The error-naming functions fail too: the error stays complete."""
+    state = site.prepared()
+    action = ACTIONS[site.action]
+    first = site.note
+    if site.api == "cuGetErrorName":
+        # Codes the backend knows are named without asking the driver.
+        number, name = 12345, "CUDA_ERROR_UNRECOGNIZED"
+    else:
+        number, name = driver.unknown_error
+    for reporter_fails in (False, True):
+        calls = driver.calls(site.api)
+        driver.fail(first, 1, number)
+        if reporter_fails:
+            driver.fail(site.api, 1, driver.unknown_error[0])
+        try:
+            with pytest.raises(acc.AcceleratorError) as info:
+                action(state)
+        finally:
+            driver.clear_faults()
+        assert driver.calls(site.api) == calls + 1
+        check_error(info.value, first, number, name, acc.AcceleratorError)
+        text = f"{first}() failed: {name} ({number})"
+        if site.api == "cuGetErrorString":
+            # The driver's description is appended only when it has one.
+            assert (str(info.value) == text) == reporter_fails, \
+                str(info.value)
+    action(state)
+
+
+@pytest.mark.parametrize("site", site_params(OPTIONAL))
+def test_optional(site: Site) -> None:
+    pytest.skip(f"{site.api}: {site.note}")
+
+
+# Fresh processes -----------------------------------------------------------
+
+CHILD = """
+import gc, json, os, sys
+sys.path[:0] = [{tests!r}, {behaviour!r}]
+import fake_drivers, test_faults
+test_faults.child_main({args!r})
+"""
+
+
+def run_child(args: dict[str, Any], **env: str) -> subprocess.CompletedProcess:
+    environment = dict(os.environ)
+    environment.update(env)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), environment.get("PYTHONPATH")]))
+    environment.pop("PYTEST_CURRENT_TEST", None)
+    script = CHILD.format(tests=str(REPO / "tests"),
+                          behaviour=str(REPO / "tests" / "behaviour"),
+                          args=args)
+    return subprocess.run([sys.executable, "-c", script], env=environment,
+                          capture_output=True, text=True, timeout=120)
+
+
+_double: list[Any] = []
+
+
+def make_double() -> Any:
+    """The double of this process (ctypes loads the instance the backend
+    uses: the same file)."""
+    if not _double:
+        import fake_drivers
+        _double.append(fake_drivers.CudaDouble() if BACKEND == "cuda"
+                       else fake_drivers.ZeDouble())
+    return _double[0]
+
+
+def child_main(args: dict[str, Any]) -> None:
+    """A FRESH site in this new process: args say which and whether to
+    inject the fault (False: the control run).  Prints the live counts."""
+    driver = make_double()
+    assert acc.is_available()
+    site = next(s for s in SITES[BACKEND] if s.id == args["site"])
+    state = site.prepared()
+    if args["fault"]:
+        number, name, cls = expected(driver, args["code"])
+        fail_once(driver, site, state, number, name, cls, streams=False)
+    ACTIONS[site.action](state)
+    del state
+    settle()
+    print(json.dumps(driver.live_all()))
+
+
+@pytest.mark.parametrize("code", CODES)
+@pytest.mark.parametrize("site", site_params(FRESH))
+def test_fresh(site: Site, code: str) -> None:
+    runs = {}
+    for fault in (False, True):
+        result = run_child({"site": site.id, "fault": fault, "code": code})
+        assert result.returncode == 0, result.stderr
+        runs[fault] = json.loads(result.stdout.splitlines()[-1])
+    assert runs[True] == runs[False], "a failure leaked driver objects"
+
+
+PROBE_CHILD = """
+import json, sys
+import accelerator as a
+info = next(b for b in a.backends() if b["name"] == {backend!r})
+print(json.dumps([a.is_available(), a.device_count(), info]))
+if not a.is_available():
+    try:
+        a.current_stream()
+    except a.AcceleratorError as e:
+        assert "none is available" in str(e) and info["reason"] in str(e), e
+    else:
+        raise AssertionError("no error without an accelerator")
+else:
+    s = a.Stream()
+    e = s.record_event()
+    e.synchronize()
+    a.synchronize()
+"""
+
+
+def probe_faults(site: Site, driver_cls: Any) -> tuple[str, list[str]]:
+    """The faults to install at load, and what the reason must say."""
+    number, name = driver_cls.unknown_error
+    if site.api == "cuGetErrorName":
+        # cuInit fails with a code only the driver could name; naming
+        # fails too.
+        return ("cuInit:0:12345,cuGetErrorName:0:999",
+                ["cuInit() failed: CUDA_ERROR_UNRECOGNIZED (12345)"])
+    if site.api == "cuGetErrorString":
+        return ("cuInit:0:999,cuGetErrorString:0:999",
+                ["cuInit() failed: CUDA_ERROR_UNKNOWN (999)"])
+    # nth 1: every call fails; nth 2: the second (after a count).
+    nth = 0 if site.nth == 1 else site.nth
+    return f"{site.api}:{nth}:{number}", [site.api, name]
+
+
+@pytest.mark.parametrize("site", site_params(PROBE, TOLERATED))
+def test_probe(site: Site) -> None:
+    import fake_drivers
+    driver_cls = (fake_drivers.CudaDouble if BACKEND == "cuda"
+                  else fake_drivers.ZeDouble)
+    faults, needles = probe_faults(site, driver_cls)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE_CHILD.format(backend=BACKEND)],
+        env={**os.environ, driver_cls.fail_env: faults,
+             "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    available, count, info = json.loads(result.stdout.splitlines()[0])
+    if site.how == TOLERATED:
+        assert available and count == 2, info
+        if site.api == "cuDriverGetVersion":
+            assert info["driver_version"] is None, info
+        return
+    assert not available and count == 0 and not info["available"], info
+    for needle in needles:
+        assert needle in info["reason"], info["reason"]
+
+
+EXIT_CHILD = """
+import sys
+sys.path[:0] = [{tests!r}]
+import fake_drivers
+driver = fake_drivers.{double}()
+{before}
+import accelerator as a
+s = a.Stream(1)
+e = s.record_event()
+a.set_device_index(1)
+e.synchronize()
+driver.fail({api!r}, 0, driver.unknown_error[0])
+"""
+
+
+@pytest.mark.parametrize("site", site_params(EXIT))
+def test_exit(site: Site) -> None:
+    cuda = BACKEND == "cuda"
+    code = EXIT_CHILD.format(
+        tests=str(REPO / "tests"), api=site.api,
+        double="CudaDouble" if cuda else "ZeDouble",
+        before="driver.lib.fake_cuda_report_at_exit()" if cuda else "")
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "Sanitizer" not in result.stderr, result.stderr
+    if cuda:
+        # The driver refused the release: device 1's context stays.
+        assert "fake_cuda at exit: retain=1 " in result.stderr, \
+            result.stderr
+
+
+# Host memory -----------------------------------------------------------------
+
+NOMEMORY_CHILD = """
+import sys
+sys.path[:0] = [{tests!r}, {behaviour!r}]
+import test_faults
+test_faults.nomemory_main()
+"""
+#: allocations made to fail, one at a time, in each call
+NOMEMORY_DEPTH = 40
+
+
+class _Foreign:
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+class _Duck:
+    def __init__(self, type: str) -> None:
+        self.type, self.index = type, 1
+
+
+def nomemory_calls(driver: Any) -> dict[str, tuple[Any, Any]]:
+    """name -> (setup or None, call): every API, under allocation failure."""
+    import pickle
+    t = acc.current_accelerator().type
+    s, s2 = acc.Stream(0), acc.Stream(1)
+    e, e2 = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    e.record(s)
+    e2.record(s)
+    e2.synchronize()
+    d = acc.device(t, 1)
+    failing = {"cuda": "cuStreamQuery", "xpu": "zeEventQueryStatus"}[BACKEND]
+    calls = {
+        "is_available": acc.is_available,
+        "device_count": acc.device_count,
+        "current_accelerator": acc.current_accelerator,
+        "current_device_index": acc.current_device_index,
+        "set_device_index(1)": lambda: acc.set_device_index(1),
+        "set_device_index('t:0')": lambda: acc.set_device_index(f"{t}:0"),
+        "set_device_index(duck)": lambda: acc.set_device_index(_Duck(t)),
+        "set_device_index(bad)": lambda: acc.set_device_index(99),
+        "device_index(1)": lambda: acc.device_index(1).__enter__(),
+        "synchronize(1)": lambda: acc.synchronize(1),
+        "current_stream(1)": lambda: acc.current_stream(1),
+        "set_stream(s2)": lambda: acc.set_stream(s2),
+        "set_stream(default)": lambda: acc.set_stream(acc.current_stream(0)),
+        "Stream(1)": lambda: acc.Stream(1, priority=-1),
+        "Stream.from_handle": lambda: acc.Stream.from_handle(s.handle, 0),
+        "with s": lambda: s.__enter__() and s.__exit__(None, None, None),
+        "s.query/synchronize": lambda: (s.query(), s.synchronize()),
+        "s.wait_event": lambda: s2.wait_event(e),
+        "s.wait_stream": lambda: s2.wait_stream(s),
+        "s.record_event": lambda: s.record_event(),
+        "Event().record": lambda: acc.Event(blocking=True).record(s),
+        "e.record/query/sync": lambda: (e.record(s), e.query(),
+                                        e.synchronize()),
+        "e.wait": lambda: e.wait(stream=s2),
+        "e.elapsed_time": lambda: e.elapsed_time(e2),
+        "device('t:1')": lambda: acc.device(f"{t}:1"),
+        "device(t, 1)": lambda: acc.device(t, index=1),
+        "device(1)": lambda: acc.device(1),
+        "device str/repr/hash/pickle": lambda: (
+            str(d), repr(d), hash(d), pickle.loads(pickle.dumps(d)),
+            d == acc.device(t, 1)),
+        "stream attributes": lambda: (repr(s), s.device, s.handle, hash(s),
+                                      s.device_type, s == s2),
+        "event attributes": lambda: (repr(e), e.device, e.handle,
+                                     e.device_index),
+        "get_memory_info": lambda: acc.get_memory_info(1),
+        "get_device_properties": lambda: acc.get_device_properties(1),
+        "get_device_name": lambda: acc.get_device_name(0),
+        "backends": acc.backends,
+        "empty_cache": acc.empty_cache,
+        "bad device string": lambda: acc.device("cuda:x"),
+        "pickle a stream": lambda: pickle.dumps(s),
+    }
+    def load_module_again() -> None:
+        """A second instance of the extension module (multi-phase init):
+        module_exec failing half-way must clean up."""
+        import importlib.util
+        spec = importlib.util.find_spec("accelerator._accelerator")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+    calls["load the module again"] = load_module_again
+    if BACKEND == "cuda":
+        calls["from_handle(__cuda_stream__)"] = \
+            lambda: acc.Stream.from_handle(_Foreign(s.handle))
+        calls["__cuda_stream__"] = s.__cuda_stream__
+    result = {name: (None, call) for name, call in calls.items()}
+    number = driver.unknown_error[0]
+    result["a driver error"] = (
+        lambda: driver.fail(failing, 1, number),
+        lambda: (s.query(), e.query(), acc.Event().record(s),
+                 acc.Event().query()))
+    return result
+
+
+def nomemory_main() -> None:
+    """Each call with its k-th Python allocation failing, k = 0, 1, ...:
+    the call works or raises MemoryError (or what it raises anyway);
+    never another error, never a crash.  Prints the problems, one a line."""
+    import _testcapi
+    driver = make_double()
+    acc.set_device_index(0)
+    calls = nomemory_calls(driver)
+    problems = []
+    for name, (setup, call) in calls.items():
+        # First with failures: some results are cached once made.
+        outcomes = []
+        for k in range(NOMEMORY_DEPTH):
+            if setup:
+                setup()
+            outcome: type | None = None
+            _testcapi.set_nomemory(k, k + 1)
+            try:
+                call()
+            except BaseException as exc:  # noqa: BLE001 - sorted below
+                outcome = type(exc)
+            finally:
+                _testcapi.remove_mem_hooks()
+            driver.clear_faults()
+            outcomes.append(outcome)
+        if setup:
+            setup()
+        try:
+            call()
+            normal: type | None = None
+        except Exception as exc:  # noqa: BLE001 - what it does anyway
+            normal = type(exc)
+        driver.clear_faults()
+        for k, outcome in enumerate(outcomes):
+            if outcome not in (normal, MemoryError):
+                problems.append(f"{name}: allocation {k}: {outcome} "
+                                f"(without failures: {normal})")
+        # Still working afterwards.
+        acc.set_device_index(0)
+        acc.set_stream(acc.current_stream(0))
+        acc.Stream(1).record_event().synchronize()
+    print("\n".join(problems))
+
+
+def test_host_out_of_memory_never_crashes() -> None:
+    """Every API call with each of its first allocations failing (the
+    _testcapi allocator hooks), in a fresh process."""
+    pytest.importorskip("_testcapi")
+    script = NOMEMORY_CHILD.format(tests=str(REPO / "tests"),
+                                   behaviour=str(REPO / "tests" / "behaviour"))
+    result = subprocess.run([sys.executable, "-c", script],
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "", result.stdout
+
+
+EXIT_BUSY = """
+import sys, time
+sys.path[:0] = [{tests!r}, {behaviour!r}]
+import accelerator as a
+import test_faults
+s = a.Stream(1)
+e = s.record_event()
+test_faults.make_double().enqueue_sleep(s, 3000)
+a.Event().record(s)
+print(time.monotonic(), flush=True)
+"""
+
+
+def test_exit_with_work_still_queued() -> None:
+    """Exiting while a stream still has 3 s of work: shutdown neither
+    hangs (a bounded wait at most) nor crashes, and says nothing."""
+    import time
+    code = EXIT_BUSY.format(tests=str(REPO / "tests"),
+                            behaviour=str(REPO / "tests" / "behaviour"))
+    result = subprocess.run([sys.executable, "-c", code],
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            capture_output=True, text=True, timeout=120)
+    end = time.monotonic()
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr
+    assert end - float(result.stdout) < 10

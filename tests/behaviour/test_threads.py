@@ -1,0 +1,335 @@
+"""Threads: 16 threads mixing every operation, per-thread state, the GIL.
+
+Each worker has its own device and stream and checks after every step
+that they are still its own, whatever the 15 others do.  Blocking calls
+must release the GIL: a thread spinning a Python counter keeps counting
+while another waits on 300 ms of queued work.  Every wait is bounded, and
+a watchdog dumps all stacks and fails the run if anything deadlocks.
+"""
+from __future__ import annotations
+
+import faulthandler
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import accelerator as acc
+
+THREADS = 16
+SECONDS = 2.0
+WATCHDOG = 120
+
+
+@pytest.fixture
+def watchdog() -> Iterator[None]:
+    """Dump every thread's stack and exit if the test hangs."""
+    faulthandler.dump_traceback_later(WATCHDOG, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def run_threads(target: Callable[[int], None], count: int,
+                timeout: float) -> None:
+    errors: list[tuple[int, BaseException]] = []
+
+    def body(i: int) -> None:
+        try:
+            target(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append((i, exc))
+
+    threads = [threading.Thread(target=body, args=(i,), name=f"worker-{i}")
+               for i in range(count)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    hung = [t.name for t in threads if t.is_alive()]
+    assert not hung, f"deadlock: {hung} still running after {timeout} s"
+    if errors:
+        i, exc = errors[0]
+        raise AssertionError(f"worker {i} failed ({len(errors)} failed): "
+                             f"{exc!r}") from exc
+
+
+class Worker:
+    """One thread's random walk over the API, checking its own state."""
+
+    def __init__(self, i: int, driver: Any, defaults: list[acc.Stream],
+                 accel_type: str) -> None:
+        self.rng = random.Random(1000 + i)
+        self.driver = driver
+        self.defaults = defaults
+        self.type = accel_type
+        self.count = len(defaults)
+        self.device = i % self.count
+        self.other = (self.device + 1) % self.count
+        self.steps = 0
+        self.ops: list[Callable[[], None]] = [
+            getattr(self, name) for name in dir(self)
+            if name.startswith("op_")]
+
+    def run(self, seconds: float) -> None:
+        # A new thread starts on device 0 with the default streams.
+        assert acc.current_device_index() == 0
+        for d in range(self.count):
+            assert acc.current_stream(d) is self.defaults[d]
+        acc.set_device_index(self.device)
+        self.stream = acc.Stream(self.device)
+        acc.set_stream(self.stream)
+        self.check()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.rng.choice(self.ops)()
+            self.check()
+            self.steps += 1
+        self.stream.synchronize()
+
+    def check(self) -> None:
+        assert acc.current_device_index() == self.device
+        assert acc.current_stream() is self.stream
+        assert acc.current_stream(self.device) is self.stream
+        if self.other != self.device:
+            assert acc.current_stream(self.other) is \
+                self.defaults[self.other]
+
+    def busy(self, stream: acc.Stream, ms: float) -> None:
+        if self.driver is not None:
+            self.driver.enqueue_sleep(stream, ms)
+
+    # Operations: each leaves the thread's device and stream as it found
+    # them (or restores them), so check() holds after every one.
+
+    def op_queries(self) -> None:
+        assert acc.is_available() and acc.device_count() == self.count
+        assert acc.current_accelerator() == acc.device(self.type)
+
+    def op_with_other_stream(self) -> None:
+        other = acc.Stream(self.other)
+        with other:
+            assert acc.current_device_index() == self.other
+            assert acc.current_stream() is other
+            self.busy(other, 1)
+            other.record_event()
+        assert other.query() in (True, False)
+
+    def op_nested_with(self) -> None:
+        outer, inner = acc.Stream(self.device), acc.Stream(self.other)
+        with outer:
+            with inner:
+                assert acc.current_stream() is inner
+            assert acc.current_stream() is outer
+            with outer:
+                assert acc.current_device_index() == self.device
+
+    def op_set_device_and_back(self) -> None:
+        acc.set_device_index(self.other)
+        assert acc.current_device_index() == self.other
+        assert acc.current_stream(self.device) is self.stream
+        acc.set_device_index(self.device)
+
+    def op_device_index(self) -> None:
+        with acc.device_index(self.other):
+            assert acc.current_device_index() == self.other
+        with acc.device_index(None):
+            pass
+
+    def op_set_stream_and_back(self) -> None:
+        acc.set_stream(self.defaults[self.other])
+        assert acc.current_device_index() == self.other
+        acc.set_stream(self.stream)
+
+    def op_record_and_wait(self) -> None:
+        event = acc.Event()
+        self.busy(self.stream, self.rng.choice([0, 1, 2]))
+        event.record()
+        assert event.device_index == self.device
+        acc.Stream(self.other).wait_event(event)
+        event.wait()
+        if self.rng.random() < 0.5:
+            event.synchronize()
+            assert event.query() is True
+        else:
+            event.query()
+
+    def op_timing(self) -> None:
+        start = acc.Event(enable_timing=True)
+        end = acc.Event(enable_timing=True, blocking=self.rng.random() < .5)
+        start.record(self.stream)
+        self.busy(self.stream, 1)
+        end.record(self.stream)
+        end.synchronize()
+        assert start.elapsed_time(end) >= 0
+
+    def op_wait_stream(self) -> None:
+        self.stream.wait_stream(acc.Stream(self.other))
+        acc.Stream(self.other).wait_stream(self.stream)
+
+    def op_stream_life(self) -> None:
+        streams = [acc.Stream(self.rng.randrange(self.count),
+                              priority=self.rng.choice([0, -1]))
+                   for _ in range(3)]
+        for s in streams:
+            self.busy(s, 1)
+        streams[0].synchronize()
+        del streams
+
+    def op_synchronize(self) -> None:
+        self.busy(self.stream, 1)
+        acc.synchronize(self.rng.randrange(self.count))
+        acc.synchronize()
+
+    def op_stream_sync_query(self) -> None:
+        self.busy(self.stream, 1)
+        self.stream.query()
+        event = self.stream.record_event()
+        self.stream.synchronize()
+        assert event.query() is True
+        # Not stream.query() is True: the CUDA double queues a marker on
+        # every stream of the context for another thread's
+        # synchronize(), which it counts as pending work for an instant.
+        self.stream.query()
+
+    def op_default_stream(self) -> None:
+        default = acc.current_stream(self.other)
+        assert default is self.defaults[self.other]
+        default.query()
+
+    def op_from_handle(self) -> None:
+        wrapped = acc.Stream.from_handle(self.stream.handle, self.device)
+        assert wrapped == self.stream
+        wrapped.query()
+
+    def op_properties(self) -> None:
+        props = acc.get_device_properties(self.other)
+        assert props.index == self.other
+        assert acc.get_device_name() == \
+            acc.get_device_properties(self.device).name
+        free, total = acc.get_memory_info(self.other)
+        assert 0 <= free <= total
+
+    def op_bad_input(self) -> None:
+        with pytest.raises(acc.DeviceIndexError):
+            acc.set_device_index(self.count)
+        with pytest.raises(ValueError):
+            acc.Stream(priority=1)
+
+
+@pytest.fixture
+def maybe_driver(request: pytest.FixtureRequest) -> Any:
+    """The double when there is one (timed work); None on a real driver."""
+    try:
+        return request.getfixturevalue("driver")
+    except pytest.skip.Exception:
+        return None
+
+
+@pytest.mark.usefixtures("watchdog")
+def test_sixteen_threads_keep_their_own_device_and_stream(
+        maybe_driver: Any, accel_type: str,
+        default_streams: list[acc.Stream]) -> None:
+    driver = maybe_driver
+    workers = [Worker(i, driver, default_streams, accel_type)
+               for i in range(THREADS)]
+    run_threads(lambda i: workers[i].run(SECONDS), THREADS,
+                timeout=SECONDS + 60)
+    steps = [w.steps for w in workers]
+    assert min(steps) > 0, steps
+    # Every operation ran somewhere.
+    assert sum(steps) >= 10 * len(workers[0].ops), steps
+    # The main thread was not touched by any of them.
+    assert acc.current_device_index() == 0
+    assert acc.current_stream() is default_streams[0]
+
+
+def spin_while(wait: Callable[[], None]) -> tuple[int, float]:
+    """Count in a Python thread while `wait` runs in this one."""
+    counter = 0
+    stop = threading.Event()
+    started = threading.Event()
+
+    def spin() -> None:
+        nonlocal counter
+        started.set()
+        while not stop.is_set():
+            counter += 1
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    started.wait(10)
+    before = counter
+    begin = time.monotonic()
+    try:
+        wait()
+    finally:
+        elapsed = time.monotonic() - begin
+        progress = counter - before
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    return progress, elapsed
+
+
+BLOCKING: dict[str, Callable[[Any, acc.Stream], Callable[[], None]]] = {
+    "Stream.synchronize": lambda d, s: s.synchronize,
+    "Event.synchronize": lambda d, s: s.record_event().synchronize,
+    "Event(blocking=True).synchronize": lambda d, s: s.record_event(
+        acc.Event(blocking=True)).synchronize,
+    "accelerator.synchronize": lambda d, s: lambda: acc.synchronize(
+        s.device_index),
+    "default Stream.synchronize": lambda d, s: s.synchronize,
+}
+
+
+@pytest.mark.usefixtures("watchdog")
+@pytest.mark.parametrize("call", list(BLOCKING))
+def test_blocking_calls_release_the_gil(driver, call: str) -> None:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    try:
+        # What the spinner does in 300 ms with the GIL free.
+        free, _ = spin_while(lambda: time.sleep(0.3))
+        stream = acc.current_stream(0) if call.startswith("default") \
+            else acc.Stream(0)
+        acc.set_device_index(0)
+        driver.enqueue_sleep(stream, 300)
+        wait = BLOCKING[call](driver, stream)  # records after the work
+        progress, elapsed = spin_while(wait)
+    finally:
+        sys.setswitchinterval(old)
+    assert elapsed >= 0.25, f"{call} did not wait for the work ({elapsed})"
+    # Holding the GIL would leave the spinner at (nearly) zero.
+    assert progress > free * 0.2, (call, progress, free)
+
+
+@pytest.mark.usefixtures("watchdog")
+def test_a_waiting_thread_does_not_block_the_others(driver) -> None:
+    """One thread in a 300 ms synchronize; 15 others work meanwhile."""
+    slow = acc.Stream(0)
+    driver.enqueue_sleep(slow, 300)
+    done = threading.Event()
+    early: list[int] = []
+
+    def target(i: int) -> None:
+        if i == 0:
+            slow.synchronize()
+            done.set()
+            return
+        for _ in range(5):
+            s = acc.Stream(i % acc.device_count())
+            s.record_event().synchronize()
+            acc.current_stream().query()
+        if not done.is_set():
+            early.append(i)
+
+    run_threads(target, THREADS, timeout=60)
+    assert done.is_set()
+    assert early, "every thread waited for the one in synchronize()"

@@ -1,0 +1,317 @@
+"""fork(): children of a process that used a backend, and of one that did not.
+
+Drivers cannot be used in a child forked after they were initialised (CUDA
+answers NOT_INITIALIZED forever; Level Zero's loader state is inherited
+half-way), so every backend call there must raise a clear AcceleratorError
+that names the 'spawn' start method, while is_available() and
+device_count() still answer, from memory, without any driver call.  The
+parent is unaffected, and a child forked before the first use probes for
+itself and works.  Each scenario runs in a fresh interpreter, once with
+the CUDA double and once with the Level Zero test driver (when built).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import fake_drivers
+from fake_drivers import CUDA_DOUBLE, REPO, ZE_DRIVER
+
+BACKENDS = {
+    "cuda": dict(ACCELERATOR_BACKEND="cuda",
+                 ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE),
+                 FAKE_CUDA_DEVICES="2"),
+    "xpu": dict(ACCELERATOR_BACKEND="xpu",
+                ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER),
+                FAKE_ZE_DEVICES="2"),
+}
+DOUBLES = {"cuda": "CudaDouble", "xpu": "ZeDouble"}
+
+
+def backend_params() -> list:
+    return [
+        pytest.param("cuda", marks=pytest.mark.skipif(
+            not CUDA_DOUBLE.exists(), reason="run make -C tests/drivers")),
+        pytest.param("xpu", marks=pytest.mark.skipif(
+            not ZE_DRIVER.exists(),
+            reason=f"{ZE_DRIVER} is not built (needs libze-dev)")),
+    ]
+
+
+PRELUDE = """
+import gc, json, os, sys, time
+sys.path.insert(0, {tests!r})
+import fake_drivers
+T = {backend!r}
+driver = fake_drivers.{double}()
+
+def quiesce():
+    # fork() copies only the calling thread: a lock that another thread
+    # (a double's stream worker, the allocator) holds at that instant stays
+    # held in the child.  Let them all go idle first.
+    import accelerator
+    if accelerator.is_available():
+        for d in range(accelerator.device_count()):
+            accelerator.synchronize(d)
+    time.sleep(0.05)
+"""
+
+
+def run(backend: str, code: str) -> subprocess.CompletedProcess:
+    env = fake_drivers.clean_environment()
+    env.update(BACKENDS[backend])
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    script = PRELUDE.format(tests=str(REPO / "tests"), backend=backend,
+                            double=DOUBLES[backend]) + textwrap.dedent(code)
+    result = subprocess.run([sys.executable, "-c", script], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+# Objects made before the fork, and every backend call on them.
+SETUP = """
+import accelerator as a
+s, s2 = a.Stream(1), a.Stream(0, priority=-1)
+e, e2 = a.Event(enable_timing=True), a.Event(enable_timing=True)
+e.record(s); e2.record(s); e2.synchronize()
+e0 = a.Event()
+e0.record()
+default = a.current_stream()
+with s:
+    pass
+a.get_device_properties(0)
+
+def enter(cm):
+    cm.__enter__()
+
+CALLS = {
+    "current_device_index()": a.current_device_index,
+    "set_device_index(0)": lambda: a.set_device_index(0),
+    "set_device_index('T:1')": lambda: a.set_device_index(T + ":1"),
+    "current_stream()": a.current_stream,
+    "current_stream(1)": lambda: a.current_stream(1),
+    "set_stream(s)": lambda: a.set_stream(s),
+    "set_stream(default)": lambda: a.set_stream(default),
+    "synchronize()": a.synchronize,
+    "synchronize(1)": lambda: a.synchronize(1),
+    "Stream()": a.Stream,
+    "Stream(1, priority=-1)": lambda: a.Stream(1, priority=-1),
+    "Stream.from_handle(s.handle)": lambda: a.Stream.from_handle(s.handle),
+    "Event()": a.Event,
+    "get_memory_info()": a.get_memory_info,
+    "get_device_properties(0)": lambda: a.get_device_properties(0),
+    "get_device_name(1)": lambda: a.get_device_name(1),
+    "s.query()": s.query,
+    "s.synchronize()": s.synchronize,
+    "s.wait_event(e)": lambda: s.wait_event(e),
+    "s.wait_stream(s2)": lambda: s.wait_stream(s2),
+    "s.record_event()": s.record_event,
+    "default.query()": default.query,
+    "default.synchronize()": default.synchronize,
+    "e.record(s)": lambda: e.record(s),
+    "e0.record()": e0.record,
+    "e.query()": e.query,
+    "e.synchronize()": e.synchronize,
+    "e.wait(s)": lambda: e.wait(s),
+    "e.elapsed_time(e2)": lambda: e.elapsed_time(e2),
+    "with s:": lambda: enter(s),
+    "device_index(1)": lambda: enter(a.device_index(1)),
+}
+
+def outcome(call):
+    try:
+        call()
+    except a.AcceleratorError as exc:
+        return {"class": type(exc).__name__, "message": str(exc),
+                "backend": exc.backend, "api": exc.api}
+    except BaseException as exc:
+        return {"class": type(exc).__name__, "message": str(exc)}
+    return {"class": None}
+"""
+
+AFTER_USE = SETUP + """
+r, w = os.pipe()
+quiesce()
+pid = os.fork()
+if pid == 0:
+    report = {}
+    try:
+        before = driver.calls()
+        report["answers"] = [a.is_available(), a.device_count(),
+                             str(a.current_accelerator()),
+                             [b["name"] for b in a.backends()]]
+        report["query_calls"] = driver.calls() - before
+        report["calls"] = {name: outcome(call) for name, call in CALLS.items()}
+        del s, s2, e, e2, e0, default
+        gc.collect()
+        report["driver_calls"] = driver.calls() - before
+    except BaseException as exc:
+        report["crash"] = repr(exc)
+    os.write(w, json.dumps(report).encode())
+    sys.exit(0)  # a normal exit: finalisation and exit handlers run
+os.close(w)
+with os.fdopen(r) as pipe:
+    child = json.loads(pipe.read())
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+parent = {name: outcome(call) for name, call in CALLS.items()}
+a.set_device_index(0)
+a.set_stream(default)
+s.synchronize()
+print(json.dumps({"child": child, "parent": parent}))
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_every_call_in_a_child_forked_after_use_names_spawn(
+        backend: str) -> None:
+    report = json.loads(run(backend, AFTER_USE).stdout)
+    child, parent = report["child"], report["parent"]
+    assert "crash" not in child, child
+    # Queries answer from memory, without the driver.
+    assert child["answers"] == [True, 2, backend, ["cuda", "xpu"]]
+    assert child["query_calls"] == 0
+    assert len(child["calls"]) == 31
+    for name, result in child["calls"].items():
+        assert result["class"] == "AcceleratorError", (name, result)
+        message = result["message"]
+        assert "'spawn'" in message and "forked" in message, (name, message)
+        assert f"the {backend} backend" in message, (name, message)
+        assert result["backend"] == backend and result["api"] is None
+    # Not one driver call in the child, objects released included.
+    assert child["driver_calls"] == 0
+    # The parent is unaffected: the same calls all work there.
+    failed = {k: v for k, v in parent.items() if v["class"] is not None}
+    assert failed == {}
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_child_forked_after_probing_only_refuses_too(backend: str) -> None:
+    """is_available() initialises the driver (cuInit), so a child forked
+    after it cannot use it either."""
+    run(backend, """
+    import accelerator as a
+    assert a.is_available()
+    quiesce()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        before = driver.calls()
+        try:
+            a.Stream()
+        except a.AcceleratorError as exc:
+            code = 0 if "'spawn'" in str(exc) else 3
+        else:
+            code = 4
+        if driver.calls() != before or a.device_count() != 2:
+            code = 5
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    a.Stream().synchronize()
+    """)
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_child_that_exits_normally_touches_nothing(backend: str) -> None:
+    """Objects inherited from the parent are freed at the child's exit
+    without driver calls or errors, and exit handlers skip shutdown."""
+    result = run(backend, SETUP + textwrap.dedent("""
+    quiesce()
+    pid = os.fork()
+    if pid == 0:
+        kept = [a.Stream.__new__, s, e]  # alive until the end
+        sys.exit(0)                     # a normal exit: finalisation runs
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    s.synchronize()
+    e.synchronize()
+    print("parent ok")
+    """))
+    assert result.stdout.strip().endswith("parent ok")
+    assert "Exception ignored" not in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_child_forked_before_use_works(backend: str) -> None:
+    run(backend, """
+    import accelerator as a
+    r, w = os.pipe()
+    pid = os.fork()                    # before any use: no probe yet
+    if pid == 0:
+        code = 1
+        try:
+            before = driver.calls()
+            assert a.is_available() and a.device_count() == 2
+            s = a.Stream(1)
+            start, end = a.Event(enable_timing=True), a.Event(enable_timing=True)
+            with s:
+                start.record()
+                driver.enqueue_sleep(s, 20)
+                end.record()
+            end.synchronize()
+            assert start.elapsed_time(end) >= 10
+            a.synchronize(1)
+            assert driver.calls() > before
+            code = 0
+        except BaseException as exc:
+            os.write(w, repr(exc).encode())
+        os._exit(code)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(r) as pipe:
+        why = pipe.read()
+    assert os.waitstatus_to_exitcode(status) == 0, why
+    # The parent probes for itself afterwards and works too.
+    a.Stream(0).record_event().synchronize()
+    """)
+
+
+POOL = """
+import multiprocessing as mp
+import time
+import accelerator as a
+
+def use(i):
+    s = a.Stream(i % a.device_count())
+    s.record_event().synchronize()
+    return a.current_device_index(), s.query()
+
+if __name__ == "__main__":
+    a.Stream().synchronize()                   # the parent uses the backend
+    a.synchronize(0)
+    time.sleep(0.05)                           # its stream threads go idle
+    with mp.get_context("fork").Pool(2) as pool:
+        try:
+            pool.map(use, range(2))
+        except a.AcceleratorError as exc:      # re-raised from the worker
+            assert "'spawn'" in str(exc), exc
+        else:
+            raise AssertionError("a forked worker used the driver")
+    with mp.get_context("spawn").Pool(2) as pool:
+        assert pool.map(use, range(4)) == [(0, True)] * 4
+    a.synchronize()
+    print("pool ok")
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_multiprocessing_fork_refuses_and_spawn_works(
+        backend: str, tmp_path) -> None:
+    script = tmp_path / "pool.py"
+    script.write_text(POOL)
+    env = fake_drivers.clean_environment()
+    env.update(BACKENDS[backend])
+    env["PYTHONPATH"] = str(REPO)
+    result = subprocess.run([sys.executable, str(script)], env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "pool ok"
