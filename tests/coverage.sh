@@ -16,43 +16,23 @@ MIN=${COVERAGE_MIN:-90}
 html_dir=${COVERAGE_HTML:+$(realpath -m "$COVERAGE_HTML")}
 
 say() { printf '\n== %s\n' "$*"; }
+# shellcheck source=tests/private_build.sh
+. tests/private_build.sh
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/accelerator-coverage.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-tar cf - --exclude=./.git --exclude=./build --exclude=./tests/drivers/build \
-    --exclude='*.so' --exclude='*.o' --exclude='*.gcda' --exclude='*.gcno' \
-    --exclude=__pycache__ --exclude=.pytest_cache --exclude=.hypothesis . \
-    | tar xf - -C "$work"
+private_copy "$work"
 
 say "installing test requirements and gcovr"
 "$PYTHON" -m pip install -q --disable-pip-version-check \
     -r tests/requirements.txt gcovr
 
 say "building the doubles and the extension with --coverage"
-make -s -C "$work/tests/drivers" >/dev/null
-(cd "$work" && ACCELERATOR_WERROR=1 ACCELERATOR_CFLAGS="--coverage -fprofile-update=atomic -O0 -g" \
-    ACCELERATOR_LDFLAGS="--coverage" \
-    "$PYTHON" setup.py -q build_ext --inplace --force 2>&1 \
-    | grep -v -e BetaConfiguration -e 'warnings.warn' || true)
+private_build "$work" "--coverage -fprofile-update=atomic -O0 -g" \
+    "--coverage" "-O2 -g"
 
-status=0
-run_pytest() {
-    (cd "$work" && "$PYTHON" -m pytest -q -p no:cacheprovider "$@") \
-        || status=1
-}
-
-say "the suite on the CUDA double"
-run_pytest tests "$@"
-if [ -f /usr/include/level_zero/ze_ddi.h ] \
-        && ldconfig -p | grep -q 'libze_loader.so.1 ' \
-        && [ -f "$work/tests/drivers/build/libze_test_driver.so" ]; then
-    say "the behaviour suite on Level Zero (direct and intercept modes)"
-    ACCELERATOR_TEST_BACKEND=xpu run_pytest tests/behaviour "$@"
-    ZE_ENABLE_LOADER_INTERCEPT=1 ACCELERATOR_TEST_BACKEND=xpu \
-        run_pytest tests/behaviour "$@"
-else
-    say "SKIPPED the Level Zero runs: no loader, headers or test driver"
-fi
+PYTEST_ARGS=("$@")
+run_suites "$work" direct intercept
 if [ "$status" != 0 ]; then
     say "tests failed: coverage not reported"
     exit 1

@@ -19,6 +19,8 @@ PYTHON=${PYTHON:-python3}
 CC=${CC:-cc}
 
 say() { printf '\n== %s\n' "$*"; }
+# shellcheck source=tests/private_build.sh
+. tests/private_build.sh
 
 asan_runtime=$("$CC" -print-file-name=libasan.so)
 if [ ! -f "$asan_runtime" ]; then
@@ -28,10 +30,7 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/accelerator-sanitize.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-tar cf - --exclude=./.git --exclude=./build --exclude=./tests/drivers/build \
-    --exclude='*.so' --exclude='*.o' --exclude='*.gcda' --exclude='*.gcno' \
-    --exclude=__pycache__ --exclude=.pytest_cache --exclude=.hypothesis . \
-    | tar xf - -C "$work"
+private_copy "$work"
 logs="$work/sanitizer-logs"
 mkdir -p "$logs"
 
@@ -41,12 +40,7 @@ say "installing test requirements"
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 flags="$flags -fno-omit-frame-pointer -g -O1"
 say "building the doubles and the extension with $flags"
-make -s -C "$work/tests/drivers" CC="$CC" CFLAGS="$flags" >/dev/null
-(cd "$work" && ACCELERATOR_WERROR=1 ACCELERATOR_CFLAGS="$flags" \
-    ACCELERATOR_LDFLAGS="-fsanitize=address,undefined" \
-    "$PYTHON" setup.py -q build_ext --inplace --force 2>&1 \
-    | grep -v -e BetaConfiguration -e 'warnings.warn' || true)
-test -f "$work"/accelerator/_accelerator*.so
+CC="$CC" private_build "$work" "$flags" "-fsanitize=address,undefined"
 
 export LD_PRELOAD="$asan_runtime${LD_PRELOAD:+:$LD_PRELOAD}"
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:log_path=$logs/asan:log_exe_name=1"
@@ -55,29 +49,8 @@ export PYTHONMALLOC=malloc
 # Sanitized code runs slower: give the fuzzer its minimum, not more.
 export FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-50}
 
-status=0
-run_pytest() {
-    (cd "$work" && "$PYTHON" -m pytest -q -p no:cacheprovider "$@") \
-        || status=1
-}
-
-say "the suite on the CUDA double, sanitized"
-run_pytest tests "$@"
-
-if [ -f /usr/include/level_zero/ze_ddi.h ] \
-        && ldconfig -p | grep -q 'libze_loader.so.1 ' \
-        && [ -f "$work/tests/drivers/build/libze_test_driver.so" ]; then
-    say "the behaviour suite on Level Zero (direct), sanitized"
-    ACCELERATOR_TEST_BACKEND=xpu run_pytest tests/behaviour "$@"
-    say "the behaviour suite on Level Zero (loader intercept), sanitized"
-    ZE_ENABLE_LOADER_INTERCEPT=1 ACCELERATOR_TEST_BACKEND=xpu \
-        run_pytest tests/behaviour "$@"
-    say "the behaviour suite on Level Zero (validation layer), sanitized"
-    ZE_ENABLE_VALIDATION_LAYER=1 ZE_ENABLE_PARAMETER_VALIDATION=1 \
-        ACCELERATOR_TEST_BACKEND=xpu run_pytest tests/behaviour "$@"
-else
-    say "SKIPPED the Level Zero runs: no loader, headers or test driver"
-fi
+PYTEST_ARGS=("$@")
+run_suites "$work" direct intercept validation
 
 reports=$(find "$logs" -type f | sort)
 if [ -n "$reports" ]; then
