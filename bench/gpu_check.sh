@@ -5,8 +5,8 @@
 #
 # On a machine with an NVIDIA GPU and its driver: installs the project with
 # `pip install --no-build-isolation .` (downloads nothing), builds it in place
-# too (the suite runs from the source tree, where ./accelerator shadows the
-# installed copy), runs the behaviour suite on the real driver, then the
+# too (the suite runs from the source tree and imports src/, pytest's
+# pythonpath), runs the behaviour suite on the real driver, then the
 # benchmark side by side with torch.accelerator / torch.cuda, cuda.core and
 # CuPy where installed, and writes bench/results/<date>-<gpu>.md and .json.
 # It prints a short table last.  Exit status: 0, or 1 when the suite failed

@@ -16,10 +16,10 @@ say() { printf '\n== %s\n' "$*"; }
 say "stubtest"
 "$PYTHON" -m pip install -q --disable-pip-version-check mypy build \
     -r docs/requirements.txt
-PYTHONPATH=. "$PYTHON" -m mypy.stubtest accelerator
+PYTHONPATH=src "$PYTHON" -m mypy.stubtest accelerator
 
 say "docs (sphinx -W)"
-PYTHONPATH=. "$PYTHON" -m sphinx -q -W -b html docs "$work/html"
+PYTHONPATH=src "$PYTHON" -m sphinx -q -W -b html docs "$work/html"
 
 say "sdist and wheel"
 "$PYTHON" -m build -q --outdir "$work/dist" . >/dev/null
@@ -33,6 +33,6 @@ say "the wheel in a fresh venv"
 # the source package so that the wheel's copy is the one imported.
 tar -xzf "$work"/dist/*.tar.gz -C "$work"
 sdist=$(find "$work" -maxdepth 1 -type d -name 'accelerator-*')
-rm -rf "$sdist/accelerator"
+rm -rf "$sdist/src/accelerator"
 make -s -C "$sdist/tests/drivers"
 (cd "$sdist" && "$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests)

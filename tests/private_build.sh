@@ -27,7 +27,7 @@ private_build() {
         ACCELERATOR_LDFLAGS="$ldflags" \
         "$PYTHON" setup.py -q build_ext --inplace --force 2>&1 \
         | grep -v -e BetaConfiguration -e 'warnings.warn' || true)
-    test -f "$dir"/accelerator/_accelerator*.so
+    test -f "$dir"/src/accelerator/_accelerator*.so
 }
 
 status=0

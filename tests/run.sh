@@ -9,7 +9,7 @@
 #    runs are skipped with the reason printed.
 # 2. pytest (tests/requirements.txt), the driver test doubles
 #    (make -C tests/drivers) and the extension, built in place with
-#    warnings as errors.
+#    warnings as errors, then installed editable (pip install -e .).
 # 3. pytest: the whole suite with the CUDA double, then the behaviour suite
 #    on Level Zero through the real loader, in direct mode, in the loader's
 #    intercept mode and under its validation layer.
@@ -38,6 +38,10 @@ say "installing test requirements"
 say "building the driver test doubles and the extension"
 make -s -C tests/drivers
 ACCELERATOR_WERROR=1 "$PYTHON" setup.py -q build_ext --inplace
+# An editable install of this checkout (src layout), so that `import
+# accelerator` and `python -m accelerator` work from any folder, this
+# one included, and the pytest plugin's entry point is this checkout's.
+"$PYTHON" -m pip install -q --disable-pip-version-check --no-deps -e .
 
 say "the suite on the CUDA driver double"
 "$PYTHON" -m pytest tests "$@"

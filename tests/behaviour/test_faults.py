@@ -629,7 +629,7 @@ def run_child(args: dict[str, Any], **env: str) -> subprocess.CompletedProcess:
     environment = dict(os.environ)
     environment.update(env)
     environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO), environment.get("PYTHONPATH")]))
+        filter(None, [str(REPO / "src"), environment.get("PYTHONPATH")]))
     environment.pop("PYTEST_CURRENT_TEST", None)
     script = CHILD.format(tests=str(REPO / "tests"),
                           behaviour=str(REPO / "tests" / "behaviour"),
@@ -723,7 +723,7 @@ def test_probe(site: Site) -> None:
     result = subprocess.run(
         [sys.executable, "-c", PROBE_CHILD.format(backend=BACKEND)],
         env={**os.environ, driver_cls.fail_env: faults,
-             "PYTHONPATH": str(REPO)},
+             "PYTHONPATH": str(REPO / "src")},
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     available, count, info = json.loads(result.stdout.splitlines()[0])
@@ -761,7 +761,7 @@ def test_exit(site: Site) -> None:
         before="driver.lib.fake_cuda_report_at_exit()" if cuda else "")
     result = subprocess.run(
         [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
@@ -925,7 +925,7 @@ def test_host_out_of_memory_never_crashes() -> None:
     script = NOMEMORY_CHILD.format(tests=str(REPO / "tests"),
                                    behaviour=str(REPO / "tests" / "behaviour"))
     result = subprocess.run([sys.executable, "-c", script],
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "", result.stdout
@@ -951,7 +951,7 @@ def test_exit_with_work_still_queued() -> None:
     code = EXIT_BUSY.format(tests=str(REPO / "tests"),
                             behaviour=str(REPO / "tests" / "behaviour"))
     result = subprocess.run([sys.executable, "-c", code],
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
                             capture_output=True, text=True, timeout=120)
     end = time.monotonic()
     assert result.returncode == 0, result.stderr
