@@ -120,6 +120,15 @@ int acc_is_available(void);
 int acc_device_count(void);
 /* The selected backend's device type ("cuda", "xpu"), or NULL. */
 const char *acc_device_type(void);
+/* Facts of the selected backend (0 when none is selected). */
+int acc_torch_device_type(void);
+int acc_dlpack_device_type(void);
+unsigned acc_backend_caps(void);
+enum {
+    /* Native stream handles speak the CUDA stream protocol
+     * (__cuda_stream__, from_handle of CUstream). */
+    ACC_CAP_CUDA_STREAM_PROTOCOL = 1u << 0,
+};
 /* The report: one record per registered backend.  acc_probe_all() also
  * probes the backends that selection did not need (may block). */
 void acc_probe_all(void);

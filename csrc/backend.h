@@ -36,6 +36,13 @@ struct acc_backend {
     const char *name;        /* backend name: "cuda", "xpu" */
     const char *device_type; /* device type users write: "cuda", "xpu" */
 
+    /* Facts the Python layer and the tests read instead of branching on
+     * the name. */
+    int torch_device_type;   /* c10::DeviceType: CUDA 1, OPENCL 4, XPU 12 */
+    int dlpack_device_type;  /* DLDeviceType: kDLCUDA 2, kDLOpenCL 4,
+                              * kDLOneAPI 14 */
+    unsigned caps;           /* ACC_CAP_* (accel.h) */
+
     /* Lifetime ----------------------------------------------------------- */
 
     /* Open the driver library, resolve its symbols, initialise the driver

@@ -340,6 +340,24 @@ acc_device_type(void)
 }
 
 int
+acc_torch_device_type(void)
+{
+    return g.selected ? g.selected->torch_device_type : 0;
+}
+
+int
+acc_dlpack_device_type(void)
+{
+    return g.selected ? g.selected->dlpack_device_type : 0;
+}
+
+unsigned
+acc_backend_caps(void)
+{
+    return g.selected ? g.selected->caps : 0;
+}
+
+int
 acc_backend_count(void)
 {
     return N_BACKENDS;

@@ -191,8 +191,7 @@ stream_get_device_type(StreamObject *self, void *closure)
 {
     (void)self;
     (void)closure;
-    return PyLong_FromLong(strcmp(acc_device_type(), "cuda") == 0
-                           ? ACC_C10_CUDA : ACC_C10_XPU);
+    return PyLong_FromLong(acc_torch_device_type());
 }
 
 static PyObject *
@@ -528,7 +527,7 @@ static PyObject *
 stream_cuda_stream(StreamObject *self, PyObject *unused)
 {
     (void)unused;
-    if (strcmp(acc_device_type(), "cuda") != 0) {
+    if (!(acc_backend_caps() & ACC_CAP_CUDA_STREAM_PROTOCOL)) {
         PyErr_Format(PyExc_TypeError,
                      "__cuda_stream__ is only defined for CUDA streams; this "
                      "is a %s stream", acc_device_type());
@@ -569,7 +568,7 @@ foreign_handle(acc_state *st, PyObject *obj, uintptr_t *handle,
         }
         return -1;
     }
-    if (strcmp(acc_device_type(), "cuda") != 0) {
+    if (!(acc_backend_caps() & ACC_CAP_CUDA_STREAM_PROTOCOL)) {
         PyErr_Format(PyExc_TypeError,
                      "an object with __cuda_stream__ is a CUDA stream; the "
                      "current accelerator is %s", acc_device_type());

@@ -17,10 +17,6 @@
 
 #include "accel.h"
 
-/* c10::DeviceType values, for Stream.device_type as in torch. */
-#define ACC_C10_CUDA 1
-#define ACC_C10_XPU 12
-
 typedef struct acc_state {
     PyTypeObject *device_type;
     PyTypeObject *stream_type;

@@ -584,6 +584,9 @@ cuda_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
 const acc_backend acc_cuda_backend = {
     .name = "cuda",
     .device_type = "cuda",
+    .torch_device_type = 1,  /* c10::DeviceType::CUDA */
+    .dlpack_device_type = 2, /* kDLCUDA */
+    .caps = ACC_CAP_CUDA_STREAM_PROTOCOL,
     .probe = cuda_probe,
     .shutdown = cuda_shutdown,
     .device_activate = cuda_device_activate,

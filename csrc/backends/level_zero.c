@@ -1797,6 +1797,9 @@ lz_shutdown(void)
 const acc_backend acc_level_zero_backend = {
     .name = LZ_BACKEND,
     .device_type = LZ_BACKEND,
+    .torch_device_type = 12,  /* c10::DeviceType::XPU */
+    .dlpack_device_type = 14, /* kDLOneAPI */
+    .caps = 0,
     .probe = lz_probe,
     .shutdown = lz_shutdown,
     .device_activate = NULL, /* Level Zero has no current device */
