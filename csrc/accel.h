@@ -128,6 +128,9 @@ enum {
     /* Native stream handles speak the CUDA stream protocol
      * (__cuda_stream__, from_handle of CUstream). */
     ACC_CAP_CUDA_STREAM_PROTOCOL = 1u << 0,
+    /* 0 is a valid native stream handle (CUDA: the legacy default
+     * stream); otherwise Stream.from_handle(0) is refused. */
+    ACC_CAP_NULL_STREAM_HANDLE = 1u << 1,
 };
 /* The report: one record per registered backend.  acc_probe_all() also
  * probes the backends that selection did not need (may block). */

@@ -785,6 +785,13 @@ acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,
     if (st != ACC_OK) {
         return st;
     }
+    if (handle == 0 && !(g.selected->caps & ACC_CAP_NULL_STREAM_HANDLE)) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "a stream handle of 0 (NULL) is not a valid %s "
+                      "stream; expected the handle of a live stream",
+                      g.selected->device_type);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
     st = new_stream(device, &s, err);
     if (st != ACC_OK) {
         return st;

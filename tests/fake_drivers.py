@@ -36,6 +36,9 @@ class DriverDouble:
     #: (code, name) of a generic driver failure and of out-of-memory
     unknown_error: tuple[int, str] = (0, "")
     oom_error: tuple[int, str] = (0, "")
+    #: 0 names a stream (CUDA's legacy default stream); where it does not,
+    #: Stream.from_handle(0) is refused
+    null_stream_handle = False
 
     def __init__(self, path: pathlib.Path, prefix: str) -> None:
         self.path = path
@@ -92,6 +95,7 @@ class CudaDouble(DriverDouble):
     fail_env = "FAKE_CUDA_FAIL"
     unknown_error = (999, "CUDA_ERROR_UNKNOWN")
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
+    null_stream_handle = True
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
         super().__init__(path, "cuda")

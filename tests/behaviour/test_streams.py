@@ -294,6 +294,22 @@ def test_from_handle_of_the_default_stream_is_the_default() -> None:
     assert acc.Stream.from_handle(default.handle, 1) is default
 
 
+def test_from_handle_of_zero_follows_the_backend(driver) -> None:
+    """0 is CUDA's legacy default stream; elsewhere a NULL handle is no
+    stream at all and is refused at the call, not at first use."""
+    if driver.null_stream_handle:
+        wrapped = acc.Stream.from_handle(0, 0)
+        assert wrapped.handle == 0
+        assert wrapped.query() is True
+        wrapped.synchronize()
+    else:
+        with pytest.raises(ValueError, match=r"handle of 0 \(NULL\) is not "
+                           r"a valid \w+ stream"):
+            acc.Stream.from_handle(0, 0)
+        with pytest.raises(ValueError, match="not a valid"):
+            acc.Stream.from_handle(0)
+
+
 def test_from_handle_rejects_bad_handles() -> None:
     with pytest.raises(TypeError, match="__cuda_stream__"):
         acc.Stream.from_handle("0x1234")  # type: ignore[arg-type]
