@@ -105,3 +105,31 @@ def test_fork_after_init_refuses_clearly() -> None:
     assert os.waitstatus_to_exitcode(status) == 0, status
     a.Stream().synchronize()
     """, **ze(2, ACCELERATOR_BACKEND="xpu"))
+
+
+ELAPSED = """
+import accelerator as a
+driver = fake_drivers.ZeDouble()
+s = a.Stream()
+start, end = a.Event(enable_timing=True), a.Event(enable_timing=True)
+start.record(s)
+driver.enqueue_sleep(s, 20)
+end.record(s)
+end.synchronize()
+print(start.elapsed_time(end), end.elapsed_time(start))
+"""
+
+
+@pytest.mark.parametrize("bits,ns_per_tick", [(32, 1), (24, 10)])
+def test_elapsed_time_across_a_timer_wrap(bits: int, ns_per_tick: int
+                                          ) -> None:
+    """The kernel timestamp counter keeps kernelTimestampValidBits and
+    wraps: started 5 ms before the wrap, 20 ms of work still measure
+    +20 ms forward and -20 ms reversed (not the rest of the cycle)."""
+    base = 2**bits - 5_000_000 // ns_per_tick
+    out = run(ELAPSED, **ze(1, FAKE_ZE_TIMESTAMP_BITS=str(bits),
+                            FAKE_ZE_TIMESTAMP_BASE=str(base),
+                            FAKE_ZE_TIMER_RESOLUTION=str(ns_per_tick))).stdout
+    forward, backward = map(float, out.split())
+    assert 18 <= forward < 60, out
+    assert backward == -forward

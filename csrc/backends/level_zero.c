@@ -1161,6 +1161,27 @@ lz_event_synchronize(acc_event *e, acc_error *err)
     return ACC_OK;
 }
 
+/*
+ * t1 - t0 in ticks of a counter that keeps only the bits of mask
+ * (kernelTimestampValidBits) and so wraps every mask + 1 ticks.  Both
+ * readings only say where on that cycle each event completed, so the
+ * interval is taken the shorter way round: a later reading smaller by
+ * less than half a cycle is a reversed pair (negative, as CUDA and torch
+ * answer), by more than half a cycle it is a wrap-around.  Intervals of
+ * half a cycle or more (2**31 ticks: 2.1 s at 1 ns, 112 s at 52 ns) are
+ * therefore not measurable.
+ */
+static double
+lz_ticks_between(uint64_t t0, uint64_t t1, uint64_t mask)
+{
+    uint64_t forward = (t1 - t0) & mask;
+    uint64_t half = (mask >> 1) + 1;
+    if (forward < half) {
+        return (double)forward;
+    }
+    return -((double)(mask - forward) + 1.0);
+}
+
 static acc_status
 lz_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                     acc_error *err)
@@ -1203,13 +1224,11 @@ lz_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
         return lz_fail(err, "zeEventQueryKernelTimestamp", r, d);
     }
     /* A record completes when its barrier ends: measure end to end, in
-     * the device's global clock, which wraps at kernelTimestampValidBits
-     * (once at most, for any interval we can mean). */
+     * the device's global clock. */
     const lz_device *dev = &lz.devices[a->device];
-    uint64_t t0 = ts[0].global.kernelEnd & dev->ts_mask;
-    uint64_t t1 = ts[1].global.kernelEnd & dev->ts_mask;
-    uint64_t ticks = t1 >= t0 ? t1 - t0 : (dev->ts_mask - t0) + t1 + 1;
-    *ms = (float)((double)ticks * dev->ns_per_tick / 1e6);
+    double ticks = lz_ticks_between(ts[0].global.kernelEnd,
+                                    ts[1].global.kernelEnd, dev->ts_mask);
+    *ms = (float)(ticks * dev->ns_per_tick / 1e6);
     return ACC_OK;
 }
 

@@ -115,6 +115,32 @@ def test_elapsed_time_measures_the_work(driver) -> None:
     assert 45 <= elapsed < 1000
 
 
+def test_elapsed_time_of_a_reversed_pair_is_negative(driver) -> None:
+    """end.elapsed_time(start) is minus start.elapsed_time(end), as in
+    torch and CUDA; also for two streams whose records complete in the
+    reverse of the order they were made."""
+    stream = acc.Stream()
+    start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    start.record(stream)
+    driver.enqueue_sleep(stream, 30)
+    end.record(stream)
+    end.synchronize()
+    forward = start.elapsed_time(end)
+    assert 25 <= forward < 1000
+    assert end.elapsed_time(start) == -forward
+
+    busy, idle = acc.Stream(), acc.Stream()
+    first, second = acc.Event(enable_timing=True), acc.Event(
+        enable_timing=True)
+    driver.enqueue_sleep(busy, 30)
+    first.record(busy)   # completes after the 30 ms of work
+    second.record(idle)  # completes at once
+    first.synchronize()
+    second.synchronize()
+    assert -1000 < first.elapsed_time(second) <= -25
+    assert second.elapsed_time(first) == -first.elapsed_time(second)
+
+
 def test_blocking_events_block(driver, accel_type: str) -> None:
     if accel_type != "cuda":
         pytest.skip("Level Zero has no blocking-synchronization flag")
