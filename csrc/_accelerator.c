@@ -283,40 +283,6 @@ set_device_index(PyObject *module, PyObject *device)
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(exchange_device_doc,
-"_exchange_device($module, index, /)\n--\n\n"
-"Make index current and return the previous index (device_index uses it).");
-
-static PyObject *
-exchange_device(PyObject *module, PyObject *arg)
-{
-    acc_state *st = acc_module_state(module);
-    long long index;
-    int previous, overflow;
-
-    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
-        PyErr_Format(PyExc_TypeError, "device_index() expects an int device "
-                     "index or None, got %.100s", acc_type_name(arg));
-        return NULL;
-    }
-    index = PyLong_AsLongLongAndOverflow(arg, &overflow);
-    if (index == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (overflow) {
-        index = overflow > 0 ? LLONG_MAX : LLONG_MIN;
-    }
-    acc_ensure_probed();
-    if (acc_check_index(st, index) < 0) {
-        return NULL;
-    }
-    previous = acc_current_device();
-    if (previous != index && acc_switch_device(st, (int)index) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLong(previous);
-}
-
 PyDoc_STRVAR(synchronize_doc,
 "synchronize($module, device=None, /)\n--\n\n"
 "Wait for all work on device (default: the current device).  Does not\n"
@@ -645,7 +611,6 @@ static PyMethodDef module_methods[] = {
     {"current_device_index", current_device_index, METH_NOARGS,
      current_device_index_doc},
     {"set_device_index", set_device_index, METH_O, set_device_index_doc},
-    {"_exchange_device", exchange_device, METH_O, exchange_device_doc},
     {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL,
      synchronize_doc},
     {"current_stream", (PyCFunction)(void (*)(void))current_stream,
@@ -719,7 +684,9 @@ module_exec(PyObject *module)
 
     if (add_type(module, &acc_device_spec, NULL, &st->device_type) < 0
         || add_type(module, &acc_stream_spec, NULL, &st->stream_type) < 0
-        || add_type(module, &acc_event_spec, NULL, &st->event_type) < 0) {
+        || add_type(module, &acc_event_spec, NULL, &st->event_type) < 0
+        || add_type(module, &acc_device_index_spec, NULL,
+                    &st->device_index_type) < 0) {
         return -1;
     }
     st->properties_type = PyStructSequence_NewType(&properties_desc);
@@ -752,10 +719,8 @@ module_exec(PyObject *module)
     st->str_type = PyUnicode_InternFromString("type");
     st->str_index = PyUnicode_InternFromString("index");
     st->str_cuda_stream = PyUnicode_InternFromString("__cuda_stream__");
-    st->stream_stack_key = PyUnicode_InternFromString(
-        "accelerator.stream_stack");
     if (st->str_type == NULL || st->str_index == NULL
-        || st->str_cuda_stream == NULL || st->stream_stack_key == NULL) {
+        || st->str_cuda_stream == NULL) {
         return -1;
     }
     return PyModule_AddIntConstant(module, "MAX_DEVICES", ACC_MAX_DEVICES);
@@ -769,6 +734,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->device_type);
     Py_VISIT(st->stream_type);
     Py_VISIT(st->event_type);
+    Py_VISIT(st->device_index_type);
     Py_VISIT(st->properties_type);
     Py_VISIT(st->AcceleratorError);
     Py_VISIT(st->OutOfMemoryError);
@@ -789,6 +755,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->device_type);
     Py_CLEAR(st->stream_type);
     Py_CLEAR(st->event_type);
+    Py_CLEAR(st->device_index_type);
     Py_CLEAR(st->properties_type);
     Py_CLEAR(st->AcceleratorError);
     Py_CLEAR(st->OutOfMemoryError);
@@ -796,7 +763,6 @@ module_clear(PyObject *module)
     Py_CLEAR(st->str_type);
     Py_CLEAR(st->str_index);
     Py_CLEAR(st->str_cuda_stream);
-    Py_CLEAR(st->stream_stack_key);
     Py_CLEAR(st->accelerator);
     for (int i = 0; i < ACC_MAX_DEVICES; i++) {
         Py_CLEAR(st->default_streams[i]);

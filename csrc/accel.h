@@ -163,6 +163,20 @@ acc_status acc_current_stream(int device, acc_stream **out, acc_error *err);
 /* Make s the thread's current stream on its device (takes a reference);
  * does not change the current device. */
 acc_status acc_set_current_stream(acc_stream *s, acc_error *err);
+/*
+ * `with` blocks (device_index, Stream): a per-thread stack of what each
+ * block restores on exit.  owner identifies the object that entered.
+ * Push remembers device (-1: none) and stream (NULL: none; a reference
+ * is taken).  Pop removes owner's innermost entry, which must be the
+ * thread's innermost one when innermost_only (what names the type in the
+ * error), and hands back its device and stream (the caller drops the
+ * reference).  ACC_ERR_STATE when this thread has no such entry.
+ */
+acc_status acc_restore_push(const void *owner, int device, acc_stream *stream,
+                            acc_error *err);
+acc_status acc_restore_pop(const void *owner, int innermost_only,
+                           const char *what, int *device,
+                           acc_stream **stream, acc_error *err);
 acc_status acc_stream_create(int device, int priority, acc_stream **out,
                              acc_error *err);
 acc_status acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,

@@ -95,6 +95,18 @@ static ACC_TLS int tls_device;
 static ACC_TLS int tls_active_plus_one;  /* device activated, + 1; 0: none */
 static ACC_TLS acc_stream **tls_streams; /* [ACC_MAX_DEVICES] or NULL */
 
+/* What each `with` block of this thread restores on exit, innermost last.
+ * Per thread, so one device_index or Stream object entered by two threads
+ * at once restores each thread's own state. */
+typedef struct restore_entry {
+    const void *owner;   /* identifies the object that entered */
+    int device;          /* the device to restore, or -1 */
+    acc_stream *stream;  /* the stream to restore (a reference), or NULL */
+} restore_entry;
+static ACC_TLS restore_entry *tls_restore;
+static ACC_TLS size_t tls_restore_len, tls_restore_cap;
+static int thread_key_value;  /* any non-NULL value arms the destructor */
+
 /* Tracing ---------------------------------------------------------------- */
 
 int
@@ -165,8 +177,18 @@ static void
 release_thread_state(void *unused)
 {
     acc_stream **streams = tls_streams;
+    restore_entry *restore = tls_restore;
+    size_t n = tls_restore_len;
 
     (void)unused;
+    tls_restore = NULL;
+    tls_restore_len = tls_restore_cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (restore[i].stream != NULL) {
+            acc_stream_decref(restore[i].stream);
+        }
+    }
+    free(restore);
     if (streams == NULL) {
         return;
     }
@@ -609,8 +631,7 @@ acc_set_current_stream(acc_stream *s, acc_error *err)
             return ACC_ERR_HOST_MEMORY;
         }
         tls_streams = streams;
-        /* Any non-NULL value makes the destructor run at thread exit. */
-        pthread_setspecific(g.thread_key, streams);
+        pthread_setspecific(g.thread_key, &thread_key_value);
     }
     old = tls_streams[s->device];
     if (s->flags & ACC_STREAM_DEFAULT) {
@@ -623,6 +644,68 @@ acc_set_current_stream(acc_stream *s, acc_error *err)
     if (old != NULL) {
         acc_stream_decref(old);
     }
+    return ACC_OK;
+}
+
+/* `with` blocks ----------------------------------------------------------- */
+
+acc_status
+acc_restore_push(const void *owner, int device, acc_stream *stream,
+                 acc_error *err)
+{
+    restore_entry *entry;
+
+    if (tls_restore_len == tls_restore_cap) {
+        size_t cap = tls_restore_cap ? 2 * tls_restore_cap : 8;
+        restore_entry *grown = realloc(tls_restore, cap * sizeof(*grown));
+
+        if (grown == NULL) {
+            acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+            return ACC_ERR_HOST_MEMORY;
+        }
+        if (tls_restore == NULL) {
+            pthread_setspecific(g.thread_key, &thread_key_value);
+        }
+        tls_restore = grown;
+        tls_restore_cap = cap;
+    }
+    entry = &tls_restore[tls_restore_len++];
+    entry->owner = owner;
+    entry->device = device;
+    entry->stream = stream;
+    if (stream != NULL) {
+        acc_stream_incref(stream);
+    }
+    return ACC_OK;
+}
+
+acc_status
+acc_restore_pop(const void *owner, int innermost_only, const char *what,
+                int *device, acc_stream **stream, acc_error *err)
+{
+    size_t i = tls_restore_len;
+
+    while (i > 0 && tls_restore[i - 1].owner != owner && !innermost_only) {
+        i--;
+    }
+    if (i == 0) {
+        acc_error_set(err, ACC_ERR_STATE, "%s.__exit__() without a matching "
+                      "__enter__() in this thread", what);
+        return ACC_ERR_STATE;
+    }
+    if (tls_restore[i - 1].owner != owner) {
+        /* Restoring what another object saved would corrupt both. */
+        acc_error_set(err, ACC_ERR_STATE, "%s.__exit__() of a %s that is "
+                      "not the innermost one entered in this thread (exit "
+                      "them in the reverse order of entering them)", what,
+                      what);
+        return ACC_ERR_STATE;
+    }
+    *device = tls_restore[i - 1].device;
+    *stream = tls_restore[i - 1].stream;
+    memmove(&tls_restore[i - 1], &tls_restore[i],
+            (tls_restore_len - i) * sizeof(*tls_restore));
+    tls_restore_len--;
     return ACC_OK;
 }
 

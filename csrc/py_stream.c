@@ -391,44 +391,19 @@ stream_record_event(StreamObject *self, PyObject *const *args,
     return event;
 }
 
-/* `with stream:` keeps, per thread, a stack of what to restore: torch's
- * semantics, but safe when two threads enter the same stream. */
-static PyObject *
-stream_stack(acc_state *st)
-{
-    PyObject *dict = PyThreadState_GetDict(), *stack;
-
-    if (dict == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "no thread state dictionary");
-        return NULL;
-    }
-    stack = PyDict_GetItemWithError(dict, st->stream_stack_key);
-    if (stack == NULL && !PyErr_Occurred()) {
-        stack = PyList_New(0);
-        if (stack == NULL) {
-            return NULL;
-        }
-        if (PyDict_SetItem(dict, st->stream_stack_key, stack) < 0) {
-            Py_DECREF(stack);
-            return NULL;
-        }
-        Py_DECREF(stack);
-    }
-    return stack;
-}
-
+/* `with stream:` keeps what to restore on the core's per-thread stack of
+ * `with` blocks (acc_restore_push): torch's semantics, but safe when two
+ * threads enter the same stream.  No Python object is made on this path. */
 static PyObject *
 stream_enter(StreamObject *self, PyObject *unused)
 {
     acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
-    PyObject *stack, *previous, *entry;
-    int device = acc_current_device(), rc;
+    int device = acc_current_device();
     acc_stream *current;
     acc_error err;
 
     (void)unused;
-    stack = stream_stack(st);
-    if (stack == NULL || acc_require_usable(st) < 0) {
+    if (acc_require_usable(st) < 0) {
         return NULL;
     }
     if (acc_current_stream(self->s->device, &current, &err) != ACC_OK) {
@@ -437,33 +412,25 @@ stream_enter(StreamObject *self, PyObject *unused)
     if (self->s->device == device && same_stream(current, self->s)) {
         /* Re-entering the current stream changes nothing, as in torch;
          * a stream current on another device still switches to it. */
-        entry = Py_BuildValue("(OOO)", self, Py_None, Py_None);
-        rc = entry != NULL ? PyList_Append(stack, entry) : -1;
-        Py_XDECREF(entry);
-        return rc < 0 ? NULL : Py_NewRef((PyObject *)self);
+        if (acc_restore_push(self->s, -1, NULL, &err) != ACC_OK) {
+            return acc_raise(st, &err);
+        }
+        return Py_NewRef((PyObject *)self);
     }
-    previous = acc_stream_object(st, current);
-    if (previous == NULL) {
-        return NULL;
-    }
-    /* (stream entered, device to restore, stream to restore) */
-    entry = Py_BuildValue("(OiN)", self, device, previous);
-    if (entry == NULL) {
-        return NULL;
-    }
-    rc = PyList_Append(stack, entry);
-    Py_DECREF(entry);
-    if (rc < 0) {
-        return NULL;
+    if (acc_restore_push(self->s, device, current, &err) != ACC_OK) {
+        return acc_raise(st, &err);
     }
     if ((self->s->device != device
          && acc_switch_device(st, self->s->device) < 0)
         || acc_set_current_stream(self->s, &err) != ACC_OK) {
+        acc_stream *saved;
+
         if (!PyErr_Occurred()) {
             acc_raise(st, &err);
         }
-        /* Nothing changed that the stack entry would restore. */
-        PySequence_DelItem(stack, PyList_Size(stack) - 1);
+        /* Nothing changed that the entry would restore. */
+        acc_restore_pop(self->s, 1, "Stream", &device, &saved, &err);
+        acc_stream_decref(saved);
         return NULL;
     }
     return Py_NewRef((PyObject *)self);
@@ -473,50 +440,26 @@ static PyObject *
 stream_exit(StreamObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
-    PyObject *stack = stream_stack(st), *entry, *previous, *owner;
-    Py_ssize_t n;
+    acc_stream *previous;
+    acc_status status;
     int device;
     acc_error err;
 
     (void)args;
     (void)nargs;
-    if (stack == NULL) {
-        return NULL;
+    if (acc_restore_pop(self->s, 1, "Stream", &device, &previous, &err)
+        != ACC_OK) {
+        return acc_raise_unmatched_exit(st, &err);
     }
-    n = PyList_Size(stack);
-    if (n == 0) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "Stream.__exit__() without a matching __enter__() "
-                        "in this thread");
-        return NULL;
-    }
-    entry = PyList_GetItem(stack, n - 1);
-    owner = PyTuple_GetItem(entry, 0);
-    if (owner != (PyObject *)self && acc_stream_of(owner) != self->s) {
-        /* Restoring what another stream saved would corrupt both. */
-        PyErr_SetString(PyExc_RuntimeError,
-                        "Stream.__exit__() of a stream that is not the "
-                        "innermost one entered in this thread (exit "
-                        "streams in the reverse order of entering them)");
-        return NULL;
-    }
-    Py_INCREF(entry);
-    if (PySequence_DelItem(stack, n - 1) < 0) {
-        Py_DECREF(entry);
-        return NULL;
-    }
-    if (PyTuple_GetItem(entry, 1) == Py_None) {
-        Py_DECREF(entry);
+    if (previous == NULL) {
         Py_RETURN_NONE;
     }
-    device = (int)PyLong_AsLong(PyTuple_GetItem(entry, 1));
-    previous = PyTuple_GetItem(entry, 2);
     /* Restore the stream first, then the device, as torch does. */
-    if (acc_set_current_stream(acc_stream_of(previous), &err) != ACC_OK) {
-        Py_DECREF(entry);
+    status = acc_set_current_stream(previous, &err);
+    acc_stream_decref(previous);
+    if (status != ACC_OK) {
         return acc_raise(st, &err);
     }
-    Py_DECREF(entry);
     if (self->s->device != device && acc_switch_device(st, device) < 0) {
         return NULL;
     }

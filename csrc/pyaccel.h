@@ -3,7 +3,7 @@
  * the status -> exception mapping and device argument resolution.
  *
  * The Python layer is _accelerator.c (module and functions), py_device.c,
- * py_stream.c and py_event.c (one heap type each).  Only these files
+ * py_device_index.c, py_stream.c and py_event.c (one heap type each).  Only these files
  * include Python.h.
  */
 #ifndef PYACCEL_H
@@ -21,6 +21,7 @@ typedef struct acc_state {
     PyTypeObject *device_type;
     PyTypeObject *stream_type;
     PyTypeObject *event_type;
+    PyTypeObject *device_index_type;
     PyTypeObject *properties_type;
     PyObject *AcceleratorError;
     PyObject *OutOfMemoryError;
@@ -28,7 +29,6 @@ typedef struct acc_state {
     PyObject *str_type;            /* "type" */
     PyObject *str_index;           /* "index" */
     PyObject *str_cuda_stream;     /* "__cuda_stream__" */
-    PyObject *stream_stack_key;    /* key of `with stream` stacks */
     PyObject *accelerator;         /* device(type) of the backend, or NULL */
     PyObject *default_streams[ACC_MAX_DEVICES]; /* wrappers, lazily */
     PyObject *properties[ACC_MAX_DEVICES];      /* DeviceProperties */
@@ -80,6 +80,18 @@ acc_ensure_probed(void)
 /* Raise the exception for err; returns NULL for convenience. */
 PyObject *acc_raise(acc_state *st, const acc_error *err);
 
+/* Raise the error of acc_restore_pop: an unmatched __exit__ is a plain
+ * RuntimeError (a usage error, not the driver's). */
+static inline PyObject *
+acc_raise_unmatched_exit(acc_state *st, const acc_error *err)
+{
+    if (err->status == ACC_ERR_STATE) {
+        PyErr_SetString(PyExc_RuntimeError, err->message);
+        return NULL;
+    }
+    return acc_raise(st, err);
+}
+
 /* Raise the "no accelerator"/"forked" error if the backend is not usable;
  * return -1 then, else 0. */
 int acc_require_usable(acc_state *st);
@@ -115,5 +127,6 @@ acc_event *acc_event_of(PyObject *event);
 extern PyType_Spec acc_device_spec;
 extern PyType_Spec acc_stream_spec;
 extern PyType_Spec acc_event_spec;
+extern PyType_Spec acc_device_index_spec;
 
 #endif /* PYACCEL_H */

@@ -12,7 +12,6 @@ a backend probes the drivers once.
 from __future__ import annotations
 
 import warnings
-from types import TracebackType
 
 from . import _accelerator
 from ._accelerator import (
@@ -29,6 +28,7 @@ from ._accelerator import (
     current_stream,
     device,
     device_count,
+    device_index,
     empty_cache,
     get_device_name,
     get_device_properties,
@@ -67,36 +67,6 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
-
-
-class device_index:
-    """device_index(device, /)
-
-    Context manager that makes ``device`` (an int index, or None for a
-    no-op) the current device, and restores the previous one on exit.
-    Re-entrant: the same object may be entered again while active.
-    """
-
-    __slots__ = ("idx", "_previous")
-
-    def __init__(self, device: int | None, /) -> None:
-        self.idx = device
-        self._previous: list[int] = []
-
-    def __enter__(self) -> None:
-        """Make the index current, remembering the previous one."""
-        if self.idx is not None:
-            self._previous.append(_accelerator._exchange_device(self.idx))
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Restore the device that was current at the matching enter."""
-        if self.idx is not None:
-            _accelerator._exchange_device(self._previous.pop())
 
 
 def current_device_idx() -> int:

@@ -1,7 +1,5 @@
 """Type stubs for the accelerator package (the public names)."""
 
-from types import TracebackType
-
 from typing_extensions import deprecated
 
 from . import _accelerator as _accelerator
@@ -18,6 +16,7 @@ from ._accelerator import (
     current_accelerator as current_accelerator,
     current_device_index as current_device_index,
     current_stream as current_stream,
+    device_index as device_index,
     device as device,
     device_count as device_count,
     empty_cache as empty_cache,
@@ -58,17 +57,6 @@ __all__ = [
 ]
 
 __version__: str
-
-class device_index:
-    idx: int | None
-    def __init__(self, device: int | None, /) -> None: ...
-    def __enter__(self) -> None: ...
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None: ...
 
 @deprecated("Use `current_device_index` instead.")
 def current_device_idx() -> int: ...

@@ -424,7 +424,7 @@ CASES: list[tuple[str, Callable[[], Any], type, str, bool]] = [
      r"index 0", True),
     ("stream.__exit__ without __enter__", lambda: stream().__exit__(
         None, None, None), RE, r"__exit__\(\) (without a matching "
-     r"__enter__\(\)|of a stream that is not the innermost)", False),
+     r"__enter__\(\)|of a Stream that is not the innermost)", False),
     ("other stream's __exit__ inside a with", lambda: exit_other(), RE,
      r"not the innermost one entered in this thread", False),
     ("pickle a stream", lambda: pickle.dumps(stream()), TE,

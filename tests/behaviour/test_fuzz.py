@@ -148,12 +148,12 @@ class Model(RuleBasedStateMachine):
     @rule(data=st.data())
     def device_index_context(self, data: st.DataObject) -> None:
         index = data.draw(st.integers(0, self.count - 1))
-        ok, _ = self.call(lambda: acc.device_index(index).__enter__())
+        guard = acc.device_index(index)
+        ok, _ = self.call(guard.__enter__)
         if not ok:
             return
-        # Entered by hand above: restore as __exit__ would.
         assert acc.current_device_index() == index
-        self.call(acc._accelerator._exchange_device, self.device)
+        self.call(lambda: guard.__exit__(None, None, None))
         if acc.current_device_index() != self.device:
             acc.set_device_index(self.device)
 

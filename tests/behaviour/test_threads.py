@@ -333,3 +333,53 @@ def test_a_waiting_thread_does_not_block_the_others(driver) -> None:
     run_threads(target, THREADS, timeout=60)
     assert done.is_set()
     assert early, "every thread waited for the one in synchronize()"
+
+
+def test_one_device_index_object_shared_by_two_threads(driver) -> None:
+    """A module-level guard entered by two threads at once: each thread's
+    exit restores what that thread's own enter saw (issue #11, item 5)."""
+    on_dev1 = acc.device_index(1)
+    steps = [threading.Event() for _ in range(4)]
+    seen: dict[str, int] = {}
+
+    def first(_: int) -> None:
+        acc.set_device_index(0)
+        on_dev1.__enter__()               # saves 0 for this thread
+        steps[0].set()
+        assert steps[1].wait(30)
+        on_dev1.__exit__(None, None, None)  # before the other thread's exit
+        seen["first"] = acc.current_device_index()
+        steps[2].set()
+
+    def second(_: int) -> None:
+        assert steps[0].wait(30)
+        acc.set_device_index(1)
+        with on_dev1:                     # saves 1 for this thread
+            with on_dev1:                 # nested in the same thread
+                steps[1].set()
+                assert steps[2].wait(30)
+            assert acc.current_device_index() == 1
+        seen["second"] = acc.current_device_index()
+
+    run_threads(lambda i: (first, second)[i](i), 2, 60)
+    assert seen == {"first": 0, "second": 1}
+
+
+def test_device_index_state_stays_with_its_thread(driver) -> None:
+    """An exit in a thread that never entered is refused, and leaves the
+    entering thread's state intact."""
+    guard = acc.device_index(1)
+    errors: list[BaseException] = []
+    with guard:
+        def other() -> None:
+            try:
+                guard.__exit__(None, None, None)
+            except RuntimeError as exc:
+                errors.append(exc)
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(30)
+        assert acc.current_device_index() == 1
+    assert acc.current_device_index() == 0
+    assert len(errors) == 1
+    assert "without a matching __enter__() in this thread" in str(errors[0])
