@@ -8,8 +8,8 @@
  */
 #include "pyaccel.h"
 
-#include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Shared helpers --------------------------------------------------------- */
 
@@ -50,13 +50,49 @@ acc_type_name(PyObject *obj)
     return buf;
 }
 
+PyObject *
+acc_text(const char *text, size_t size)
+{
+    size_t length = strlen(text);
+
+    if (size > 0 && length + 1 >= size) {
+        length = acc_utf8_whole(text, length);
+    }
+    return PyUnicode_DecodeUTF8(text, (Py_ssize_t)length,
+                                "backslashreplace");
+}
+
+/* acc_text(text), or None for NULL. */
+static PyObject *
+text_or_none(const char *text)
+{
+    return text != NULL ? acc_text(text, 0) : Py_NewRef(Py_None);
+}
+
+static PyObject *
+raise_with_message(PyObject *cls, const acc_error *err)
+{
+    PyObject *message = acc_text(err->message, sizeof(err->message));
+
+    if (message != NULL) {
+        PyErr_SetObject(cls, message);
+        Py_DECREF(message);
+    }
+    return NULL;
+}
+
 static PyObject *
 driver_error(acc_state *st, PyObject *cls, const acc_error *err)
 {
     PyObject *exc, *value;
     int rc = 0;
 
-    exc = PyObject_CallFunction(cls, "s", err->message);
+    value = acc_text(err->message, sizeof(err->message));
+    if (value == NULL) {
+        return NULL;
+    }
+    exc = PyObject_CallFunctionObjArgs(cls, value, NULL);
+    Py_DECREF(value);
     if (exc == NULL) {
         return NULL;
     }
@@ -67,14 +103,11 @@ driver_error(acc_state *st, PyObject *cls, const acc_error *err)
                    : -1;                                       \
         Py_XDECREF(value);                                     \
     }
-    SET("backend", err->backend ? PyUnicode_FromString(err->backend)
-                                : Py_NewRef(Py_None))
-    SET("api", err->api ? PyUnicode_FromString(err->api)
-                        : Py_NewRef(Py_None))
+    SET("backend", text_or_none(err->backend))
+    SET("api", text_or_none(err->api))
     SET("code", err->api ? PyLong_FromLongLong(err->code)
                          : Py_NewRef(Py_None))
-    SET("error_name", err->code_name ? PyUnicode_FromString(err->code_name)
-                                     : Py_NewRef(Py_None))
+    SET("error_name", text_or_none(err->code_name))
 #undef SET
     (void)st;
     if (rc == 0) {
@@ -89,14 +122,11 @@ acc_raise(acc_state *st, const acc_error *err)
 {
     switch (err->status) {
     case ACC_ERR_INVALID_ARGUMENT:
-        PyErr_SetString(PyExc_ValueError, err->message);
-        return NULL;
+        return raise_with_message(PyExc_ValueError, err);
     case ACC_ERR_DEVICE_INDEX:
-        PyErr_SetString(st->DeviceIndexError, err->message);
-        return NULL;
+        return raise_with_message(st->DeviceIndexError, err);
     case ACC_ERR_UNSUPPORTED:
-        PyErr_SetString(PyExc_NotImplementedError, err->message);
-        return NULL;
+        return raise_with_message(PyExc_NotImplementedError, err);
     case ACC_ERR_HOST_MEMORY:
         return PyErr_NoMemory();
     case ACC_ERR_OUT_OF_MEMORY:
@@ -137,6 +167,42 @@ acc_check_index(acc_state *st, long long index)
         return -1;
     }
     return 0;
+}
+
+int
+acc_check_huge_index(acc_state *st, PyObject *value)
+{
+    PyObject *text, *bits;
+    const char *utf8;
+    acc_error err;
+    acc_status status;
+
+    /* The message shows the value as the caller wrote it, not a clamped
+     * one; past 256 bits (and the int-to-str limit) its size instead. */
+    bits = PyObject_CallMethod(value, "bit_length", NULL);
+    if (bits == NULL) {
+        return -1;
+    }
+    if (PyLong_AsLong(bits) > 256) {
+        text = PyUnicode_FromFormat("<an int of %S bits>", bits);
+    }
+    else {
+        text = PyObject_Str(value);
+    }
+    Py_DECREF(bits);
+    if (text == NULL) {
+        return -1;
+    }
+    utf8 = PyUnicode_AsUTF8AndSize(text, NULL);
+    if (utf8 == NULL) {
+        Py_DECREF(text);
+        return -1;
+    }
+    status = acc_check_device_text(utf8, &err);
+    Py_DECREF(text);
+    (void)status;
+    acc_raise(st, &err);
+    return -1;
 }
 
 int
@@ -269,6 +335,18 @@ set_device_index(PyObject *module, PyObject *device)
     acc_state *st = acc_module_state(module);
     long long index;
 
+    if (PyLong_Check(device) && !PyBool_Check(device)) {
+        int overflow;
+
+        index = PyLong_AsLongLongAndOverflow(device, &overflow);
+        if (index == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        /* Any negative int, however large, is a no-op, as in torch. */
+        if (overflow < 0 || (overflow == 0 && index < 0)) {
+            Py_RETURN_NONE;
+        }
+    }
     if (acc_resolve_device(st, device, 0, &index) < 0) {
         return NULL;
     }
@@ -392,8 +470,9 @@ get_memory_info(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (status != ACC_OK) {
         return acc_raise(st, &err);
     }
-    return Py_BuildValue("(nn)", (Py_ssize_t)free_bytes,
-                         (Py_ssize_t)total_bytes);
+    /* Sizes are unsigned: a size_t past 2**63 stays positive. */
+    return Py_BuildValue("(KK)", (unsigned long long)free_bytes,
+                         (unsigned long long)total_bytes);
 }
 
 static PyStructSequence_Field properties_fields[] = {
@@ -436,10 +515,10 @@ make_properties(acc_state *st, int device, const acc_device_properties *p)
              "%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4], u[5],
              u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
              u[15]);
-    items[0] = PyUnicode_FromString(p->name);
+    items[0] = acc_text(p->name, sizeof(p->name));
     items[1] = PyUnicode_FromString(uuid);
     items[2] = PyLong_FromUnsignedLongLong(p->total_memory);
-    items[3] = PyUnicode_FromString(p->pci_bus_id);
+    items[3] = acc_text(p->pci_bus_id, sizeof(p->pci_bus_id));
     items[4] = PyLong_FromLong(p->multi_processor_count);
     items[5] = PyUnicode_FromString(acc_device_type());
     items[6] = PyLong_FromLong(device);
@@ -550,16 +629,23 @@ backends(PyObject *module, PyObject *unused)
     }
     for (int i = 0; i < acc_backend_count(); i++) {
         const acc_backend_info *b = acc_backend_info_at(i);
+        /* "N" steals each text; Py_BuildValue releases them on failure
+         * and fails itself when one is NULL. */
         PyObject *item = Py_BuildValue(
-            "{s:s, s:s, s:z, s:O, s:O, s:O, s:z, s:i, s:z}",
+            "{s:s, s:s, s:N, s:O, s:O, s:O, s:N, s:i, s:N}",
             "name", b->name, "device_type", b->device_type,
-            "library", b->library, "loaded", b->loaded ? Py_True : Py_False,
+            "library", text_or_none(b->library),
+            "loaded", b->loaded ? Py_True : Py_False,
             "available", b->available ? Py_True : Py_False,
             "selected", b->selected ? Py_True : Py_False,
-            "driver_version",
-            b->driver_version_text[0] ? b->driver_version_text : NULL,
+            "driver_version", b->driver_version_text[0]
+                ? acc_text(b->driver_version_text,
+                           sizeof(b->driver_version_text))
+                : Py_NewRef(Py_None),
             "device_count", b->device_count,
-            "reason", b->reason[0] ? b->reason : NULL);
+            "reason", b->reason[0]
+                ? acc_text(b->reason, sizeof(b->reason))
+                : Py_NewRef(Py_None));
 
         if (item == NULL || PyList_Append(list, item) < 0) {
             Py_XDECREF(item);

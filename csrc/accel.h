@@ -148,6 +148,9 @@ acc_status acc_check_usable(acc_error *err);
 int acc_current_device(void);
 /* Validate index against [0, count): ACC_ERR_DEVICE_INDEX otherwise. */
 acc_status acc_check_device(long long index, acc_error *err);
+/* The same for an index too large for long long, given as the caller
+ * wrote it (decimal text): always fails, and the message shows that text. */
+acc_status acc_check_device_text(const char *index, acc_error *err);
 acc_status acc_set_device(int device, acc_error *err);
 /* Nonzero when acc_set_device(device) needs no driver call. */
 int acc_device_ready(int device);
@@ -210,6 +213,17 @@ acc_status acc_memory_info(int device, size_t *free_bytes,
                            size_t *total_bytes, acc_error *err);
 
 /* Errors (dispatch.c) */
+/* The length of text[0, length) without a last UTF-8 character that a cut
+ * (snprintf into a full buffer) left incomplete.  Bytes that are not
+ * UTF-8 at all (a library path) are kept: the Python layer escapes them. */
+size_t acc_utf8_whole(const char *text, size_t length);
+/* Format into a fixed buffer, cutting on a UTF-8 character boundary;
+ * returns the length written. */
+size_t acc_format(char *buf, size_t size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 void acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))

@@ -132,6 +132,60 @@ acc_trace(const char *fmt, ...)
 
 /* Errors ----------------------------------------------------------------- */
 
+size_t
+acc_utf8_whole(const char *text, size_t length)
+{
+    size_t tail = 0;
+    unsigned char lead;
+    size_t need;
+
+    /* Back over the continuation bytes (10xxxxxx) to the last lead byte;
+     * it says how many bytes its character has. */
+    while (tail < 3 && tail < length
+           && ((unsigned char)text[length - 1 - tail] & 0xC0) == 0x80) {
+        tail++;
+    }
+    if (tail == length) {
+        return length;
+    }
+    lead = (unsigned char)text[length - 1 - tail];
+    need = lead >= 0xF8 ? 0 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3
+         : lead >= 0xC0 ? 2 : 0;
+    return need > tail + 1 ? length - 1 - tail : length;
+}
+
+static size_t
+format_v(char *buf, size_t size, const char *fmt, va_list ap)
+{
+    int n = vsnprintf(buf, size, fmt, ap);
+    size_t length;
+
+    if (n < 0) {
+        buf[0] = '\0';
+        return 0;
+    }
+    if ((size_t)n < size) {
+        return (size_t)n;
+    }
+    /* Cut: never leave half a character (a value from the environment or
+     * the driver may be any text). */
+    length = acc_utf8_whole(buf, size - 1);
+    buf[length] = '\0';
+    return length;
+}
+
+size_t
+acc_format(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    size_t length;
+
+    va_start(ap, fmt);
+    length = format_v(buf, size, fmt, ap);
+    va_end(ap);
+    return length;
+}
+
 void
 acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
 {
@@ -143,7 +197,7 @@ acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
     err->code = 0;
     err->code_name = NULL;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    format_v(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
 }
 
@@ -156,8 +210,8 @@ acc_error_driver(acc_error *err, const char *backend, const char *api,
     err->api = api;
     err->code = code;
     err->code_name = code_name;
-    snprintf(err->message, sizeof(err->message), "%s() failed: %s (%lld)",
-             api, code_name ? code_name : "unknown error", code);
+    acc_format(err->message, sizeof(err->message), "%s() failed: %s (%lld)",
+               api, code_name ? code_name : "unknown error", code);
 }
 
 /* Probe ------------------------------------------------------------------ */
@@ -220,12 +274,12 @@ probe_backend(int i)
     memcpy(info->driver_version_text, result.driver_version_text,
            sizeof(info->driver_version_text));
     if (st == ACC_OK && result.device_count <= 0) {
-        snprintf(err.message, sizeof(err.message),
-                 "the driver reports no devices");
+        acc_format(err.message, sizeof(err.message),
+                   "the driver reports no devices");
         st = ACC_ERR_NO_ACCELERATOR;
     }
     if (st != ACC_OK) {
-        snprintf(info->reason, sizeof(info->reason), "%s", err.message);
+        acc_format(info->reason, sizeof(info->reason), "%s", err.message);
         acc_trace("backend %s rejected: %s", b->name, info->reason);
         return;
     }
@@ -281,13 +335,18 @@ probe_once(void)
 
         if (only != NULL && strcmp(only, registry[i]->name) != 0) {
             if (known) {
-                snprintf(info->reason, sizeof(info->reason),
-                         "not probed: ACCELERATOR_BACKEND=%s", only);
+                acc_format(info->reason, sizeof(info->reason),
+                           "not probed: ACCELERATOR_BACKEND=%s", only);
             }
             else {
-                snprintf(info->reason, sizeof(info->reason),
-                         "not probed: ACCELERATOR_BACKEND=%s names no "
-                         "backend (expected cuda, xpu or none)", only);
+                /* Quote at most 64 bytes (whole characters) of a wrong
+                 * value, so that what was expected is always said. */
+                size_t shown = acc_utf8_whole(only, strnlen(only, 64));
+
+                acc_format(info->reason, sizeof(info->reason),
+                           "not probed: ACCELERATOR_BACKEND=%.*s%s names no "
+                           "backend (expected cuda, xpu or none)",
+                           (int)shown, only, only[shown] ? "..." : "");
             }
             g.probed_backend[i] = 1;
             acc_trace("backend %s rejected: %s", registry[i]->name,
@@ -418,8 +477,8 @@ acc_check_usable(acc_error *err)
             if (g.info[i].reason[0] == '\0') {
                 continue;
             }
-            snprintf(err->message + n, sizeof(err->message) - n,
-                     " [%s: %s]", g.info[i].name, g.info[i].reason);
+            acc_format(err->message + n, sizeof(err->message) - n,
+                       " [%s: %s]", g.info[i].name, g.info[i].reason);
         }
         return ACC_ERR_NO_ACCELERATOR;
     }
@@ -434,6 +493,15 @@ acc_current_device(void)
     return tls_device;
 }
 
+static acc_status
+device_index_error(const char *index, acc_error *err)
+{
+    acc_error_set(err, ACC_ERR_DEVICE_INDEX,
+                  "Device index value %s is out of index range [0, %d) of "
+                  "the %s backend", index, g.device_count, g.selected->name);
+    return ACC_ERR_DEVICE_INDEX;
+}
+
 acc_status
 acc_check_device(long long index, acc_error *err)
 {
@@ -443,13 +511,20 @@ acc_check_device(long long index, acc_error *err)
         return st;
     }
     if (index < 0 || index >= g.device_count) {
-        acc_error_set(err, ACC_ERR_DEVICE_INDEX,
-                      "Device index value %lld is out of index range "
-                      "[0, %d) of the %s backend", index, g.device_count,
-                      g.selected->name);
-        return ACC_ERR_DEVICE_INDEX;
+        char text[24];
+
+        snprintf(text, sizeof(text), "%lld", index);
+        return device_index_error(text, err);
     }
     return ACC_OK;
+}
+
+acc_status
+acc_check_device_text(const char *index, acc_error *err)
+{
+    acc_status st = acc_check_usable(err);
+
+    return st != ACC_OK ? st : device_index_error(index, err);
 }
 
 static acc_status

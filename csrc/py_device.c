@@ -372,7 +372,9 @@ acc_resolve_device(acc_state *st, PyObject *obj, int optional,
             return -1;
         }
         if (overflow) {
-            *index = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+            /* Out of range for every call that takes a device. */
+            acc_ensure_probed();
+            return acc_check_huge_index(st, obj);
         }
         return 0;
     }

@@ -10,7 +10,6 @@
  */
 #include "pyaccel.h"
 
-#include <limits.h>
 
 typedef struct {
     PyObject_HEAD
@@ -92,10 +91,11 @@ entered_index(acc_state *st, PyObject *idx, int *index)
     if (value == -1 && PyErr_Occurred()) {
         return -1;
     }
-    if (overflow) {
-        value = overflow > 0 ? LLONG_MAX : LLONG_MIN;
-    }
     acc_ensure_probed();
+    if (overflow) {
+        acc_check_huge_index(st, idx);
+        return -1;
+    }
     if (acc_check_index(st, value) < 0) {
         return -1;
     }

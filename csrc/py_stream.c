@@ -479,6 +479,13 @@ stream_cuda_stream(StreamObject *self, PyObject *unused)
     return Py_BuildValue("(iK)", 0, (unsigned long long)self->s->handle);
 }
 
+/* An int that is not a bool: True is not handle 1 nor version 1. */
+static int
+is_int(PyObject *obj)
+{
+    return PyLong_Check(obj) && !PyBool_Check(obj);
+}
+
 /* The native handle in obj: an int, or an object with __cuda_stream__. */
 static int
 foreign_handle(acc_state *st, PyObject *obj, uintptr_t *handle,
@@ -490,7 +497,7 @@ foreign_handle(acc_state *st, PyObject *obj, uintptr_t *handle,
     int rc = -1;
 
     *owner = NULL;
-    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+    if (is_int(obj)) {
         value = PyLong_AsUnsignedLongLong(obj);
         if (value == (unsigned long long)-1 && PyErr_Occurred()) {
             PyErr_Format(PyExc_ValueError,
@@ -524,15 +531,15 @@ foreign_handle(acc_state *st, PyObject *obj, uintptr_t *handle,
         return -1;
     }
     if (!PyTuple_Check(result) || PyTuple_Size(result) != 2
-        || !PyLong_Check(PyTuple_GetItem(result, 1))) {
+        || !is_int(PyTuple_GetItem(result, 0))
+        || !is_int(PyTuple_GetItem(result, 1))) {
         PyErr_Format(PyExc_TypeError,
                      "__cuda_stream__() must return a tuple (version, "
-                     "handle), got %R", result);
+                     "handle) of two ints (not bools), got %R", result);
         goto done;
     }
     version = PyTuple_GetItem(result, 0);
-    if (!PyLong_Check(version)
-        || PyLong_AsLongAndOverflow(version, &overflow) != 0 || overflow) {
+    if (PyLong_AsLongAndOverflow(version, &overflow) != 0 || overflow) {
         PyErr_Format(PyExc_ValueError,
                      "unsupported __cuda_stream__ protocol version %R "
                      "(expected 0)", version);

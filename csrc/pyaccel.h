@@ -77,6 +77,12 @@ acc_ensure_probed(void)
     }
 }
 
+/* A str from text of the C core or a driver; never fails to decode.  size
+ * is the buffer the text was formatted into (0: not a fixed buffer): text
+ * that fills it was cut, so a last incomplete character is dropped.  Bytes
+ * that are not UTF-8 (a library path, a driver's name) show as \xNN. */
+PyObject *acc_text(const char *text, size_t size);
+
 /* Raise the exception for err; returns NULL for convenience. */
 PyObject *acc_raise(acc_state *st, const acc_error *err);
 
@@ -108,6 +114,10 @@ int acc_resolve_device(acc_state *st, PyObject *obj, int optional,
 
 /* Check index against the device count (DeviceIndexError). */
 int acc_check_index(acc_state *st, long long index);
+
+/* Raise the error for an int device index outside long long (no
+ * accelerator, or out of range, showing the value passed); returns -1. */
+int acc_check_huge_index(acc_state *st, PyObject *value);
 
 /* Make device current, releasing the GIL when the driver has work. */
 int acc_switch_device(acc_state *st, int device);

@@ -33,6 +33,12 @@ class DriverDouble:
     pooled_kinds: tuple[str, ...] = ()
     #: the environment variable that installs faults at load
     fail_env = ""
+    #: the product's variable naming the library this backend opens
+    library_env = ""
+    #: the double's variable for each device's memory in bytes
+    total_mem_env = ""
+    #: the driver function behind acc.Stream() (with an empty pool)
+    stream_create_api = ""
     #: (code, name) of a generic driver failure and of out-of-memory
     unknown_error: tuple[int, str] = (0, "")
     oom_error: tuple[int, str] = (0, "")
@@ -93,6 +99,9 @@ class CudaDouble(DriverDouble):
 
     live_kinds = ("stream", "event", "context", "retain")
     fail_env = "FAKE_CUDA_FAIL"
+    library_env = "ACCELERATOR_CUDA_LIBRARY"
+    total_mem_env = "FAKE_CUDA_TOTAL_MEM"
+    stream_create_api = "cuStreamCreateWithPriority"
     unknown_error = (999, "CUDA_ERROR_UNKNOWN")
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
     null_stream_handle = True
@@ -126,6 +135,9 @@ class ZeDouble(DriverDouble):
     live_kinds = ("list", "event", "pool", "context")
     pooled_kinds = ("event", "pool")
     fail_env = "FAKE_ZE_FAIL"
+    library_env = "ACCELERATOR_ZE_LIBRARY"
+    total_mem_env = "FAKE_ZE_TOTAL_MEM"
+    stream_create_api = "zeCommandListCreateImmediate"
     unknown_error = (0x7FFFFFFE, "ZE_RESULT_ERROR_UNKNOWN")
     oom_error = (0x70000003, "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY")
 

@@ -84,7 +84,7 @@ cuda_fail(const char *api, CUresult code, acc_error *err)
         && cu.fn.cuGetErrorString(code, &text) == CUDA_SUCCESS
         && text != NULL) {
         n = strlen(err->message);
-        snprintf(err->message + n, sizeof(err->message) - n, ": %s", text);
+        acc_format(err->message + n, sizeof(err->message) - n, ": %s", text);
     }
     return st;
 }
@@ -168,9 +168,9 @@ cuda_probe(acc_probe_result *out, acc_error *err)
         size_t n = strlen(err->message);
 
         if (err->code == CUDA_ERROR_STUB_LIBRARY) {
-            snprintf(err->message + n, sizeof(err->message) - n,
-                     " (%s is the CUDA toolkit's link-time stub, not a "
-                     "driver)", path);
+            acc_format(err->message + n, sizeof(err->message) - n,
+                       " (%s is the CUDA toolkit's link-time stub, not a "
+                       "driver)", path);
         }
         else if (err->code == CUDA_ERROR_NO_DEVICE) {
             snprintf(err->message + n, sizeof(err->message) - n,

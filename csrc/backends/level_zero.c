@@ -223,8 +223,8 @@ lz_fail(acc_error *err, const char *api, ze_result_t r, int driver)
                                               &text) == ZE_RESULT_SUCCESS
         && text != NULL && *text != '\0') {
         size_t used = strlen(err->message);
-        snprintf(err->message + used, sizeof(err->message) - used,
-                 " (driver: %s)", text);
+        acc_format(err->message + used, sizeof(err->message) - used,
+                   " (driver: %s)", text);
     }
     acc_trace("xpu: %s failed: %s (0x%x)", api,
               lz_result_name(r) ? lz_result_name(r) : "unknown result",
@@ -1428,7 +1428,10 @@ lz_unavailable(acc_error *err, acc_status status, const char *fmt, ...)
     char text[sizeof(err->message)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
+    if (vsnprintf(text, sizeof(text), fmt, ap) >= (int)sizeof(text)) {
+        /* Cut: never leave half a character. */
+        text[acc_utf8_whole(text, sizeof(text) - 1)] = '\0';
+    }
     va_end(ap);
     acc_error_set(err, status, "%s", text);
     acc_trace("xpu: rejected: %s", text);
