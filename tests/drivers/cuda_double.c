@@ -108,11 +108,11 @@
 #include <time.h>
 
 #include "../../csrc/backends/cuda_api.h"
+#include "double_control.h"
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
 #define FAKE_MAX_DEVICES 64
-#define FAKE_MAX_FAULTS 64
 #define FAKE_CTX_STACK 64
 #define FAKE_CONTEXT_FOOTPRINT (512ULL * 1024 * 1024)
 #define FAKE_LEGACY_STREAM ((CUstream)(uintptr_t)1)
@@ -146,11 +146,6 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(
     CUdriverProcAddressQueryResult *symbolStatus);
 #endif
 
-FAKE_EXPORT long long fake_cuda_call_count(const char *name);
-FAKE_EXPORT void fake_cuda_reset_counts(void);
-FAKE_EXPORT int fake_cuda_fail(const char *name, int nth, int code);
-FAKE_EXPORT void fake_cuda_clear_faults(void);
-FAKE_EXPORT long long fake_cuda_live(const char *kind);
 FAKE_EXPORT void fake_cuda_report_at_exit(void);
 FAKE_EXPORT int fake_cuda_enqueue_sleep(int device, unsigned long long stream,
                                         double ms);
@@ -168,10 +163,7 @@ enum fake_fn {
 #undef FAKE_FN_ID
 
 #define FAKE_FN_NAME(name, symbol, version, params) {#name, #symbol},
-static const struct {
-    const char *base;
-    const char *symbol;
-} fake_fn_names[FN_COUNT] = {
+static const dc_fn fake_fns[FN_COUNT] = {
     ACC_CUDA_FUNCTIONS(FAKE_FN_NAME)
     {"cuGetProcAddress", "cuGetProcAddress_v2"},
 };
@@ -226,13 +218,6 @@ struct CUevent_st {
     struct fake_mark *last; /* latest record, NULL if never recorded */
 };
 
-struct fake_fault {
-    enum fake_fn fn;
-    bool every;
-    int remaining;
-    int code;
-};
-
 static struct {
     int devices;
     int driver_version;
@@ -253,108 +238,49 @@ static struct {
     .prio_greatest = -5,
 };
 
-/* Lock order: g_fault_mu, g_mu, a stream's mu, g_mark_mu. */
+/* Lock order: g_ctl's fault lock, g_mu, a stream's mu, g_mark_mu. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUctx_st g_ctx[FAKE_MAX_DEVICES];
 static struct CUstream_st *g_streams;
 static struct CUevent_st *g_events;
-static long long g_live_streams, g_live_events;
 
 static pthread_mutex_t g_mark_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_mark_cv = PTHREAD_COND_INITIALIZER;
 
-static pthread_mutex_t g_fault_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct fake_fault g_faults[FAKE_MAX_FAULTS];
-static int g_nfaults;
-static atomic_int g_have_faults;
 
 static atomic_int g_initialized;
 static atomic_int g_poisoned;
 static pthread_once_t g_pin_once = PTHREAD_ONCE_INIT;
 
-static atomic_llong g_calls[FN_COUNT];
 static atomic_llong g_sync_blocked, g_sync_spun;
+
+/* Counters and faults: the control layer the doubles share. */
+enum { LIVE_STREAM, LIVE_EVENT, LIVE_KINDS };
+static const char *const g_live_kinds[LIVE_KINDS] = {"stream", "event"};
+static atomic_llong g_calls[FN_COUNT];
+static atomic_llong g_live[LIVE_KINDS];
+static void reset_sync_counters(void);
+static long long live_contexts(const char *kind);
+static dc_control g_ctl = {
+    DC_CONTROL_INIT("fake libcuda", fake_fns, g_calls, g_live_kinds, g_live),
+    .on_reset = reset_sync_counters,
+    .live_extra = live_contexts,
+};
 
 static _Thread_local struct CUctx_st *t_stack[FAKE_CTX_STACK];
 static _Thread_local int t_depth;
 
 /* Entry: counting, faults, initialisation ------------------------------ */
 
-static int
-fn_from_name(const char *name)
-{
-    size_t len;
-
-    if (name == NULL) {
-        return -1;
-    }
-    for (int i = 0; i < FN_COUNT; i++) {
-        if (strcmp(name, fake_fn_names[i].base) == 0 ||
-            strcmp(name, fake_fn_names[i].symbol) == 0) {
-            return i;
-        }
-    }
-    /* Older and newer variants (cuEventElapsedTime_v2 ...) count under
-     * their base name too. */
-    len = strlen(name);
-    if (len > 3 && strcmp(name + len - 3, "_v2") == 0) {
-        for (int i = 0; i < FN_COUNT; i++) {
-            if (strlen(fake_fn_names[i].base) == len - 3 &&
-                strncmp(name, fake_fn_names[i].base, len - 3) == 0) {
-                return i;
-            }
-        }
-    }
-    return -1;
-}
-
-static bool
-fault_fires(enum fake_fn fn, CUresult *rc)
-{
-    bool fired = false;
-    int i = 0;
-
-    pthread_mutex_lock(&g_fault_mu);
-    while (i < g_nfaults) {
-        struct fake_fault *f = &g_faults[i];
-
-        if (f->fn != fn) {
-            i++;
-            continue;
-        }
-        if (!f->every && --f->remaining > 0) {
-            i++;
-            continue;
-        }
-        if (fired) {
-            /* Due too, but this call is taken: due on the next one. */
-            if (!f->every) {
-                f->remaining = 1;
-            }
-            i++;
-            continue;
-        }
-        fired = true;
-        *rc = (CUresult)f->code;
-        if (f->every) {
-            i++;
-            continue;
-        }
-        memmove(f, f + 1, (size_t)(g_nfaults - i - 1) * sizeof(*f));
-        g_nfaults--;
-    }
-    atomic_store(&g_have_faults, g_nfaults > 0);
-    pthread_mutex_unlock(&g_fault_mu);
-    return fired;
-}
-
 /* Top of every exported driver function: true when the caller must return
  * *rc at once. */
 static bool
 fake_enter(enum fake_fn fn, bool need_init, CUresult *rc)
 {
-    atomic_fetch_add_explicit(&g_calls[fn], 1, memory_order_relaxed);
-    if (atomic_load(&g_have_faults) && fault_fires(fn, rc)) {
+    int code;
+
+    if (dc_enter(&g_ctl, (int)fn, &code)) {
+        *rc = (CUresult)code;
         return true;
     }
     if (need_init &&
@@ -725,7 +651,7 @@ stream_create(struct CUctx_st *ctx, unsigned int flags, int priority,
             g_streams->prev = s;
         }
         g_streams = s;
-        g_live_streams++;
+        dc_live_add(&g_ctl, LIVE_STREAM, 1);
     }
     *out = s;
     return CUDA_SUCCESS;
@@ -746,7 +672,7 @@ stream_retire(struct CUstream_st *s)
         if (s->next != NULL) {
             s->next->prev = s->prev;
         }
-        g_live_streams--;
+        dc_live_add(&g_ctl, LIVE_STREAM, -1);
     }
     pthread_mutex_lock(&s->mu);
     s->dying = true;
@@ -840,7 +766,7 @@ event_free(struct CUevent_st *e)
     if (e->next != NULL) {
         e->next->prev = e->prev;
     }
-    g_live_events--;
+    dc_live_add(&g_ctl, LIVE_EVENT, -1);
     mark_unref(e->last);
     free(e);
 }
@@ -1488,7 +1414,7 @@ cuEventCreate(CUevent *phEvent, unsigned int Flags)
         g_events->prev = e;
     }
     g_events = e;
-    g_live_events++;
+    dc_live_add(&g_ctl, LIVE_EVENT, 1);
     *phEvent = e;
     pthread_mutex_unlock(&g_mu);
     return CUDA_SUCCESS;
@@ -1786,88 +1712,29 @@ cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
 
 /* Control API for tests ----------------------------------------------- */
 
-long long
-fake_cuda_call_count(const char *name)
-{
-    long long total = 0;
-    int fn;
+DC_EXPORT_CONTROL(cuda, g_ctl)
 
-    if (name == NULL) {
-        for (int i = 0; i < FN_COUNT; i++) {
-            total += atomic_load(&g_calls[i]);
-        }
-        return total;
-    }
-    fn = fn_from_name(name);
-    return fn < 0 ? -1 : atomic_load(&g_calls[fn]);
-}
-
-void
-fake_cuda_reset_counts(void)
+static void
+reset_sync_counters(void)
 {
-    for (int i = 0; i < FN_COUNT; i++) {
-        atomic_store(&g_calls[i], 0);
-    }
     atomic_store(&g_sync_blocked, 0);
     atomic_store(&g_sync_spun, 0);
 }
 
-int
-fake_cuda_fail(const char *name, int nth, int code)
+/* "context": primary contexts with a retain count > 0; "retain": the sum
+ * of the retain counts. */
+static long long
+live_contexts(const char *kind)
 {
-    int fn = fn_from_name(name);
-    int rc = 0;
+    long long n = 0;
+    bool contexts = strcmp(kind, "context") == 0;
 
-    if (fn < 0 || nth < 0) {
-        return -1;
-    }
-    pthread_mutex_lock(&g_fault_mu);
-    if (g_nfaults == FAKE_MAX_FAULTS) {
-        rc = -1;
-    }
-    else {
-        g_faults[g_nfaults].fn = (enum fake_fn)fn;
-        g_faults[g_nfaults].every = nth == 0;
-        g_faults[g_nfaults].remaining = nth;
-        g_faults[g_nfaults].code = code;
-        g_nfaults++;
-        atomic_store(&g_have_faults, 1);
-    }
-    pthread_mutex_unlock(&g_fault_mu);
-    return rc;
-}
-
-void
-fake_cuda_clear_faults(void)
-{
-    pthread_mutex_lock(&g_fault_mu);
-    g_nfaults = 0;
-    atomic_store(&g_have_faults, 0);
-    pthread_mutex_unlock(&g_fault_mu);
-}
-
-long long
-fake_cuda_live(const char *kind)
-{
-    long long n = -1;
-
-    if (kind == NULL) {
+    if (!contexts && strcmp(kind, "retain") != 0) {
         return -1;
     }
     pthread_mutex_lock(&g_mu);
-    if (strcmp(kind, "stream") == 0) {
-        n = g_live_streams;
-    }
-    else if (strcmp(kind, "event") == 0) {
-        n = g_live_events;
-    }
-    else if (strcmp(kind, "context") == 0 || strcmp(kind, "retain") == 0) {
-        bool contexts = kind[0] == 'c';
-
-        n = 0;
-        for (int i = 0; i < cfg.devices; i++) {
-            n += contexts ? g_ctx[i].retain > 0 : g_ctx[i].retain;
-        }
+    for (int i = 0; i < cfg.devices; i++) {
+        n += contexts ? g_ctx[i].retain > 0 : g_ctx[i].retain;
     }
     pthread_mutex_unlock(&g_mu);
     return n;
@@ -1947,51 +1814,13 @@ fake_cuda_event_sync_spun(void)
 /* Loading and fork ---------------------------------------------------- */
 
 static void
-config_warn(const char *var, const char *value)
-{
-    fprintf(stderr, "fake libcuda: ignoring %s=\"%s\"\n", var, value);
-}
-
-static void
 config_int(const char *var, int *out, long lo, long hi)
 {
-    const char *value = getenv(var);
-    char *end;
-    long v;
+    long long v;
 
-    if (value == NULL) {
-        return;
+    if (dc_env_int(&g_ctl, var, lo, hi, &v)) {
+        *out = (int)v;
     }
-    errno = 0;
-    v = strtol(value, &end, 10);
-    if (errno != 0 || end == value || *end != '\0' || v < lo || v > hi) {
-        config_warn(var, value);
-        return;
-    }
-    *out = (int)v;
-}
-
-static void
-config_faults(void)
-{
-    const char *value = getenv("FAKE_CUDA_FAIL");
-    char *copy, *item, *save = NULL;
-
-    if (value == NULL || (copy = strdup(value)) == NULL) {
-        return;
-    }
-    for (item = strtok_r(copy, ",", &save); item != NULL;
-         item = strtok_r(NULL, ",", &save)) {
-        char name[64], extra;
-        int nth, code;
-
-        if (sscanf(item, "%63[^:]:%d:%d%c", name, &nth, &code, &extra) !=
-                3 ||
-            fake_cuda_fail(name, nth, code) != 0) {
-            config_warn("FAKE_CUDA_FAIL", item);
-        }
-    }
-    free(copy);
 }
 
 static void
@@ -1999,7 +1828,6 @@ config_read(void)
 {
     const char *value;
     unsigned long long mem;
-    char *end;
     int a, b;
     char extra;
 
@@ -2007,16 +1835,8 @@ config_read(void)
     config_int("FAKE_CUDA_DRIVER_VERSION", &cfg.driver_version, 0,
                INT_MAX);
     config_int("FAKE_CUDA_SMS", &cfg.sms, 0, INT_MAX);
-    value = getenv("FAKE_CUDA_TOTAL_MEM");
-    if (value != NULL) {
-        errno = 0;
-        mem = strtoull(value, &end, 10);
-        if (errno != 0 || end == value || *end != '\0' || value[0] == '-') {
-            config_warn("FAKE_CUDA_TOTAL_MEM", value);
-        }
-        else {
-            cfg.total_mem = mem;
-        }
+    if (dc_env_ull(&g_ctl, "FAKE_CUDA_TOTAL_MEM", &mem)) {
+        cfg.total_mem = mem;
     }
     value = getenv("FAKE_CUDA_NAME");
     if (value != NULL) {
@@ -2030,7 +1850,7 @@ config_read(void)
             cfg.cc_minor = b;
         }
         else {
-            config_warn("FAKE_CUDA_CC", value);
+            dc_env_warn(&g_ctl, "FAKE_CUDA_CC", value);
         }
     }
     value = getenv("FAKE_CUDA_PRIORITY_RANGE");
@@ -2041,7 +1861,7 @@ config_read(void)
             cfg.prio_greatest = b;
         }
         else {
-            config_warn("FAKE_CUDA_PRIORITY_RANGE", value);
+            dc_env_warn(&g_ctl, "FAKE_CUDA_PRIORITY_RANGE", value);
         }
     }
 }
@@ -2052,7 +1872,7 @@ config_read(void)
 static void
 fork_prepare(void)
 {
-    pthread_mutex_lock(&g_fault_mu);
+    dc_fork_prepare(&g_ctl);
     pthread_mutex_lock(&g_mu);
     pthread_mutex_lock(&g_mark_mu);
 }
@@ -2062,7 +1882,7 @@ fork_parent(void)
 {
     pthread_mutex_unlock(&g_mark_mu);
     pthread_mutex_unlock(&g_mu);
-    pthread_mutex_unlock(&g_fault_mu);
+    dc_fork_release(&g_ctl);
 }
 
 static void
@@ -2075,7 +1895,7 @@ fork_child(void)
     }
     pthread_mutex_unlock(&g_mark_mu);
     pthread_mutex_unlock(&g_mu);
-    pthread_mutex_unlock(&g_fault_mu);
+    dc_fork_release(&g_ctl);
 }
 
 __attribute__((constructor)) static void
@@ -2085,6 +1905,6 @@ fake_cuda_load(void)
         g_ctx[i].device = i;
     }
     config_read();
-    config_faults();
+    dc_env_faults(&g_ctl, "FAKE_CUDA_FAIL");
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

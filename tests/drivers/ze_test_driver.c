@@ -60,10 +60,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "double_control.h"
+
 #define EXPORT __attribute__((visibility("default")))
 
 #define FAKE_MAX_DEVICES 64
-#define FAKE_MAX_FAULTS 32
 #define FAKE_MAGIC 0x5a45fa4eu
 
 /* In-order lists need spec 1.7; ZE_COMMAND_QUEUE_FLAG_IN_ORDER is newer
@@ -134,13 +135,6 @@ typedef struct fake_device {
     int index;
 } fake_device;
 
-typedef struct fake_fault {
-    char name[64];
-    int once;               /* 0: every call */
-    int countdown;          /* calls left until a one-shot fault */
-    ze_result_t code;
-} fake_fault;
-
 /* The functions we implement, for call counts. */
 #define FAKE_FUNCTIONS(X)                                               \
     X(zeInit) X(zeDriverGet) X(zeDriverGetApiVersion)                   \
@@ -159,11 +153,19 @@ typedef struct fake_fault {
 #define FAKE_ENUM(name) F_##name,
 enum { FAKE_FUNCTIONS(FAKE_ENUM) F_COUNT };
 #undef FAKE_ENUM
-#define FAKE_NAME(name) #name,
-static const char *const function_names[F_COUNT] = {
+#define FAKE_NAME(name) {#name, NULL},
+static const dc_fn function_names[F_COUNT] = {
     FAKE_FUNCTIONS(FAKE_NAME)
 };
 #undef FAKE_NAME
+
+/* Counters and faults: the control layer the doubles share. */
+static atomic_llong g_calls[F_COUNT];
+static atomic_llong g_live[K_KINDS];
+static dc_control g_ctl = {
+    DC_CONTROL_INIT("ze_test_driver", function_names, g_calls, kind_names,
+                    g_live),
+};
 
 static struct {
     pthread_mutex_t lock;   /* guards everything below */
@@ -180,10 +182,6 @@ static struct {
     char driver;            /* its address is the driver handle */
     fake_device devices[FAKE_MAX_DEVICES];
     fake_obj *live[K_KINDS];
-    long long live_count[K_KINDS];
-    long long calls[F_COUNT];
-    fake_fault faults[FAKE_MAX_FAULTS];
-    int nfaults;
     long long serial;
     int probe_pipe[2];      /* to test whether memory is readable */
 } g = {
@@ -226,70 +224,14 @@ wait_until(uint64_t deadline)
     pthread_cond_timedwait(&g.cond, &g.lock, &ts);
 }
 
-static ze_result_t
-parse_code(const char *s)
-{
-    return (ze_result_t)strtoul(s, NULL, 0);
-}
-
-static int
-function_index(const char *name)
-{
-    for (int i = 0; name != NULL && i < F_COUNT; i++) {
-        if (strcmp(name, function_names[i]) == 0) {
-            return i;
-        }
-    }
-    return -1;
-}
-
-static int
-add_fault(const char *name, int nth, int code)
-{
-    if (function_index(name) < 0 || nth < 0
-        || g.nfaults == FAKE_MAX_FAULTS) {
-        return -1;
-    }
-    fake_fault *f = &g.faults[g.nfaults++];
-    snprintf(f->name, sizeof(f->name), "%s", name);
-    f->once = nth > 0;
-    f->countdown = nth;
-    f->code = (ze_result_t)code;
-    return 0;
-}
-
-/* Count a call and apply a pending fault.  Takes and releases g.lock. */
+/* Count a call and apply a pending fault. */
 static ze_result_t
 enter(int fn)
 {
-    int hit = -1;
-    pthread_mutex_lock(&g.lock);
-    g.calls[fn]++;
-    for (int i = 0; i < g.nfaults; i++) {
-        fake_fault *f = &g.faults[i];
-        if (strcmp(f->name, function_names[fn]) != 0
-            || (f->once && --f->countdown > 0)) {
-            continue;
-        }
-        if (hit < 0) {
-            hit = i;
-        }
-        else if (f->once) {
-            /* Due too, but an earlier fault answers this call. */
-            f->countdown = 1;
-        }
-    }
-    ze_result_t r = ZE_RESULT_SUCCESS;
-    if (hit >= 0) {
-        r = g.faults[hit].code;
-        if (g.faults[hit].once) {
-            memmove(&g.faults[hit], &g.faults[hit + 1],
-                    (size_t)(g.nfaults - hit - 1) * sizeof(g.faults[0]));
-            g.nfaults--;
-        }
-    }
-    pthread_mutex_unlock(&g.lock);
-    return r;
+    int code;
+
+    return dc_enter(&g_ctl, fn, &code) ? (ze_result_t)code
+                                       : ZE_RESULT_SUCCESS;
 }
 
 #define ENTER(name)                                   \
@@ -307,7 +249,7 @@ obj_add(fake_obj *o, enum fake_kind kind)
     o->kind = kind;
     o->next = g.live[kind];
     g.live[kind] = o;
-    g.live_count[kind]++;
+    dc_live_add(&g_ctl, kind, 1);
 }
 
 static void
@@ -316,7 +258,7 @@ obj_remove(fake_obj *o)
     for (fake_obj **p = &g.live[o->kind]; *p != NULL; p = &(*p)->next) {
         if (*p == o) {
             *p = o->next;
-            g.live_count[o->kind]--;
+            dc_live_add(&g_ctl, o->kind, -1);
             o->magic = 0;
             return;
         }
@@ -361,11 +303,10 @@ device_of(ze_device_handle_t h)
 static unsigned long long
 env_ull(const char *name, unsigned long long dflt)
 {
-    const char *s = getenv(name);
-    if (s == NULL || *s == '\0') {
-        return dflt;
-    }
-    return strtoull(s, NULL, 0);
+    unsigned long long v = dflt;
+
+    dc_env_ull(&g_ctl, name, &v);
+    return v;
 }
 
 static uint32_t
@@ -382,35 +323,6 @@ env_version(void)
         return ZE_MAKE_VERSION(major, minor);
     }
     return (uint32_t)strtoul(s, NULL, 0);
-}
-
-static void
-parse_fail_env(void)
-{
-    const char *s = getenv("FAKE_ZE_FAIL");
-    if (s == NULL) {
-        return;
-    }
-    char *copy = strdup(s);
-    char *save = NULL;
-    for (char *item = strtok_r(copy, ",", &save); item != NULL;
-         item = strtok_r(NULL, ",", &save)) {
-        char *nth = strchr(item, ':');
-        char *code = nth != NULL ? strchr(nth + 1, ':') : NULL;
-        if (code == NULL) {
-            fprintf(stderr, "ze_test_driver: bad FAKE_ZE_FAIL item '%s' "
-                    "(expected name:nth:code)\n", item);
-            continue;
-        }
-        *nth++ = '\0';
-        *code++ = '\0';
-        if (add_fault(item, atoi(nth), (int)parse_code(code)) != 0) {
-            fprintf(stderr, "ze_test_driver: ignoring FAKE_ZE_FAIL item "
-                    "for '%s' (unknown function or too many faults)\n",
-                    item);
-        }
-    }
-    free(copy);
 }
 
 __attribute__((constructor)) static void
@@ -439,7 +351,7 @@ fake_configure(void)
     g.integrated = env_ull("FAKE_ZE_INTEGRATED", 0) != 0;
     g.init_fail = env_ull("FAKE_ZE_INIT_FAIL", 0) != 0;
     g.t0 = mono_ns();
-    parse_fail_env();
+    dc_env_faults(&g_ctl, "FAKE_ZE_FAIL");
 }
 
 /* Global, driver, device ---------------------------------------------- */
@@ -1328,71 +1240,9 @@ EMPTY_GETTER(zesGetDiagnosticsProcAddrTable, zes_diagnostics_dditable_t)
 
 /* Control (for tests, through ctypes) --------------------------------- */
 
-/* Calls of the named ze function so far, faulted ones included (NULL:
- * of all of them); -1 for a function this driver does not implement. */
-EXPORT long long
-fake_ze_call_count(const char *name)
-{
-    int fn = function_index(name);
-    if (name != NULL && fn < 0) {
-        return -1;
-    }
-    long long n = 0;
-    pthread_mutex_lock(&g.lock);
-    for (int i = 0; i < F_COUNT; i++) {
-        if (name == NULL || i == fn) {
-            n += g.calls[i];
-        }
-    }
-    pthread_mutex_unlock(&g.lock);
-    return n;
-}
-
-EXPORT void
-fake_ze_reset_counts(void)
-{
-    pthread_mutex_lock(&g.lock);
-    memset(g.calls, 0, sizeof(g.calls));
-    pthread_mutex_unlock(&g.lock);
-}
-
-/* Make the nth call (1-based, counted from now) of `name` fail with
- * `code` without doing anything (nth 0: every call until cleared).  When
- * several faults are due on one call the earliest installed wins.  0 on
- * success, -1 for a function this driver does not implement, nth < 0 or
- * more than 32 pending faults. */
-EXPORT int
-fake_ze_fail(const char *name, int nth, int code)
-{
-    pthread_mutex_lock(&g.lock);
-    int r = add_fault(name, nth, code);
-    pthread_mutex_unlock(&g.lock);
-    return r;
-}
-
-EXPORT void
-fake_ze_clear_faults(void)
-{
-    pthread_mutex_lock(&g.lock);
-    g.nfaults = 0;
-    pthread_mutex_unlock(&g.lock);
-}
-
-/* Live objects of a kind: "context", "list", "pool", "event"; -1 for an
- * unknown kind. */
-EXPORT long long
-fake_ze_live(const char *kind)
-{
-    long long n = -1;
-    pthread_mutex_lock(&g.lock);
-    for (int i = 0; i < K_KINDS; i++) {
-        if (kind != NULL && strcmp(kind, kind_names[i]) == 0) {
-            n = g.live_count[i];
-        }
-    }
-    pthread_mutex_unlock(&g.lock);
-    return n;
-}
+/* fake_ze_call_count, _reset_counts, _fail, _clear_faults and _live
+ * ("context", "list", "pool", "event"): see double_control.h. */
+DC_EXPORT_CONTROL(ze, g_ctl)
 
 /* Copy 8 bytes from `addr` if they are mapped and readable: write(2)
  * reports EFAULT instead of crashing on a bad address. */

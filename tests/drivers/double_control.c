@@ -1,0 +1,272 @@
+/*
+ * double_control.c - counters, faults, live counts and environment
+ * parsing shared by the driver test doubles (see double_control.h).
+ * Linked into each double by the Makefile; nothing here is exported.
+ */
+#define _GNU_SOURCE
+
+#include "double_control.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int
+dc_fn_index(const dc_control *ctl, const char *name)
+{
+    size_t len;
+
+    if (name == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < ctl->nfns; i++) {
+        if (strcmp(name, ctl->fns[i].base) == 0 ||
+            (ctl->fns[i].alias != NULL &&
+             strcmp(name, ctl->fns[i].alias) == 0)) {
+            return i;
+        }
+    }
+    /* Older and newer variants (cuEventElapsedTime_v2 ...) count under
+     * their base name too. */
+    len = strlen(name);
+    if (len > 3 && strcmp(name + len - 3, "_v2") == 0) {
+        for (int i = 0; i < ctl->nfns; i++) {
+            if (strlen(ctl->fns[i].base) == len - 3 &&
+                strncmp(name, ctl->fns[i].base, len - 3) == 0) {
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
+static bool
+fault_fires(dc_control *ctl, int fn, int *code)
+{
+    bool fired = false;
+    int i = 0;
+
+    pthread_mutex_lock(&ctl->fault_mu);
+    while (i < ctl->nfaults) {
+        dc_fault *f = &ctl->faults[i];
+
+        if (f->fn != fn) {
+            i++;
+            continue;
+        }
+        if (!f->every && --f->remaining > 0) {
+            i++;
+            continue;
+        }
+        if (fired) {
+            /* Due too, but this call is taken: due on the next one. */
+            if (!f->every) {
+                f->remaining = 1;
+            }
+            i++;
+            continue;
+        }
+        fired = true;
+        *code = f->code;
+        if (f->every) {
+            i++;
+            continue;
+        }
+        memmove(f, f + 1, (size_t)(ctl->nfaults - i - 1) * sizeof(*f));
+        ctl->nfaults--;
+    }
+    atomic_store(&ctl->have_faults, ctl->nfaults > 0);
+    pthread_mutex_unlock(&ctl->fault_mu);
+    return fired;
+}
+
+bool
+dc_enter(dc_control *ctl, int fn, int *code)
+{
+    atomic_fetch_add_explicit(&ctl->calls[fn], 1, memory_order_relaxed);
+    return atomic_load(&ctl->have_faults) && fault_fires(ctl, fn, code);
+}
+
+long long
+dc_call_count(dc_control *ctl, const char *name)
+{
+    long long n = 0;
+    int fn;
+
+    if (name == NULL) {
+        for (int i = 0; i < ctl->nfns; i++) {
+            n += atomic_load(&ctl->calls[i]);
+        }
+        return n;
+    }
+    fn = dc_fn_index(ctl, name);
+    return fn < 0 ? -1 : atomic_load(&ctl->calls[fn]);
+}
+
+void
+dc_reset_counts(dc_control *ctl)
+{
+    for (int i = 0; i < ctl->nfns; i++) {
+        atomic_store(&ctl->calls[i], 0);
+    }
+    if (ctl->on_reset != NULL) {
+        ctl->on_reset();
+    }
+}
+
+int
+dc_fail(dc_control *ctl, const char *name, int nth, int code)
+{
+    int fn = dc_fn_index(ctl, name);
+    int rc = 0;
+
+    if (fn < 0 || nth < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&ctl->fault_mu);
+    if (ctl->nfaults == DC_MAX_FAULTS) {
+        rc = -1;
+    }
+    else {
+        dc_fault *f = &ctl->faults[ctl->nfaults++];
+
+        f->fn = fn;
+        f->every = nth == 0;
+        f->remaining = nth;
+        f->code = code;
+        atomic_store(&ctl->have_faults, 1);
+    }
+    pthread_mutex_unlock(&ctl->fault_mu);
+    return rc;
+}
+
+void
+dc_clear_faults(dc_control *ctl)
+{
+    pthread_mutex_lock(&ctl->fault_mu);
+    ctl->nfaults = 0;
+    atomic_store(&ctl->have_faults, 0);
+    pthread_mutex_unlock(&ctl->fault_mu);
+}
+
+void
+dc_live_add(dc_control *ctl, int kind, long long delta)
+{
+    atomic_fetch_add(&ctl->live[kind], delta);
+}
+
+long long
+dc_live_get(dc_control *ctl, int kind)
+{
+    return atomic_load(&ctl->live[kind]);
+}
+
+long long
+dc_live(dc_control *ctl, const char *kind)
+{
+    if (kind == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < ctl->nkinds; i++) {
+        if (strcmp(kind, ctl->kinds[i]) == 0) {
+            return atomic_load(&ctl->live[i]);
+        }
+    }
+    return ctl->live_extra != NULL ? ctl->live_extra(kind) : -1;
+}
+
+void
+dc_fork_prepare(dc_control *ctl)
+{
+    pthread_mutex_lock(&ctl->fault_mu);
+}
+
+void
+dc_fork_release(dc_control *ctl)
+{
+    pthread_mutex_unlock(&ctl->fault_mu);
+}
+
+void
+dc_env_warn(const dc_control *ctl, const char *var, const char *value)
+{
+    fprintf(stderr, "%s: ignoring %s=\"%s\"\n", ctl->tag, var, value);
+}
+
+bool
+dc_env_int(const dc_control *ctl, const char *var, long long lo,
+           long long hi, long long *out)
+{
+    const char *value = getenv(var);
+    char *end;
+    long long v;
+
+    if (value == NULL || *value == '\0') {
+        return false;
+    }
+    errno = 0;
+    v = strtoll(value, &end, 0);
+    if (errno != 0 || end == value || *end != '\0' || v < lo || v > hi) {
+        dc_env_warn(ctl, var, value);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool
+dc_env_ull(const dc_control *ctl, const char *var, unsigned long long *out)
+{
+    const char *value = getenv(var);
+    unsigned long long v;
+    char *end;
+
+    if (value == NULL || *value == '\0') {
+        return false;
+    }
+    errno = 0;
+    v = strtoull(value, &end, 0);
+    if (errno != 0 || end == value || *end != '\0' || value[0] == '-') {
+        dc_env_warn(ctl, var, value);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+void
+dc_env_faults(dc_control *ctl, const char *var)
+{
+    const char *value = getenv(var);
+    char *copy, *item, *save = NULL;
+
+    if (value == NULL || (copy = strdup(value)) == NULL) {
+        return;
+    }
+    for (item = strtok_r(copy, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        char *nth = strchr(item, ':');
+        char *code = nth != NULL ? strchr(nth + 1, ':') : NULL;
+        char *end1, *end2;
+        long n;
+        long long c;
+
+        if (code == NULL) {
+            dc_env_warn(ctl, var, item);
+            continue;
+        }
+        *nth++ = '\0';
+        *code++ = '\0';
+        n = strtol(nth, &end1, 10);
+        c = strtoll(code, &end2, 0);
+        if (end1 == nth || *end1 != '\0' || end2 == code || *end2 != '\0' ||
+            n < 0 || n > 1000000000L || c < -2147483648LL ||
+            c > 4294967295LL || dc_fail(ctl, item, (int)n, (int)c) != 0) {
+            nth[-1] = ':';
+            code[-1] = ':';
+            dc_env_warn(ctl, var, item);
+        }
+    }
+    free(copy);
+}

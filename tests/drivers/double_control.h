@@ -1,0 +1,143 @@
+/*
+ * double_control.h - the control layer that every driver test double
+ * shares: call counters, fault injection, live-object counts and the
+ * parsing of the doubles' environment variables.
+ *
+ * A double describes its functions and live-object kinds in one
+ * dc_control, calls dc_enter() at the top of every driver function, and
+ * exports the control API for tests with DC_EXPORT_CONTROL(prefix, ctl):
+ *
+ *   long long fake_<prefix>_call_count(const char *name)
+ *       Calls so far of one driver function (faulted ones included), by
+ *       base name or alias; a name ending in "_v2" also means its base
+ *       name.  NULL: all calls.  -1 for an unknown name.
+ *   void fake_<prefix>_reset_counts(void)
+ *   int fake_<prefix>_fail(const char *name, int nth, int code)
+ *       Makes the nth call (1-based, counted from now) of that function
+ *       return `code` without doing anything; nth == 0: every call from
+ *       now on.  When several faults are due on one call the earliest
+ *       installed wins and the other one-shot faults are due again on the
+ *       next call.  0, or -1 for an unknown name, nth < 0 or more than
+ *       DC_MAX_FAULTS pending faults.
+ *   void fake_<prefix>_clear_faults(void)
+ *   long long fake_<prefix>_live(const char *kind)
+ *       Live objects of one kind; -1 for an unknown kind.
+ *
+ * Control functions are not counted and never affected by faults.
+ */
+#ifndef DOUBLE_CONTROL_H
+#define DOUBLE_CONTROL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define DC_MAX_FAULTS 64
+#define DC_EXPORT __attribute__((visibility("default")))
+
+/* A driver function: the unit of counting and of fault injection. */
+typedef struct dc_fn {
+    const char *base;  /* "cuStreamDestroy" */
+    const char *alias; /* another accepted spelling ("cuStreamDestroy_v2"),
+                        * or NULL */
+} dc_fn;
+
+typedef struct dc_fault {
+    int fn;
+    bool every;
+    int remaining;
+    int code;
+} dc_fault;
+
+typedef struct dc_control {
+    const char *tag;        /* names the double in messages on stderr */
+    int nfns;
+    const dc_fn *fns;
+    atomic_llong *calls;    /* nfns counters */
+    int nkinds;
+    const char *const *kinds;
+    atomic_llong *live;     /* nkinds counters */
+    /* Optional hooks: extra counters to zero with the call counts, and
+     * live kinds that the double computes (return -1 for "not mine"). */
+    void (*on_reset)(void);
+    long long (*live_extra)(const char *kind);
+    /* Faults; the lock is taken first of all the double's locks. */
+    pthread_mutex_t fault_mu;
+    dc_fault faults[DC_MAX_FAULTS];
+    int nfaults;
+    atomic_int have_faults;
+} dc_control;
+
+/* The fields every double sets, from its arrays of functions, call
+ * counters, live-kind names and live counters. */
+#define DC_ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define DC_CONTROL_INIT(tag_, fns_, calls_, kinds_, live_)              \
+    .tag = (tag_), .nfns = DC_ARRAY_LEN(fns_), .fns = (fns_),           \
+    .calls = (calls_), .nkinds = DC_ARRAY_LEN(kinds_), .kinds = (kinds_), \
+    .live = (live_), .fault_mu = PTHREAD_MUTEX_INITIALIZER
+
+/* Internal to each double: two doubles in one process keep their own. */
+#pragma GCC visibility push(hidden)
+
+/* Index of a function by base name, alias or base name + "_v2"; -1. */
+int dc_fn_index(const dc_control *ctl, const char *name);
+
+/* Top of every driver function: counts the call; true (and *code set)
+ * when a fault answers it. */
+bool dc_enter(dc_control *ctl, int fn, int *code);
+
+long long dc_call_count(dc_control *ctl, const char *name);
+void dc_reset_counts(dc_control *ctl);
+int dc_fail(dc_control *ctl, const char *name, int nth, int code);
+void dc_clear_faults(dc_control *ctl);
+
+/* Live objects: kind by index (the double's own enum) or by name. */
+void dc_live_add(dc_control *ctl, int kind, long long delta);
+long long dc_live_get(dc_control *ctl, int kind);
+long long dc_live(dc_control *ctl, const char *kind);
+
+/* fork(): hold the fault lock across it, so a child finds it usable. */
+void dc_fork_prepare(dc_control *ctl);
+void dc_fork_release(dc_control *ctl);
+
+/* Environment.  An invalid value is reported on stderr (with ctl->tag)
+ * and the default kept.  Integers accept decimal and 0x hex. */
+bool dc_env_int(const dc_control *ctl, const char *var, long long lo,
+                long long hi, long long *out);
+bool dc_env_ull(const dc_control *ctl, const char *var,
+                unsigned long long *out);
+void dc_env_warn(const dc_control *ctl, const char *var, const char *value);
+/* Faults installed at load: "name:nth:code[,name:nth:code...]". */
+void dc_env_faults(dc_control *ctl, const char *var);
+
+#pragma GCC visibility pop
+
+#define DC_EXPORT_CONTROL(prefix, ctl)                                  \
+    DC_EXPORT long long fake_##prefix##_call_count(const char *name);  \
+    DC_EXPORT void fake_##prefix##_reset_counts(void);                  \
+    DC_EXPORT int fake_##prefix##_fail(const char *name, int nth,       \
+                                       int code);                       \
+    DC_EXPORT void fake_##prefix##_clear_faults(void);                  \
+    DC_EXPORT long long fake_##prefix##_live(const char *kind);         \
+    long long fake_##prefix##_call_count(const char *name)              \
+    {                                                                   \
+        return dc_call_count(&(ctl), name);                             \
+    }                                                                   \
+    void fake_##prefix##_reset_counts(void)                             \
+    {                                                                   \
+        dc_reset_counts(&(ctl));                                        \
+    }                                                                   \
+    int fake_##prefix##_fail(const char *name, int nth, int code)       \
+    {                                                                   \
+        return dc_fail(&(ctl), name, nth, code);                        \
+    }                                                                   \
+    void fake_##prefix##_clear_faults(void)                             \
+    {                                                                   \
+        dc_clear_faults(&(ctl));                                        \
+    }                                                                   \
+    long long fake_##prefix##_live(const char *kind)                    \
+    {                                                                   \
+        return dc_live(&(ctl), kind);                                   \
+    }
+
+#endif /* DOUBLE_CONTROL_H */
