@@ -1,9 +1,15 @@
-"""Python access to the driver test doubles' control functions (ctypes).
+"""Python access to the driver test doubles' control functions (ctypes),
+and each backend's facts for the behaviour suite.
 
 The doubles (tests/drivers/) export functions that tests use to read call
 counters and live-object counts, inject faults and enqueue timed work.
 Loading the double with ctypes gives the same library instance that the
 extension dlopened (same path), hence the same state.
+
+Everything the behaviour suite must know about a backend (its device type
+numbers, what it lacks and why, the driver functions behind an operation)
+is a class attribute here, so test bodies never branch on a backend's
+name: they ask the double class of the backend under test (DOUBLES).
 """
 from __future__ import annotations
 
@@ -21,8 +27,33 @@ CUDA_DOUBLE_NOPROC = DRIVERS / "noproc" / "libcuda.so.1"
 ZE_DRIVER = DRIVERS / "libze_test_driver.so"
 
 
+#: what the behaviour suite runs on (tests/behaviour/conftest.py)
+TEST_BACKEND = os.environ.get("ACCELERATOR_TEST_BACKEND", "cuda")
+
+
 class DriverDouble:
     """Backend-neutral view of one driver double's control API."""
+
+    #: the device type of the backend this double sits under
+    device_type = ""
+    #: torch's c10::DeviceType number (Stream.device_type) and DLPack's
+    #: device code for that device type
+    torch_device_type = -1
+    dlpack_device_type = -1
+    #: features of the API the backend lacks -> why; tests that need one
+    #: skip with the reason, or check that it is refused
+    lacks: dict[str, str] = {}
+    #: (header, X-macro list) pairs naming every driver function the
+    #: backend calls
+    symbol_lists: tuple[tuple[str, str], ...] = ()
+    #: the driver function behind an operation: "stream_create",
+    #: "event_create", "query" (what Stream.query() and Event.query()
+    #: call)
+    functions: dict[str, str] = {}
+    #: tests/behaviour/test_leaks.py cycles known to grow -> why
+    known_leaks: dict[str, str] = {}
+    #: how the conftest makes the backend use this double
+    env_devices = ""
 
     #: generic kind -> the double's own name for it
     kinds: dict[str, str] = {}
@@ -59,6 +90,31 @@ class DriverDouble:
         f("clear_faults").restype = None
         f("live").argtypes = [ctypes.c_char_p]
         f("live").restype = ctypes.c_longlong
+
+    @classmethod
+    def environment(cls, devices: int) -> dict[str, str]:
+        """The variables that make the product use this double with that
+        many devices, and only this backend."""
+        return {"ACCELERATOR_BACKEND": cls.device_type,
+                cls.env_devices: str(devices)}
+
+    @classmethod
+    def missing(cls) -> str | None:
+        """Why this double cannot run here, or None."""
+        return None
+
+    @classmethod
+    def has(cls, feature: str) -> bool:
+        return feature not in cls.lacks
+
+    def can_enqueue(self, stream: object) -> bool:
+        """Whether enqueue_sleep works on that stream right now."""
+        return True
+
+    def report_at_exit(self) -> str | None:
+        """Ask the double to print its live objects at exit; the line that
+        says a context release was refused, or None if it cannot tell."""
+        return None
 
     def _fn(self, name: str) -> ctypes._CFuncPtr:
         return getattr(self.lib, f"fake_{self.prefix}_{name}")
@@ -97,6 +153,13 @@ class DriverDouble:
 class CudaDouble(DriverDouble):
     """tests/drivers/build/libcuda.so.1."""
 
+    device_type = "cuda"
+    torch_device_type = 1
+    dlpack_device_type = 2
+    symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),)
+    functions = {"stream_create": "cuStreamCreateWithPriority",
+                 "event_create": "cuEventCreate", "query": "cuStreamQuery"}
+    env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain")
     fail_env = "FAKE_CUDA_FAIL"
     library_env = "ACCELERATOR_CUDA_LIBRARY"
@@ -115,6 +178,26 @@ class CudaDouble(DriverDouble):
             self._fn(name).restype = ctypes.c_longlong
         self.lib.fake_cuda_current_device.restype = ctypes.c_int
 
+    @classmethod
+    def environment(cls, devices: int) -> dict[str, str]:
+        return {**super().environment(devices),
+                "ACCELERATOR_CUDA_LIBRARY": str(CUDA_DOUBLE)}
+
+    @classmethod
+    def missing(cls) -> str | None:
+        if CUDA_DOUBLE.exists():
+            return None
+        return f"{CUDA_DOUBLE} is missing: run make -C tests/drivers"
+
+    def can_enqueue(self, stream: object) -> bool:
+        # The legacy default stream (handle 0) is reached through its
+        # device's primary context, which must be retained.
+        return stream.handle != 0  # type: ignore[attr-defined]
+
+    def report_at_exit(self) -> str | None:
+        self.lib.fake_cuda_report_at_exit()
+        return "fake_cuda at exit: retain=1 "
+
     def enqueue_sleep(self, stream: object, ms: float) -> None:
         rc = self.lib.fake_cuda_enqueue_sleep(
             stream.device_index, stream.handle, ms)  # type: ignore[attr-defined]
@@ -131,6 +214,24 @@ class CudaDouble(DriverDouble):
 class ZeDouble(DriverDouble):
     """tests/drivers/build/libze_test_driver.so, under the real loader."""
 
+    device_type = "xpu"
+    torch_device_type = 12
+    dlpack_device_type = 14
+    lacks = {
+        "cuda_stream_protocol": "Level Zero streams are not CUDA streams",
+        "blocking_sync": "Level Zero has no blocking-synchronization flag",
+    }
+    symbol_lists = (("csrc/backends/ze_api.h", "ACC_ZE_FUNCTIONS"),
+                    ("csrc/backends/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))
+    functions = {"stream_create": "zeCommandListCreateImmediate",
+                 "event_create": "zeEventCreate",
+                 "query": "zeEventQueryStatus"}
+    known_leaks = {"events": (
+        "xpu: each Event.wait() on a device's default stream keeps "
+        "a new driver event until that device is synchronized "
+        "(level_zero.c holds the wait until a later record on the "
+        "stream completes); 2,888 events after 3,000 waits")}
+    env_devices = "FAKE_ZE_DEVICES"
     kinds = {"stream": "list"}
     live_kinds = ("list", "event", "pool", "context")
     pooled_kinds = ("event", "pool")
@@ -147,12 +248,40 @@ class ZeDouble(DriverDouble):
             ctypes.c_ulonglong, ctypes.c_double]
         self.lib.fake_ze_enqueue_sleep.restype = ctypes.c_int
 
+    @classmethod
+    def environment(cls, devices: int) -> dict[str, str]:
+        return {**super().environment(devices),
+                "ZE_ENABLE_ALT_DRIVERS": str(ZE_DRIVER)}
+
+    @classmethod
+    def missing(cls) -> str | None:
+        if ZE_DRIVER.exists():
+            return None
+        return (f"{ZE_DRIVER} is missing: install libze-dev and run "
+                "make -C tests/drivers")
+
     def enqueue_sleep(self, stream: object, ms: float) -> None:
         # The handle is the driver's, or the loader's wrapper of it in
         # intercept mode; the driver accepts both.
         rc = self.lib.fake_ze_enqueue_sleep(
             stream.handle, ms)  # type: ignore[attr-defined]
         assert rc == 0, f"fake_ze_enqueue_sleep failed: {rc:#x}"
+
+
+#: device type -> the double class of that backend
+DOUBLES: dict[str, type[DriverDouble]] = {
+    cls.device_type: cls for cls in (CudaDouble, ZeDouble)}
+
+
+def under_test() -> type[DriverDouble]:
+    """The double class of the backend the behaviour suite runs on (for
+    ACCELERATOR_TEST_BACKEND=real: of the accelerator found, whose facts
+    hold for the real driver too)."""
+    if TEST_BACKEND in DOUBLES:
+        return DOUBLES[TEST_BACKEND]
+    import accelerator
+    current = accelerator.current_accelerator()
+    return DOUBLES[current.type if current is not None else "cuda"]
 
 
 def clean_environment() -> dict[str, str]:

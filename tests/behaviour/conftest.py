@@ -16,43 +16,23 @@ import pytest
 
 import fake_drivers
 
-BACKEND = os.environ.get("ACCELERATOR_TEST_BACKEND", "cuda")
+BACKEND = fake_drivers.TEST_BACKEND
 DEVICES = 2
 
-if BACKEND == "cuda":
-    if not fake_drivers.CUDA_DOUBLE.exists():
-        raise pytest.UsageError(
-            f"{fake_drivers.CUDA_DOUBLE} is missing: run make -C tests/drivers")
-    os.environ.update(
-        ACCELERATOR_BACKEND="cuda",
-        ACCELERATOR_CUDA_LIBRARY=str(fake_drivers.CUDA_DOUBLE),
-        FAKE_CUDA_DEVICES=str(DEVICES),
-    )
-elif BACKEND == "xpu":
-    if not fake_drivers.ZE_DRIVER.exists():
-        raise pytest.UsageError(
-            f"{fake_drivers.ZE_DRIVER} is missing: install libze-dev and "
-            "run make -C tests/drivers")
-    os.environ.update(
-        ACCELERATOR_BACKEND="xpu",
-        ZE_ENABLE_ALT_DRIVERS=str(fake_drivers.ZE_DRIVER),
-        FAKE_ZE_DEVICES=str(DEVICES),
-    )
+if BACKEND in fake_drivers.DOUBLES:
+    _double_cls = fake_drivers.DOUBLES[BACKEND]
+    _missing = _double_cls.missing()
+    if _missing is not None:
+        raise pytest.UsageError(_missing)
+    os.environ.update(_double_cls.environment(DEVICES))
 elif BACKEND != "real":
     raise pytest.UsageError(f"unknown ACCELERATOR_TEST_BACKEND={BACKEND!r}")
 
 import accelerator  # noqa: E402  (after the environment is set)
 
 
-def make_driver() -> fake_drivers.DriverDouble | None:
-    if BACKEND == "cuda":
-        return fake_drivers.CudaDouble()
-    if BACKEND == "xpu":
-        return fake_drivers.ZeDouble()
-    return None
-
-
-_driver = make_driver()
+_driver = (fake_drivers.DOUBLES[BACKEND]()
+           if BACKEND in fake_drivers.DOUBLES else None)
 
 
 @pytest.fixture
@@ -64,8 +44,14 @@ def driver() -> fake_drivers.DriverDouble:
 
 
 @pytest.fixture(scope="session")
+def facts() -> type[fake_drivers.DriverDouble]:
+    """The facts of the backend under test: its double's class."""
+    return fake_drivers.under_test()
+
+
+@pytest.fixture(scope="session")
 def accel_type() -> str:
-    """The device type of the backend under test ('cuda' or 'xpu')."""
+    """The device type of the backend under test ('cuda', 'xpu' ...)."""
     if not accelerator.is_available():
         pytest.fail("no accelerator: " + repr(accelerator.backends()))
     acc = accelerator.current_accelerator()

@@ -21,18 +21,13 @@ from typing import Any
 import pytest
 
 import accelerator as acc
+import fake_drivers
 
-BACKEND = os.environ.get("ACCELERATOR_TEST_BACKEND", "cuda")
-
-
-def _type() -> str:
-    current = acc.current_accelerator()
-    return current.type if current is not None else "cuda"
-
-
+#: the facts of the backend under test (its double's class)
+FACTS = fake_drivers.under_test()
 #: the device type under test, and another one that is not it
-T = _type() if BACKEND == "real" else BACKEND
-OTHER = "xpu" if T == "cuda" else "cuda"
+T = FACTS.device_type
+OTHER = next(t for t in fake_drivers.DOUBLES if t != T)
 
 
 def n() -> int:
@@ -114,7 +109,7 @@ def setattr_(obj: Any, name: str, value: Any) -> None:
 TE, VE, DIE = TypeError, ValueError, acc.DeviceIndexError
 RE, NIE, AE = RuntimeError, NotImplementedError, AttributeError
 DIGITS = "9" * 10
-CUDA_ONLY = T == "cuda"
+CUDA_ONLY = FACTS.has("cuda_stream_protocol")
 
 #: (id, call, exception class, message regex, needs two devices)
 CASES: list[tuple[str, Callable[[], Any], type, str, bool]] = [
