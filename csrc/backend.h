@@ -1,12 +1,33 @@
 /*
  * backend.h - the contract between the dispatcher and each backend.
  *
- * A backend fills one acc_backend: a name, a probe, and function pointers
- * grouped by the object they act on.  The dispatcher validates every
- * argument before it forwards (device indices are in [0, count), handles
- * come from this backend), so backends trust their inputs and never parse
- * user input.  A backend that lacks an operation leaves the slot NULL and
- * the dispatcher reports "backend X does not support Y".
+ * A backend fills one acc_backend: a name, its facts, a probe, and
+ * function pointers grouped by the object they act on, and is listed once
+ * in the dispatcher's registry (dispatch.c).  The dispatcher validates
+ * every argument before it forwards (device indices are in [0, count),
+ * handles come from this backend, events are recorded and timed as the
+ * operation needs), so backends trust their inputs, never parse user input
+ * and never word an argument error: the dispatcher words each one once.
+ *
+ * Each slot is REQUIRED or OPTIONAL.  The dispatcher checks the required
+ * ones once, when it registers the backend (before probing it): a backend
+ * with a NULL required slot is reported unavailable, with the slot named.
+ * An optional slot may be NULL; its comment says what NULL means (mostly:
+ * the dispatcher reports "backend X does not support Y").  The dispatcher
+ * never calls a NULL slot.
+ *
+ * What a backend must survive: the dispatcher pools driver objects.  A
+ * stream made by stream_create and dropped by its owner is kept (handle
+ * and native as they were) and handed to the next owner that asks for a
+ * stream of the same device and priority, without stream_destroy or
+ * stream_create in between; it may still be running its previous owner's
+ * work, which the new owner's work follows in stream order.  Likewise a
+ * dropped event (its handle and native) is kept per device and flags and
+ * handed to a new owner, whose first call is event_record, while the
+ * previous owner's record may still be pending.  The same native stream or
+ * event therefore meets many acc_stream / acc_event structs in its life;
+ * backends keep no pointer to those structs.  stream_destroy and
+ * event_destroy run only from acc_empty_cache(), a full pool, or exit.
  *
  * Threading: every slot may be called from any thread, concurrently, and
  * without the GIL.  Backends keep their driver state process-global and
@@ -33,8 +54,10 @@ typedef struct acc_probe_result {
 } acc_probe_result;
 
 struct acc_backend {
-    const char *name;        /* backend name: "cuda", "xpu" */
-    const char *device_type; /* device type users write: "cuda", "xpu" */
+    /* REQUIRED.  The backend's name (ACCELERATOR_BACKEND, the report,
+     * errors) and the device type users write: "cuda", "xpu", "opencl". */
+    const char *name;
+    const char *device_type;
 
     /* Facts the Python layer and the tests read instead of branching on
      * the name. */
@@ -45,7 +68,8 @@ struct acc_backend {
 
     /* Lifetime ----------------------------------------------------------- */
 
-    /* Open the driver library, resolve its symbols, initialise the driver
+    /* REQUIRED.  Open the driver library, resolve its symbols, initialise
+     * the driver
      * and count devices.  Called at most once per process, under the
      * dispatcher's probe lock.  Must not create contexts or allocate
      * device memory.  Returns ACC_OK with out->device_count > 0 when the
@@ -53,89 +77,103 @@ struct acc_backend {
      * (err->message is shown to users as "why not"). */
     acc_status (*probe)(acc_probe_result *out, acc_error *err);
 
-    /* Release what the backend holds (contexts, pools).  Called at exit
-     * from the thread that probed; never after fork in the child. */
+    /* OPTIONAL (NULL: nothing to release).  Release what the backend
+     * holds (contexts, pools).  Called at exit from the thread that
+     * probed; never after fork in the child. */
     void (*shutdown)(void);
 
     /* Devices ------------------------------------------------------------ */
 
-    /* Make `device` the calling thread's current device in the driver's
-     * own sense (CUDA: retain the primary context once per process, then
-     * make it current on this thread).  May be NULL when the driver has no
-     * per-thread notion of a current device. */
+    /* OPTIONAL (NULL: the driver has no per-thread notion of a current
+     * device).  Make `device` the calling thread's current device in the
+     * driver's own sense (CUDA: retain the primary context once per
+     * process, then make it current on this thread). */
     acc_status (*device_activate)(int device, acc_error *err);
 
-    /* Wait until all work queued on `device` by anyone has finished.
+    /* REQUIRED.  Wait until all work queued on `device` by anyone (every
+     * stream of the device, pooled ones included) has finished.
      * Blocking.  Does not change the calling thread's current device. */
     acc_status (*device_synchronize)(int device, acc_error *err);
 
-    /* Fill *props.  May be slow; the caller caches. */
+    /* OPTIONAL (NULL: "does not support device properties").  Fill
+     * *props.  May be slow; the caller caches. */
     acc_status (*device_properties)(int device, acc_device_properties *props,
                                     acc_error *err);
 
     /* Streams ------------------------------------------------------------ */
 
-    /* Fill *s for the default stream of `device`: handle and native.
-     * Called once per device, lazily; must not block. */
+    /* REQUIRED.  Fill *s for the default stream of `device`: handle and
+     * native.  Called once per device, lazily; must not block.  The
+     * default stream is never destroyed before shutdown. */
     acc_status (*stream_default)(int device, acc_stream *s, acc_error *err);
 
-    /* Driver priority range of `device`: *greatest <= *least, lower is
-     * more urgent (both 0 when priorities are unsupported). */
+    /* OPTIONAL (NULL: no priorities; every stream gets priority 0).
+     * Driver priority range of `device`: *greatest <= *least, lower is
+     * more urgent. */
     acc_status (*stream_priority_range)(int device, int *least,
                                         int *greatest, acc_error *err);
 
-    /* Create a new stream on s->device with driver priority s->priority
-     * (already clamped to the range).  Fill s->handle and s->native. */
+    /* REQUIRED.  Create a new stream on s->device with driver priority
+     * s->priority (already clamped to the range).  Fill s->handle and
+     * s->native. */
     acc_status (*stream_create)(acc_stream *s, acc_error *err);
 
-    /* Adopt a native handle made elsewhere (s->handle is set, s->device
-     * validated).  Fill s->native; must not take ownership.  NULL: the
-     * handle alone is enough for every other slot. */
+    /* OPTIONAL (NULL: the handle alone is enough for every other slot).
+     * Adopt a native handle made elsewhere (s->handle is set, s->device
+     * validated).  Fill s->native; must not take ownership. */
     acc_status (*stream_wrap)(acc_stream *s, acc_error *err);
 
-    /* Destroy a stream made by stream_create (never a default or wrapped
-     * one).  Work still queued completes; must not block on it. */
+    /* REQUIRED.  Destroy a stream made by stream_create (never a default
+     * or wrapped one).  Work still queued completes; must not block on
+     * it.  Cannot fail visibly: a driver error here is swallowed. */
     void (*stream_destroy)(acc_stream *s);
 
-    /* ACC_OK when all queued work is done, ACC_NOT_READY when not. */
+    /* REQUIRED.  ACC_OK when all queued work is done, ACC_NOT_READY when
+     * not. */
     acc_status (*stream_query)(acc_stream *s, acc_error *err);
 
-    /* Block until all queued work is done. */
+    /* REQUIRED.  Block until all queued work is done. */
     acc_status (*stream_synchronize)(acc_stream *s, acc_error *err);
 
-    /* Make future work on s wait until e (recorded, maybe on another
-     * device) completes; does not block the host. */
+    /* REQUIRED.  Make future work on s wait until e (recorded, maybe on
+     * another device) completes; does not block the host. */
     acc_status (*stream_wait_event)(acc_stream *s, acc_event *e,
                                     acc_error *err);
 
     /* Events ------------------------------------------------------------- */
 
-    /* Create the native event of e on e->device (set by the caller) with
-     * e->flags; fill e->handle and e->native. */
+    /* REQUIRED.  Create the native event of e on e->device (set by the
+     * caller) with e->flags; fill e->handle and e->native. */
     acc_status (*event_create)(acc_event *e, acc_error *err);
 
-    /* Destroy e's native event.  Pending work may still refer to it. */
+    /* REQUIRED.  Destroy e's native event.  Pending work may still refer
+     * to it.  Cannot fail visibly. */
     void (*event_destroy)(acc_event *e);
 
-    /* Capture the work queued on s so far: e completes when it has run.
-     * s and e are on the same device. */
+    /* REQUIRED.  Capture the work queued on s so far: e completes when it
+     * has run.  s and e are on the same device.  e may hold an earlier
+     * record (its own, or a previous owner's, still pending). */
     acc_status (*event_record)(acc_event *e, acc_stream *s, acc_error *err);
 
-    /* ACC_OK when complete (or never recorded), ACC_NOT_READY when not. */
+    /* REQUIRED.  ACC_OK when complete, ACC_NOT_READY when not.  e has
+     * been recorded (the dispatcher answers for unrecorded events). */
     acc_status (*event_query)(acc_event *e, acc_error *err);
 
-    /* Block until e completes (spinning or blocking as e->flags say). */
+    /* REQUIRED.  Block until e completes (spinning or blocking as
+     * e->flags say).  e has been recorded. */
     acc_status (*event_synchronize)(acc_event *e, acc_error *err);
 
-    /* Milliseconds between two completed timing events.  ACC_NOT_READY
-     * when either has not completed. */
+    /* OPTIONAL (NULL: "does not support event timing").  Milliseconds
+     * between two recorded timing events of one device (negative when end
+     * completed first).  ACC_NOT_READY when either has not completed. */
     acc_status (*event_elapsed_ms)(acc_event *start, acc_event *end,
                                    float *ms, acc_error *err);
 
     /* Memory ------------------------------------------------------------- */
 
-    /* Free and total device memory in bytes, without changing the calling
-     * thread's current device. */
+    /* OPTIONAL (NULL: "does not support memory information").  Free and
+     * total device memory in bytes, without changing the calling thread's
+     * current device. */
     acc_status (*memory_info)(int device, size_t *free_bytes,
                               size_t *total_bytes, acc_error *err);
 };

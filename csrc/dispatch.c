@@ -23,6 +23,14 @@ static const acc_backend *const registry[] = {
 };
 #define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
 
+/* The slots every backend fills (backend.h); checked once, at
+ * registration, so that no call site tests them. */
+#define REQUIRED_SLOTS(X)                                                  \
+    X(name) X(device_type) X(probe) X(device_synchronize)                  \
+    X(stream_default) X(stream_create) X(stream_destroy) X(stream_query)   \
+    X(stream_synchronize) X(stream_wait_event) X(event_create)             \
+    X(event_destroy) X(event_record) X(event_query) X(event_synchronize)
+
 typedef struct default_slot {
     atomic_int ready;          /* s is filled */
     acc_stream s;
@@ -255,6 +263,36 @@ release_thread_state(void *unused)
     free(streams);
 }
 
+/* The first required slot that b leaves NULL, or NULL. */
+static const char *
+missing_slot(const acc_backend *b)
+{
+#define CHECK_SLOT(slot)      \
+    if (b->slot == NULL) {    \
+        return #slot;         \
+    }
+    REQUIRED_SLOTS(CHECK_SLOT)
+#undef CHECK_SLOT
+    return NULL;
+}
+
+/* "cuda, xpu or none": the values ACCELERATOR_BACKEND takes. */
+static void
+backend_names(char *buf, size_t size)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < N_BACKENDS && used < size; i++) {
+        used += (size_t)snprintf(buf + used, size - used, "%s, ",
+                                 registry[i]->name);
+    }
+    if (used >= 2 && used < size) {
+        buf[used - 2] = '\0';
+    }
+    acc_format(buf + strlen(buf), size - strlen(buf), " or none");
+}
+
 static void
 probe_backend(int i)
 {
@@ -321,9 +359,10 @@ probe_once(void)
         only = NULL;
     }
     for (int i = 0; i < N_BACKENDS; i++) {
-        g.info[i].name = registry[i]->name;
-        g.info[i].device_type = registry[i]->device_type;
-        if (only != NULL && strcmp(only, registry[i]->name) == 0) {
+        g.info[i].name = registry[i]->name ? registry[i]->name : "?";
+        g.info[i].device_type =
+            registry[i]->device_type ? registry[i]->device_type : "?";
+        if (only != NULL && strcmp(only, g.info[i].name) == 0) {
             known = 1;
         }
     }
@@ -332,7 +371,16 @@ probe_once(void)
     }
     for (int i = 0; i < N_BACKENDS; i++) {
         acc_backend_info *info = &g.info[i];
+        const char *missing = missing_slot(registry[i]);
 
+        if (missing != NULL) {
+            acc_format(info->reason, sizeof(info->reason),
+                       "incomplete backend: its required slot %s is NULL",
+                       missing);
+            g.probed_backend[i] = 1;
+            acc_trace("backend %s rejected: %s", info->name, info->reason);
+            continue;
+        }
         if (only != NULL && strcmp(only, registry[i]->name) != 0) {
             if (known) {
                 acc_format(info->reason, sizeof(info->reason),
@@ -342,11 +390,13 @@ probe_once(void)
                 /* Quote at most 64 bytes (whole characters) of a wrong
                  * value, so that what was expected is always said. */
                 size_t shown = acc_utf8_whole(only, strnlen(only, 64));
+                char names[128];
 
+                backend_names(names, sizeof(names));
                 acc_format(info->reason, sizeof(info->reason),
                            "not probed: ACCELERATOR_BACKEND=%.*s%s names no "
-                           "backend (expected cuda, xpu or none)",
-                           (int)shown, only, only[shown] ? "..." : "");
+                           "backend (expected %s)",
+                           (int)shown, only, only[shown] ? "..." : "", names);
             }
             g.probed_backend[i] = 1;
             acc_trace("backend %s rejected: %s", registry[i]->name,
@@ -593,9 +643,6 @@ acc_synchronize_device(int device, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
-    if (g.selected->device_synchronize == NULL) {
-        return unsupported("device synchronization", err);
-    }
     return g.selected->device_synchronize(device, err);
 }
 
@@ -658,9 +705,6 @@ acc_default_stream(int device, acc_stream **out, acc_error *err)
         st = acc_check_usable(err);
         if (st != ACC_OK) {
             return st;
-        }
-        if (g.selected->stream_default == NULL) {
-            return unsupported("streams", err);
         }
         pthread_mutex_lock(&g.lock);
         if (!atomic_load_explicit(&slot->ready, memory_order_relaxed)) {
@@ -801,9 +845,7 @@ stream_recycle(acc_stream *s)
         return;
     }
     pthread_mutex_unlock(&g.pool_lock);
-    if (s->backend->stream_destroy != NULL) {
-        s->backend->stream_destroy(s);
-    }
+    s->backend->stream_destroy(s);
 }
 
 /* Fill s from the pool when a free stream of its priority is there. */
@@ -905,9 +947,6 @@ acc_stream_create(int device, int priority, acc_stream **out,
     if (st != ACC_OK) {
         return st;
     }
-    if (g.selected->stream_create == NULL) {
-        return unsupported("creating streams", err);
-    }
     /* Torch's priorities count down from 0 (normal); the driver's range
      * is [greatest, least].  Anything beyond the range is clamped, as
      * torch and the CUDA driver do. */
@@ -975,9 +1014,6 @@ acc_stream_query(acc_stream *s, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
-    if (s->backend->stream_query == NULL) {
-        return unsupported("querying streams", err);
-    }
     return s->backend->stream_query(s, err);
 }
 
@@ -988,9 +1024,6 @@ acc_stream_synchronize(acc_stream *s, acc_error *err)
 
     if (st != ACC_OK) {
         return st;
-    }
-    if (s->backend->stream_synchronize == NULL) {
-        return unsupported("synchronizing streams", err);
     }
     return s->backend->stream_synchronize(s, err);
 }
@@ -1007,9 +1040,6 @@ acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
         /* Waiting for an event that was never recorded waits for
          * nothing (torch and the CUDA driver agree). */
         return ACC_OK;
-    }
-    if (s->backend->stream_wait_event == NULL) {
-        return unsupported("waiting on events", err);
     }
     return s->backend->stream_wait_event(s, e, err);
 }
@@ -1072,20 +1102,27 @@ acc_event_record(acc_event *e, acc_stream *s, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
-    if (s->backend->event_record == NULL || s->backend->event_create == NULL) {
-        return unsupported("events", err);
-    }
     if (e->native == NULL) {
         e->backend = s->backend;
         e->device = s->device;
         st = event_reuse(e) ? ACC_OK : s->backend->event_create(e, err);
+        if (st == ACC_OK) {
+            st = s->backend->event_record(e, s, err);
+            if (st != ACC_OK) {
+                /* Still never recorded: the native event goes back to the
+                 * pool, so that query, synchronize and elapsed_time keep
+                 * answering for an unrecorded event (backends are only
+                 * asked about recorded ones). */
+                acc_event_release(e);
+            }
+        }
         if (st != ACC_OK) {
             e->device = -1;
             e->backend = NULL;
-            return st;
         }
+        return st;
     }
-    else if (e->device != s->device) {
+    if (e->device != s->device) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
                       "Event device index %d does not match recording "
                       "stream's device index %d.", e->device, s->device);
@@ -1182,7 +1219,7 @@ acc_event_release(acc_event *e)
             e->native = NULL;
         }
         pthread_mutex_unlock(&g.pool_lock);
-        if (e->native != NULL && e->backend->event_destroy != NULL) {
+        if (e->native != NULL) {
             e->backend->event_destroy(e);
         }
     }
@@ -1218,9 +1255,7 @@ acc_empty_cache(void)
             s.handle = g.streams[d].items[g.streams[d].n].handle;
             s.native = g.streams[d].items[g.streams[d].n].native;
             pthread_mutex_unlock(&g.pool_lock);
-            if (g.selected->stream_destroy != NULL) {
-                g.selected->stream_destroy(&s);
-            }
+            g.selected->stream_destroy(&s);
         }
         for (unsigned kind = 0; kind < EVENT_KINDS; kind++) {
             event_pool *pool = &g.events[d][kind];
@@ -1238,9 +1273,7 @@ acc_empty_cache(void)
                 e.handle = pool->items[pool->n].handle;
                 e.native = pool->items[pool->n].native;
                 pthread_mutex_unlock(&g.pool_lock);
-                if (g.selected->event_destroy != NULL) {
-                    g.selected->event_destroy(&e);
-                }
+                g.selected->event_destroy(&e);
             }
         }
     }

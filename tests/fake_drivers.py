@@ -47,7 +47,8 @@ class DriverDouble:
     #: backend calls
     symbol_lists: tuple[tuple[str, str], ...] = ()
     #: the driver function behind an operation: "stream_create",
-    #: "event_create", "query" (what Stream.query() and Event.query()
+    #: "event_create", "event_record" (the first record's driver call that
+    #: makes the record), "query" (what Stream.query() and Event.query()
     #: call)
     functions: dict[str, str] = {}
     #: tests/behaviour/test_leaks.py cycles known to grow -> why
@@ -158,7 +159,8 @@ class CudaDouble(DriverDouble):
     dlpack_device_type = 2
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),)
     functions = {"stream_create": "cuStreamCreateWithPriority",
-                 "event_create": "cuEventCreate", "query": "cuStreamQuery"}
+                 "event_create": "cuEventCreate",
+                 "event_record": "cuEventRecord", "query": "cuStreamQuery"}
     env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain")
     fail_env = "FAKE_CUDA_FAIL"
@@ -225,6 +227,7 @@ class ZeDouble(DriverDouble):
                     ("csrc/backends/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))
     functions = {"stream_create": "zeCommandListCreateImmediate",
                  "event_create": "zeEventCreate",
+                 "event_record": "zeCommandListAppendBarrier",
                  "query": "zeEventQueryStatus"}
     known_leaks = {"events": (
         "xpu: each Event.wait() on a device's default stream keeps "

@@ -204,6 +204,26 @@ def test_dropped_events_are_reused(driver) -> None:
     assert second.query() is True
 
 
+def test_a_failed_first_record_leaves_the_event_unrecorded(driver) -> None:
+    """Backends are only asked about recorded events: after a first
+    record that failed, the dispatcher still answers for the event."""
+    stream = acc.Stream()
+    start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    end.record(stream)
+    end.synchronize()
+    driver.fail(driver.functions["event_record"], 1,
+                driver.unknown_error[0])
+    with pytest.raises(acc.AcceleratorError):
+        start.record(stream)
+    assert start.query() is True
+    start.synchronize()
+    with pytest.raises(ValueError, match="must be recorded"):
+        start.elapsed_time(end)
+    start.record(stream)
+    start.synchronize()
+    assert isinstance(end.elapsed_time(start), float)
+
+
 def test_dropping_a_pending_event_is_safe(driver) -> None:
     stream = acc.Stream()
     driver.enqueue_sleep(stream, 40)
