@@ -56,10 +56,8 @@ needs_stub = pytest.mark.skipif(
 )
 
 
-def run_report(
-    *arguments: str, cuda_library: str, **fake_env: str
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m accelerator`` with one CUDA library and FAKE_* env."""
+def report_env(cuda_library: str, **fake_env: str) -> dict[str, str]:
+    """The environment of a report run: one CUDA library and FAKE_* env."""
     env = {
         name: value for name, value in os.environ.items()
         if not name.startswith(("ACCELERATOR_", "FAKE_CUDA_", "FAKE_ZE_"))
@@ -70,8 +68,16 @@ def run_report(
     env["ACCELERATOR_CUDA_LIBRARY"] = cuda_library
     env["ACCELERATOR_ZE_LIBRARY"] = MISSING_LIBRARY
     env.update(fake_env)
+    return env
+
+
+def run_report(
+    *arguments: str, cuda_library: str, **fake_env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m accelerator`` with one CUDA library and FAKE_* env."""
     return subprocess.run(
-        [sys.executable, "-m", "accelerator", *arguments], env=env,
+        [sys.executable, "-m", "accelerator", *arguments],
+        env=report_env(cuda_library, **fake_env),
         capture_output=True, text=True, timeout=120, check=False,
     )
 
@@ -227,6 +233,46 @@ def test_text_agrees_with_the_double() -> None:
     assert len(re.findall(r"PCI bus id: [0-9a-f]{4}:", text)) == 2
     assert "cuda: selected" in text
     assert "No accelerator" not in text
+
+
+UNWRITABLE = {
+    "full": "No space left on device",
+    "closed": "stdout is closed",
+    "broken-pipe": "Broken pipe",
+}
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]], ids=["text", "json"])
+@pytest.mark.parametrize("sink", sorted(UNWRITABLE))
+def test_an_unwritable_stdout_is_one_line_and_status_1(
+    sink: str, output: list[str]
+) -> None:
+    command = [sys.executable, "-m", "accelerator", *output]
+    env = report_env(MISSING_LIBRARY)
+    if sink == "closed":
+        # The child starts with no file descriptor 1 at all.
+        result = subprocess.run(
+            ["sh", "-c", 'exec "$@" >&-', "sh", *command], env=env,
+            stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    elif sink == "full":
+        with open("/dev/full", "wb") as full:
+            result = subprocess.run(command, env=env, stdout=full,
+                                    stderr=subprocess.PIPE, text=True,
+                                    timeout=120, check=False)
+    else:
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # nobody reads: writing fails with EPIPE
+        try:
+            result = subprocess.run(command, env=env, stdout=write_end,
+                                    stderr=subprocess.PIPE, text=True,
+                                    timeout=120, check=False)
+        finally:
+            os.close(write_end)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        "python -m accelerator: cannot write the report: "
+        f"{UNWRITABLE[sink]}\n"
+    )
 
 
 def test_bad_option_is_a_usage_error() -> None:

@@ -9,7 +9,9 @@ Options:
   ``--json``     print the report as one JSON document (the keys below).
   ``--require``  exit with status 1, after the report, with a message on
                  stderr, when no accelerator is available.
-The exit status is 0 otherwise (2 for a bad command line, from argparse).
+The exit status is 0 otherwise (2 for a bad command line, from argparse;
+1, with one line on stderr, when stdout cannot be written: closed, full,
+or a pipe nobody reads).
 
 Probing creates no context: the report reads ``backends()``,
 ``get_device_properties()`` and ``get_memory_info()`` only.  On CUDA the
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from collections.abc import Mapping, Sequence
@@ -280,22 +283,44 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def write_output(text: str, stdout: TextIO | None) -> str | None:
+    """Write and flush text; None, or why stdout could not take it."""
+    if stdout is None:  # the process started with its stdout closed
+        return "stdout is closed"
+    try:
+        stdout.write(text)
+        stdout.flush()
+    except OSError as error:
+        if stdout is sys.stdout:
+            # What is still buffered would fail again at exit, with a
+            # second message and status 120: send it nowhere instead.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stdout.fileno())
+            os.close(devnull)
+        return error.strerror or str(error)
+    return None
+
+
 def main(
     argv: Sequence[str] | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
-    """Print the report; return the exit status (1 only for --require)."""
+    """Print the report; return the exit status (1 for --require without
+    an accelerator, or when stdout cannot be written)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     arguments = parse_arguments(argv)
     report = collect_report()
     if arguments.json:
-        json.dump(report, stdout, indent=2)
-        stdout.write("\n")
+        text = json.dumps(report, indent=2) + "\n"
     else:
-        stdout.write(format_text(report))
-    stdout.flush()
+        text = format_text(report)
+    failure = write_output(text, stdout)
+    if failure is not None:
+        print(f"python -m accelerator: cannot write the report: {failure}",
+              file=stderr)
+        return 1
     if arguments.require and not report["available"]:
         print(f"python -m accelerator: {unavailable_message(report)}",
               file=stderr)
