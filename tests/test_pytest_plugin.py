@@ -8,9 +8,10 @@ the outcome.
 """
 from __future__ import annotations
 
-import importlib.metadata
+import itertools
 import os
 import pathlib
+import tomllib
 
 import pytest
 
@@ -21,6 +22,7 @@ pytest_plugins = ["pytester"]
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 CUDA_DOUBLE = REPO_ROOT / "tests" / "drivers" / "build" / "libcuda.so.1"
 MISSING_LIBRARY = "/nonexistent/accelerator-tests/libmissing.so.1"
+PLUGIN = "accelerator.pytest_plugin"
 PACKAGE_PARENT = pathlib.Path(accelerator.__file__).resolve().parents[1]
 NO_CUDA_REASON = (
     "no accelerator is available (cuda: cannot load the CUDA driver"
@@ -34,15 +36,9 @@ needs_double = pytest.mark.skipif(
 
 
 def plugin_arguments() -> list[str]:
-    """``-p accelerator.pytest_plugin`` unless pytest loads it already from
-    the installed pytest11 entry point (loading it twice is an error)."""
-    installed = any(
-        entry.value == "accelerator.pytest_plugin"
-        for entry in importlib.metadata.entry_points(group="pytest11")
-    )
-    if installed and not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return []
-    return ["-p", "accelerator.pytest_plugin"]
+    """``-p accelerator.pytest_plugin``: it loads the plugin where the
+    entry point is not installed, and is a no-op where it is."""
+    return ["-p", PLUGIN]
 
 
 def use_driver(
@@ -117,6 +113,67 @@ def test_a_suite_without_markers_or_fixtures_never_calls_the_driver(
     result = run(pytester)
     result.assert_outcomes(passed=2)
     assert (pytester.path / "driver_calls.txt").read_text() == "0"
+
+
+# Loading: the entry point, -p and pytest_plugins, in any combination ------
+
+
+def install_entry_point(directory: pathlib.Path) -> None:
+    """What ``pip install`` leaves for entry points: a dist-info with the
+    pytest11 entries pyproject.toml declares, found on PYTHONPATH."""
+    with open(REPO_ROOT / "pyproject.toml", "rb") as file:
+        entries = tomllib.load(file)["project"]["entry-points"]["pytest11"]
+    dist_info = directory / "accelerator_entry_point-0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: accelerator-entry-point\n"
+        "Version: 0\n")
+    (dist_info / "entry_points.txt").write_text("[pytest11]\n" + "".join(
+        f"{name} = {value}\n" for name, value in entries.items()))
+
+
+WAYS = ("entry-point", "option", "conftest")
+LOADING_TESTS = f"""
+    import pytest
+
+    def test_registered_once(request):
+        manager = request.config.pluginmanager
+        plugins = [plugin for plugin in manager.get_plugins()
+                   if getattr(plugin, "__name__", None) == {PLUGIN!r}]
+        assert len(plugins) == 1
+        assert request.config.getoption("accelerator_check_state") is False
+
+    @pytest.mark.requires_devices(99)
+    def test_marker_works():
+        pass
+"""
+
+
+@pytest.mark.parametrize("ways", [
+    ways for count in (1, 2, 3) for ways in itertools.combinations(WAYS, count)
+], ids="+".join)
+def test_every_way_of_loading_the_plugin_works_with_the_others(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+    ways: tuple[str, ...],
+) -> None:
+    use_driver(monkeypatch, MISSING_LIBRARY)
+    if "entry-point" in ways:
+        site = pytester.path / "site"
+        install_entry_point(site)
+        monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}"
+                           f"{os.environ['PYTHONPATH']}")
+        monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    else:
+        # Not even an installed copy's entry point.
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    if "conftest" in ways:
+        pytester.makeconftest(f"pytest_plugins = [{PLUGIN!r}]")
+    pytester.makepyfile(LOADING_TESTS)
+    arguments = ["-p", PLUGIN] if "option" in ways else []
+    result = pytester.runpytest_subprocess(*arguments, "-rs")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED * requires 99 accelerator devices*"])
 
 
 # Markers ------------------------------------------------------------------
@@ -206,6 +263,29 @@ def test_a_bad_requires_devices_argument_is_an_error(
     result = run(pytester)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*bad marker requires_devices(n)*"])
+
+
+BAD_REQUIRES_ACCELERATOR = ["5", "'cuda'", "n=2", "reason='x'"]
+
+
+def test_requires_accelerator_takes_no_argument(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_driver(monkeypatch, MISSING_LIBRARY)
+    pytester.makepyfile("import pytest\n" + "".join(f"""
+@pytest.mark.requires_accelerator
+class TestBad{number}:
+    @pytest.mark.requires_accelerator({argument})
+    def test_bad(self):
+        pass
+""" for number, argument in enumerate(BAD_REQUIRES_ACCELERATOR)))
+    result = run(pytester)
+    result.assert_outcomes(errors=len(BAD_REQUIRES_ACCELERATOR))
+    result.stdout.fnmatch_lines([
+        f"*bad marker requires_accelerator: it takes no arguments, got "
+        f"({argument}); for a number of devices use requires_devices(n)*"
+        for argument in BAD_REQUIRES_ACCELERATOR
+    ])
 
 
 # Fixtures -----------------------------------------------------------------

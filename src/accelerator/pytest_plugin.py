@@ -1,11 +1,16 @@
 """pytest plugin: accelerator markers, fixtures and a state check.
 
-Registered through the ``pytest11`` entry point ``accelerator``, so an
-installed ``accelerator`` makes these available to every test suite:
+Registered through the ``pytest11`` entry point ``accelerator.pytest_plugin``
+(the module's own name), so an installed ``accelerator`` makes these
+available to every test suite.  ``-p accelerator.pytest_plugin`` and
+``pytest_plugins = ["accelerator.pytest_plugin"]`` in a conftest load it
+where the entry point is not installed, and are no-ops where it is (any
+combination works); ``-p no:accelerator.pytest_plugin`` turns it off.
 
 Markers (listed by ``pytest --markers``):
   ``requires_accelerator``  skip unless an accelerator is available; the
-                            reason gives each backend's reason.
+                            reason gives each backend's reason.  It takes
+                            no arguments (for a count, requires_devices).
   ``requires_devices(n)``   skip unless the accelerator has at least n
                             devices.
 Fixtures:
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NoReturn
 
 import pytest
 
@@ -80,10 +86,22 @@ def requires_devices_argument(n: int) -> int:
     return n
 
 
+def bad_marker(item: pytest.Item, marker: str, problem: str) -> NoReturn:
+    """Fail the test: its marker cannot mean anything."""
+    pytest.fail(f"{item.nodeid}: bad marker {marker}: {problem}",
+                pytrace=False)
+
+
 def required_device_count(item: pytest.Item) -> int | None:
     """How many devices the markers of ``item`` require; None if no marker."""
     needed: int | None = None
-    if item.get_closest_marker("requires_accelerator") is not None:
+    for marker in item.iter_markers("requires_accelerator"):
+        if marker.args or marker.kwargs:
+            given = ", ".join([*map(repr, marker.args), *(
+                f"{key}={value!r}" for key, value in marker.kwargs.items())])
+            bad_marker(item, "requires_accelerator",
+                       f"it takes no arguments, got ({given}); for a number "
+                       "of devices use requires_devices(n)")
         needed = 1
     for marker in item.iter_markers("requires_devices"):
         try:
@@ -93,8 +111,7 @@ def required_device_count(item: pytest.Item) -> int | None:
         else:
             needed = max(needed or 0, count)
             continue
-        pytest.fail(f"{item.nodeid}: bad marker requires_devices(n): "
-                    f"{problem}", pytrace=False)
+        bad_marker(item, "requires_devices(n)", problem)
     return needed
 
 
