@@ -6,7 +6,7 @@
  * types (PEP 630): no static PyObject *.  Device, Stream and Event types
  * live in py_device.c, py_stream.c and py_event.c.
  */
-#include "pyaccel.h"
+#include "pybuffer.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -772,7 +772,10 @@ module_exec(PyObject *module)
         || add_type(module, &acc_stream_spec, NULL, &st->stream_type) < 0
         || add_type(module, &acc_event_spec, NULL, &st->event_type) < 0
         || add_type(module, &acc_device_index_spec, NULL,
-                    &st->device_index_type) < 0) {
+                    &st->device_index_type) < 0
+        || add_type(module, &acc_buffer_spec, NULL, &st->buffer_type) < 0
+        || add_type(module, &acc_host_buffer_spec, NULL,
+                    &st->host_buffer_type) < 0) {
         return -1;
     }
     st->properties_type = PyStructSequence_NewType(&properties_desc);
@@ -822,6 +825,8 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->event_type);
     Py_VISIT(st->device_index_type);
     Py_VISIT(st->properties_type);
+    Py_VISIT(st->buffer_type);
+    Py_VISIT(st->host_buffer_type);
     Py_VISIT(st->AcceleratorError);
     Py_VISIT(st->OutOfMemoryError);
     Py_VISIT(st->DeviceIndexError);
@@ -843,6 +848,8 @@ module_clear(PyObject *module)
     Py_CLEAR(st->event_type);
     Py_CLEAR(st->device_index_type);
     Py_CLEAR(st->properties_type);
+    Py_CLEAR(st->buffer_type);
+    Py_CLEAR(st->host_buffer_type);
     Py_CLEAR(st->AcceleratorError);
     Py_CLEAR(st->OutOfMemoryError);
     Py_CLEAR(st->DeviceIndexError);

@@ -212,6 +212,113 @@ void acc_empty_cache(void);
 acc_status acc_memory_info(int device, size_t *free_bytes,
                            size_t *total_bytes, acc_error *err);
 
+/* One copy (backend.h mem_copy).  Host sides are host pointers cast to
+ * uintptr_t; their device is -1. */
+typedef enum acc_copy_kind {
+    ACC_COPY_H2D,   /* host to device */
+    ACC_COPY_D2H,   /* device to host */
+    ACC_COPY_D2D,   /* within one device */
+    ACC_COPY_PEER,  /* between two devices of the backend */
+} acc_copy_kind;
+
+enum {
+    /* The host side is ordinary (pageable) memory: the call returns only
+     * when it may be reused. */
+    ACC_COPY_PAGEABLE = 1u << 0,
+};
+
+typedef struct acc_copy {
+    acc_copy_kind kind;
+    unsigned flags;          /* ACC_COPY_* */
+    uintptr_t dst, src;
+    int dst_device, src_device;
+    size_t nbytes;
+} acc_copy;
+
+/* What pointer_info learns about a foreign pointer. */
+typedef enum acc_pointer_kind {
+    ACC_POINTER_UNKNOWN = 0, /* not memory this backend's driver knows */
+    ACC_POINTER_DEVICE,      /* device memory of `device` */
+    ACC_POINTER_HOST,        /* host memory registered with the driver */
+    ACC_POINTER_SHARED,      /* managed/shared memory */
+} acc_pointer_kind;
+
+typedef struct acc_pointer_info {
+    acc_pointer_kind kind;
+    int device;              /* -1 unless known */
+} acc_pointer_info;
+
+/*
+ * Device memory blocks (allocator.c).  A block is one allocation handed to
+ * a Buffer, ordered on a stream of its device.
+ */
+typedef struct acc_block acc_block;
+
+/* nbytes may be 0 (a valid empty block; ptr 0).  The block is ordered on
+ * stream (its device is the block's device).  OUT_OF_MEMORY names the
+ * size asked for and the device's free and total memory.  May block (call
+ * without the GIL). */
+acc_status acc_malloc(int device, size_t nbytes, acc_stream *stream,
+                      acc_block **out, acc_error *err);
+uintptr_t acc_block_ptr(const acc_block *b);
+size_t acc_block_size(const acc_block *b);   /* bytes asked for */
+int acc_block_device(const acc_block *b);
+/* As torch's Tensor.record_stream: not reused until work queued on s so
+ * far has completed. */
+acc_status acc_block_record_stream(acc_block *b, acc_stream *s,
+                                   acc_error *err);
+/* Give the block back.  Never blocks on the device.  The memory is not
+ * reused (cached) or returned to the driver (direct) before the work
+ * queued on the block's stream, and on every recorded stream, has
+ * completed. */
+void acc_free(acc_block *b);
+/* Return to the driver what the allocator holds and no work uses any
+ * more; never waits for the device.  acc_empty_cache() calls it. */
+void acc_allocator_release(void);
+
+/* Copies and fills (memory.c).  The dispatcher checks the sizes and
+ * devices; s is the stream the copy is queued on.  For a copy between two
+ * devices, s is on one of them and the copy is also ordered after the work
+ * queued on the other device's current stream, and later work there waits
+ * for it (torch's copy_). */
+acc_status acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err);
+acc_status acc_memset(acc_stream *s, uintptr_t dst, long long value,
+                      size_t nbytes, acc_error *err);
+/* ACC_ERR_INVALID_ARGUMENT for a negative size (what names the size). */
+acc_status acc_check_nbytes(long long nbytes, const char *what,
+                            acc_error *err);
+/* Nonzero when the backend has device memory (the memory slots). */
+int acc_has_memory(void);
+
+/* Page-locked host memory (memory.c).  acc_host_free defers the release
+ * until the work queued so far on each recorded stream has completed
+ * (never blocks on the device). */
+typedef struct acc_host_block acc_host_block;
+acc_status acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
+                          acc_error *err);
+void *acc_host_block_ptr(const acc_host_block *h);
+acc_status acc_host_block_record_stream(acc_host_block *h, acc_stream *s,
+                                        acc_error *err);
+void acc_host_free(acc_host_block *h);
+
+/* What a foreign pointer is (pointer_info slot). */
+acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,
+                               acc_error *err);
+
+/*
+ * Deferred release (memory.c): call release(device, ptr) once the work
+ * queued so far on each of streams[0..n) has completed, without blocking.
+ * Released at the latest by acc_deferred_poll(1) (exit, empty_cache after
+ * synchronize).  When recording an event fails, the deferral waits for
+ * the stream instead (blocking) and err is ignored.
+ */
+typedef void (*acc_release_fn)(int device, uintptr_t ptr);
+void acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
+                       acc_stream *const *streams, int n);
+/* Release what has become ready; with wait, wait for everything first.
+ * Returns the number still pending. */
+int acc_deferred_poll(int wait);
+
 /* Errors (dispatch.c) */
 /* The length of text[0, length) without a last UTF-8 character that a cut
  * (snprintf into a full buffer) left incomplete.  Bytes that are not

@@ -176,11 +176,79 @@ struct acc_backend {
      * current device. */
     acc_status (*memory_info)(int device, size_t *free_bytes,
                               size_t *total_bytes, acc_error *err);
+
+    /* OPTIONAL, as a group with mem_free, mem_copy and mem_fill: all four
+     * or none (NULL: Buffer() reports "does not support device memory").
+     * Raw device allocation of nbytes (> 0) on device,
+     * aligned to at least 256 bytes; *ptr is the device address (where a
+     * driver has no addresses, its native handle cast to uintptr_t, never
+     * 0).  ACC_ERR_OUT_OF_MEMORY when the device cannot serve it (the
+     * dispatcher adds the size and the free/total memory to the message).
+     * The allocator (allocator.c) calls this; nothing else.  May block
+     * briefly; does not change the calling thread's current device. */
+    acc_status (*mem_alloc)(int device, size_t nbytes, uintptr_t *ptr,
+                            acc_error *err);
+
+    /* OPTIONAL, with mem_alloc.  Return a raw allocation.  The caller
+     * guarantees that no work that the caller queued on any stream still
+     * uses it (the allocator waits for events first); the backend may
+     * still defer internally.  Must not block for long. */
+    acc_status (*mem_free)(int device, uintptr_t ptr, acc_error *err);
+
+    /* OPTIONAL, as a pair with host_free (NULL: HostBuffer() reports "does
+     * not support page-locked host memory").  Page-locked host memory of nbytes
+     * (> 0) that every device of the backend can copy to and from
+     * asynchronously; device says which device's context to use where
+     * the driver needs one. */
+    acc_status (*host_alloc)(int device, size_t nbytes, void **ptr,
+                             acc_error *err);
+
+    /* OPTIONAL, with host_alloc.  The same guarantee as mem_free: no
+     * queued work still uses ptr. */
+    acc_status (*host_free)(int device, void *ptr, acc_error *err);
+
+    /* OPTIONAL, with mem_alloc.  Queue one copy of c->nbytes (> 0) on s, in
+     * stream order: it starts after the work queued on s before it, and
+     * work queued on s later starts after it.  c->kind says which sides
+     * are device memory (addresses from mem_alloc, possibly offset, or
+     * foreign device memory of the backend).  s->device is c->dst_device
+     * or c->src_device (for ACC_COPY_PEER, either); the dispatcher has
+     * already ordered the copy against the other device's current stream.
+     * With ACC_COPY_PAGEABLE the host side is ordinary memory the caller
+     * reuses as soon as this returns: return only when the host side is
+     * no longer needed (a host-to-device copy may be in flight from a
+     * staging buffer; a device-to-host copy has completed).  Without it
+     * the host side is host_alloc memory and the call does not wait. */
+    acc_status (*mem_copy)(acc_stream *s, const acc_copy *c,
+                           acc_error *err);
+
+    /* OPTIONAL, with mem_alloc.  Queue setting nbytes (> 0) bytes at device
+     * address dst (on s->device) to value, in stream order on s. */
+    acc_status (*mem_fill)(acc_stream *s, uintptr_t dst,
+                           unsigned char value, size_t nbytes,
+                           acc_error *err);
+
+    /* OPTIONAL (NULL: from_dlpack() reports "does not support looking up
+     * foreign memory").  What ptr
+     * is: device memory of this backend (which device), host memory the
+     * driver knows, or unknown (ACC_POINTER_UNKNOWN, not an error).  Must
+     * not change the calling thread's current device. */
+    acc_status (*pointer_info)(uintptr_t ptr, acc_pointer_info *info,
+                               acc_error *err);
 };
 
 /* The backends, in probe order (defined in backends/<name>.c). */
 extern const acc_backend acc_cuda_backend;
 extern const acc_backend acc_level_zero_backend;
+
+/* The selected backend (NULL when none); for the core files (allocator.c,
+ * memory.c) that forward to it. */
+const acc_backend *acc_selected_backend(void);
+
+/* Add s to a growable stream list (taking a reference) unless it is
+ * there already (memory.c; for allocator.c too). */
+acc_status acc_stream_list_add(acc_stream ***list, int *n, int *cap,
+                               acc_stream *s, acc_error *err);
 
 /* Shared helper for backends: fill err for a failing driver call. */
 void acc_error_driver(acc_error *err, const char *backend, const char *api,

@@ -488,6 +488,12 @@ acc_backend_caps(void)
     return g.selected ? g.selected->caps : 0;
 }
 
+const acc_backend *
+acc_selected_backend(void)
+{
+    return g.selected;
+}
+
 int
 acc_backend_count(void)
 {
@@ -1238,6 +1244,9 @@ acc_empty_cache(void)
     if (g.selected == NULL || g.forked) {
         return;
     }
+    /* Memory whose work is done first: its deferred releases hold
+     * events. */
+    acc_allocator_release();
     /* Take one object out under the lock, destroy it outside: destroying
      * may wait for the driver. */
     for (int d = 0; d < g.device_count; d++) {

@@ -207,7 +207,7 @@ device_dealloc(DeviceObject *self)
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
 
     Py_XDECREF(self->type);
-    acc_free((PyObject *)self);
+    acc_object_free((PyObject *)self);
     Py_DECREF(tp);
 }
 

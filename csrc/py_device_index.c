@@ -67,7 +67,7 @@ device_index_dealloc(DeviceIndexObject *self)
 
     PyObject_GC_UnTrack((PyObject *)self);
     device_index_clear(self);
-    acc_free((PyObject *)self);
+    acc_object_free((PyObject *)self);
     Py_DECREF(tp);
 }
 

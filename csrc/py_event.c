@@ -85,7 +85,7 @@ event_dealloc(EventObject *self)
     /* The driver lets an event be destroyed while work still refers to
      * it; destroying does not block. */
     acc_event_release(&self->e);
-    acc_free((PyObject *)self);
+    acc_object_free((PyObject *)self);
     Py_DECREF(tp);
 }
 

@@ -165,7 +165,7 @@ stream_dealloc(StreamObject *self)
         self->s = NULL;
     }
     Py_CLEAR(self->owner);
-    acc_free((PyObject *)self);
+    acc_object_free((PyObject *)self);
     Py_DECREF(tp);
 }
 

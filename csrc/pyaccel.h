@@ -23,6 +23,8 @@ typedef struct acc_state {
     PyTypeObject *event_type;
     PyTypeObject *device_index_type;
     PyTypeObject *properties_type;
+    PyTypeObject *buffer_type;
+    PyTypeObject *host_buffer_type;
     PyObject *AcceleratorError;
     PyObject *OutOfMemoryError;
     PyObject *DeviceIndexError;
@@ -56,7 +58,7 @@ acc_alloc(PyTypeObject *cls)
 }
 
 static inline void
-acc_free(PyObject *self)
+acc_object_free(PyObject *self)
 {
     freefunc free_slot = (freefunc)PyType_GetSlot(Py_TYPE(self), Py_tp_free);
 

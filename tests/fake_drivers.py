@@ -32,7 +32,14 @@ TEST_BACKEND = os.environ.get("ACCELERATOR_TEST_BACKEND", "cuda")
 
 
 class DriverDouble:
-    """Backend-neutral view of one driver double's control API."""
+    """Backend-neutral view of one driver double's control API.
+
+    Memory kinds every double counts (live()): "alloc" (live device
+    allocations), "host_alloc" (live page-locked host allocations),
+    "bad_access" (copies, fills and frees that touched memory outside a
+    live allocation, so far) and "guard_damage" (allocations whose guard
+    bytes were overwritten).
+    """
 
     #: the device type of the backend this double sits under
     device_type = ""
@@ -162,7 +169,8 @@ class CudaDouble(DriverDouble):
                  "event_create": "cuEventCreate",
                  "event_record": "cuEventRecord", "query": "cuStreamQuery"}
     env_devices = "FAKE_CUDA_DEVICES"
-    live_kinds = ("stream", "event", "context", "retain")
+    live_kinds = ("stream", "event", "context", "retain", "alloc",
+                  "host_alloc", "bad_access", "guard_damage")
     fail_env = "FAKE_CUDA_FAIL"
     library_env = "ACCELERATOR_CUDA_LIBRARY"
     total_mem_env = "FAKE_CUDA_TOTAL_MEM"

@@ -358,6 +358,144 @@ cuda_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
     return cuda_leave(pushed, st, err);
 }
 
+/* Memory ----------------------------------------------------------------- */
+
+/*
+ * cuMemAlloc/cuMemFree, not the stream-ordered cuMemAllocAsync/
+ * cuMemFreeAsync: the allocator above (allocator.c) orders frees behind
+ * events itself and keeps torch's statistics of the segments it owns,
+ * which the driver's pools do not report; memory pools are missing on
+ * some platforms (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0 under
+ * some vGPUs and before CUDA 11.2), and pool memory is only safe to use on
+ * another stream after synchronisation.  cuMemFree may synchronise the
+ * device; the caching allocator is what keeps it off the hot path.
+ */
+
+static acc_status
+cuda_mem_alloc(int device, size_t nbytes, uintptr_t *ptr, acc_error *err)
+{
+    CUdeviceptr p = 0;
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuMemAlloc, (&p, nbytes));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        *ptr = (uintptr_t)p;
+    }
+    else if (p != 0) {
+        /* Made, but restoring the caller's context failed: no leak. */
+        (void)cu.fn.cuMemFree(p);
+    }
+    return st;
+}
+
+static acc_status
+cuda_mem_free(int device, uintptr_t ptr, acc_error *err)
+{
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuMemFree, ((CUdeviceptr)ptr));
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+static acc_status
+cuda_host_alloc(int device, size_t nbytes, void **ptr, acc_error *err)
+{
+    void *p = NULL;
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    /* Portable: page-locked for every context, so any device copies it
+     * asynchronously. */
+    if (st == ACC_OK) {
+        st = CU(cuMemHostAlloc, (&p, nbytes, CU_MEMHOSTALLOC_PORTABLE));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        *ptr = p;
+    }
+    else if (p != NULL) {
+        (void)cu.fn.cuMemFreeHost(p);
+    }
+    return st;
+}
+
+static acc_status
+cuda_host_free(int device, void *ptr, acc_error *err)
+{
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuMemFreeHost, (ptr));
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+/* Copies and fills run with the stream's device current: the driver
+ * checks pointers against the current context. */
+static acc_status
+cuda_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
+{
+    CUstream h = (CUstream)s->handle;
+    CUcontext dst_ctx, src_ctx;
+    int pushed;
+    acc_status st = cuda_enter(s->device, &pushed, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    /* Pageable host memory needs nothing more: the driver returns from
+     * an asynchronous copy only once the host side may be reused (it
+     * stages a pageable source, and waits for a pageable destination). */
+    switch (c->kind) {
+    case ACC_COPY_H2D:
+        st = CU(cuMemcpyHtoDAsync, ((CUdeviceptr)c->dst,
+                                    (const void *)c->src, c->nbytes, h));
+        break;
+    case ACC_COPY_D2H:
+        st = CU(cuMemcpyDtoHAsync, ((void *)c->dst, (CUdeviceptr)c->src,
+                                    c->nbytes, h));
+        break;
+    case ACC_COPY_D2D:
+        st = CU(cuMemcpyDtoDAsync, ((CUdeviceptr)c->dst,
+                                    (CUdeviceptr)c->src, c->nbytes, h));
+        break;
+    case ACC_COPY_PEER:
+        st = cuda_context(c->dst_device, &dst_ctx, err);
+        if (st == ACC_OK) {
+            st = cuda_context(c->src_device, &src_ctx, err);
+        }
+        if (st == ACC_OK) {
+            st = CU(cuMemcpyPeerAsync,
+                    ((CUdeviceptr)c->dst, dst_ctx, (CUdeviceptr)c->src,
+                     src_ctx, c->nbytes, h));
+        }
+        break;
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+static acc_status
+cuda_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
+              size_t nbytes, acc_error *err)
+{
+    int pushed;
+    acc_status st = cuda_enter(s->device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuMemsetD8Async, ((CUdeviceptr)dst, value, nbytes,
+                                  (CUstream)s->handle));
+    }
+    return cuda_leave(pushed, st, err);
+}
+
 /* Streams ---------------------------------------------------------------- */
 
 static inline CUstream
@@ -607,4 +745,10 @@ const acc_backend acc_cuda_backend = {
     .event_synchronize = cuda_event_synchronize,
     .event_elapsed_ms = cuda_event_elapsed_ms,
     .memory_info = cuda_memory_info,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .mem_copy = cuda_mem_copy,
+    .mem_fill = cuda_mem_fill,
 };

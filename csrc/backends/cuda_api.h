@@ -67,7 +67,19 @@
     X(CU_EVENT_DEFAULT, 0)                                   \
     X(CU_EVENT_BLOCKING_SYNC, 1)                             \
     X(CU_EVENT_DISABLE_TIMING, 2)                            \
-    X(CU_EVENT_INTERPROCESS, 4)
+    X(CU_EVENT_INTERPROCESS, 4)                              \
+    X(CU_MEMHOSTALLOC_PORTABLE, 1)
+
+/* cuPointerGetAttribute attributes and memory types we read. */
+#define ACC_CUDA_POINTER_ATTRIBUTES(X)                       \
+    X(CU_POINTER_ATTRIBUTE_CONTEXT, 1)                       \
+    X(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 2)                   \
+    X(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, 9)
+#define ACC_CUDA_MEMORY_TYPES(X)                             \
+    X(CU_MEMORYTYPE_HOST, 1)                                 \
+    X(CU_MEMORYTYPE_DEVICE, 2)                               \
+    X(CU_MEMORYTYPE_ARRAY, 3)                                \
+    X(CU_MEMORYTYPE_UNIFIED, 4)
 
 #ifndef ACC_CUDA_API_CHECK
 
@@ -78,6 +90,12 @@ typedef enum cudaError_enum {
 typedef enum CUdevice_attribute_enum {
     ACC_CUDA_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
 } CUdevice_attribute;
+typedef enum CUpointer_attribute_enum {
+    ACC_CUDA_POINTER_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
+} CUpointer_attribute;
+typedef enum CUmemorytype_enum {
+    ACC_CUDA_MEMORY_TYPES(ACC_CUDA_ENUM_ENTRY)
+} CUmemorytype;
 typedef enum CUdriverProcAddressQueryResult_enum {
     ACC_CUDA_PROC_STATUS(ACC_CUDA_ENUM_ENTRY)
 } CUdriverProcAddressQueryResult;
@@ -91,6 +109,8 @@ typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+/* A device address (64-bit builds only, as cuda.h's CUdeviceptr_v2). */
+typedef unsigned long long CUdeviceptr;
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
@@ -147,7 +167,27 @@ typedef struct CUuuid_st {
     X(cuEventElapsedTime, cuEventElapsedTime, 2000,                         \
       (float *pMilliseconds, CUevent hStart, CUevent hEnd))                 \
     X(cuEventDestroy, cuEventDestroy_v2, 4000, (CUevent hEvent))            \
-    X(cuMemGetInfo, cuMemGetInfo_v2, 3020, (size_t *free, size_t *total))
+    X(cuMemGetInfo, cuMemGetInfo_v2, 3020, (size_t *free, size_t *total))  \
+    X(cuMemAlloc, cuMemAlloc_v2, 3020,                                      \
+      (CUdeviceptr *dptr, size_t bytesize))                                 \
+    X(cuMemFree, cuMemFree_v2, 3020, (CUdeviceptr dptr))                    \
+    X(cuMemHostAlloc, cuMemHostAlloc, 2020,                                 \
+      (void **pp, size_t bytesize, unsigned int Flags))                     \
+    X(cuMemFreeHost, cuMemFreeHost, 2000, (void *p))                        \
+    X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2, 3020,                        \
+      (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,        \
+       CUstream hStream))                                                   \
+    X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, 3020,                        \
+      (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,              \
+       CUstream hStream))                                                   \
+    X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, 3020,                        \
+      (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,      \
+       CUstream hStream))                                                   \
+    X(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000,                           \
+      (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,  \
+       CUcontext srcContext, size_t ByteCount, CUstream hStream))           \
+    X(cuMemsetD8Async, cuMemsetD8Async, 3020,                               \
+      (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream))
 
 /* Function pointer types: acc_pfn_<base name>. */
 #define ACC_CUDA_PFN_TYPEDEF(name, symbol, version, params) \

@@ -17,9 +17,11 @@ from . import _accelerator
 from ._accelerator import (
     MAX_DEVICES,
     AcceleratorError,
+    Buffer,
     DeviceIndexError,
     DeviceProperties,
     Event,
+    HostBuffer,
     OutOfMemoryError,
     Stream,
     backends,
@@ -42,9 +44,11 @@ from ._accelerator import (
 __all__ = [
     "MAX_DEVICES",
     "AcceleratorError",
+    "Buffer",
     "DeviceIndexError",
     "DeviceProperties",
     "Event",
+    "HostBuffer",
     "OutOfMemoryError",
     "Stream",
     "backends",

@@ -6,9 +6,11 @@ from . import _accelerator as _accelerator
 from ._accelerator import (
     MAX_DEVICES as MAX_DEVICES,
     AcceleratorError as AcceleratorError,
+    Buffer as Buffer,
     DeviceIndexError as DeviceIndexError,
     DeviceProperties as DeviceProperties,
     Event as Event,
+    HostBuffer as HostBuffer,
     OutOfMemoryError as OutOfMemoryError,
     Stream as Stream,
     _DeviceLike,
@@ -32,9 +34,11 @@ from ._accelerator import (
 __all__ = [
     "MAX_DEVICES",
     "AcceleratorError",
+    "Buffer",
     "DeviceIndexError",
     "DeviceProperties",
     "Event",
+    "HostBuffer",
     "OutOfMemoryError",
     "Stream",
     "backends",

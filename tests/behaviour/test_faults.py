@@ -198,6 +198,29 @@ def exit_to_device_0() -> None:
         raise
 
 
+def with_buffers() -> State:
+    """Buffers on both devices, a HostBuffer and host bytes."""
+    acc.set_device_index(0)
+    state = {"b": acc.Buffer(4096), "c": acc.Buffer(4096),
+             "d1": acc.Buffer(4096, 1), "h": acc.HostBuffer(4096),
+             "bytes": bytes(4096), "out": bytearray(4096)}
+    acc.synchronize(0)
+    return state
+
+
+def drop_buffer(state: State) -> None:
+    """A buffer used on a stream, dropped: freed once the work is done."""
+    state["b"].fill(1)
+    state.clear()
+    gc.collect()
+
+
+def drop_host_buffer(state: State) -> None:
+    state["b"].copy_from(state["h"])
+    state.clear()
+    gc.collect()
+
+
 def drop(state: State) -> None:
     state.clear()
     gc.collect()
@@ -247,6 +270,18 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "event.synchronize()": lambda st: st["e"].synchronize(),
     "elapsed_time()": lambda st: st["a"].elapsed_time(st["b"]),
     "drop the objects": drop,
+    "Buffer()": lambda st: acc.Buffer(4096),
+    "Buffer(1) from device 0": lambda st: acc.Buffer(4096, 1),
+    "HostBuffer()": lambda st: acc.HostBuffer(4096),
+    "copy_from(bytes)": lambda st: st["b"].copy_from(st["bytes"]),
+    "copy_from(HostBuffer)": lambda st: st["b"].copy_from(st["h"]),
+    "copy_to(bytearray)": lambda st: st["b"].copy_to(st["out"]),
+    "copy_to(HostBuffer)": lambda st: st["b"].copy_to(st["h"]),
+    "copy_from(Buffer)": lambda st: st["b"].copy_from(st["c"]),
+    "copy_from(Buffer of device 1)": lambda st: st["b"].copy_from(st["d1"]),
+    "fill()": lambda st: st["b"].fill(7),
+    "drop a buffer": drop_buffer,
+    "drop a host buffer": drop_host_buffer,
 }
 
 #: the state each action needs
@@ -268,6 +303,18 @@ PREPARE: dict[str, Callable[[], State]] = {
     "event.query()": with_recorded_event,
     "event.synchronize()": with_recorded_event,
     "elapsed_time()": with_timed_events,
+    "Buffer()": on_device_0,
+    "Buffer(1) from device 0": on_device_0,
+    "HostBuffer()": on_device_0,
+    "copy_from(bytes)": with_buffers,
+    "copy_from(HostBuffer)": with_buffers,
+    "copy_to(bytearray)": with_buffers,
+    "copy_to(HostBuffer)": with_buffers,
+    "copy_from(Buffer)": with_buffers,
+    "copy_from(Buffer of device 1)": with_buffers,
+    "fill()": with_buffers,
+    "drop a buffer": with_buffers,
+    "drop a host buffer": with_buffers,
 }
 
 
@@ -357,6 +404,19 @@ CUDA_SITES = [
     Site("cuEventDestroy", SILENT, "drop the objects",
          refused=(("event", 1),)),
     Site("cuMemGetInfo", RAISE, "get_memory_info(0)"),
+    Site("cuMemAlloc", RAISE, "Buffer()"),
+    Site("cuMemAlloc", RAISE, "Buffer(1) from device 0"),
+    Site("cuMemFree", SILENT, "drop a buffer", refused=(("alloc", 1),)),
+    Site("cuMemHostAlloc", RAISE, "HostBuffer()"),
+    Site("cuMemFreeHost", SILENT, "drop a host buffer",
+         refused=(("host_alloc", 1),)),
+    Site("cuMemcpyHtoDAsync", RAISE, "copy_from(bytes)"),
+    Site("cuMemcpyHtoDAsync", RAISE, "copy_from(HostBuffer)"),
+    Site("cuMemcpyDtoHAsync", RAISE, "copy_to(bytearray)"),
+    Site("cuMemcpyDtoHAsync", RAISE, "copy_to(HostBuffer)"),
+    Site("cuMemcpyDtoDAsync", RAISE, "copy_from(Buffer)"),
+    Site("cuMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
+    Site("cuMemsetD8Async", RAISE, "fill()"),
 ]
 
 XPU_SITES = [
@@ -454,6 +514,10 @@ def settle() -> None:
     """Collect garbage, give the pooled streams and events back to the
     driver and let the devices drain (lazy destroys run)."""
     gc.collect()
+    # Drained first, so that freed memory waiting on its streams goes
+    # back to the driver in empty_cache().
+    for device in range(acc.device_count()):
+        acc.synchronize(device)
     acc.empty_cache()
     for device in range(acc.device_count()):
         acc.synchronize(device)

@@ -15,6 +15,8 @@ ACC_CUDA_RESULTS(CHECK_VALUE)
 ACC_CUDA_ATTRIBUTES(CHECK_VALUE)
 ACC_CUDA_PROC_STATUS(CHECK_VALUE)
 ACC_CUDA_FLAGS(CHECK_VALUE)
+ACC_CUDA_POINTER_ATTRIBUTES(CHECK_VALUE)
+ACC_CUDA_MEMORY_TYPES(CHECK_VALUE)
 
 /* The base name, through cuda.h's own version macros, is what
  * cuGetProcAddress returns at ACC_CUDA_ABI_VERSION; its type must match. */
@@ -36,6 +38,8 @@ _Static_assert(__builtin_types_compatible_p(cuuint64_t, uint64_t),
                "cuuint64_t");
 _Static_assert(sizeof(CUuuid) == 16 && offsetof(CUuuid, bytes) == 0,
                "CUuuid");
+_Static_assert(__builtin_types_compatible_p(CUdeviceptr, unsigned long long),
+               "CUdeviceptr");
 _Static_assert(sizeof(CUresult) == sizeof(int), "CUresult size");
 
 int acc_cuda_api_check_unit;

@@ -35,8 +35,14 @@
  *   long long fake_cuda_live(const char *kind)
  *       "stream": created, not destroyed (default streams excluded);
  *       "event": created, not destroyed; "context": primary contexts with
- *       a retain count > 0; "retain": sum of the retain counts.  -1 for an
- *       unknown kind.
+ *       a retain count > 0; "retain": sum of the retain counts;
+ *       "alloc": live cuMemAlloc allocations; "alloc_bytes": their bytes;
+ *       "host_alloc": live cuMemHostAlloc allocations; "bad_access":
+ *       copies, fills and frees so far that touched memory outside a live
+ *       allocation (out of bounds, after free, another device's, freed
+ *       page-locked memory), each also printed on stderr; "guard_damage":
+ *       allocations whose guard bytes were found overwritten (at free, or
+ *       live now).  -1 for an unknown kind.
  *   void fake_cuda_report_at_exit(void)
  *       Prints the live retain, stream and event counts on stderr at exit,
  *       after the atexit handlers registered later than this call (so,
@@ -62,7 +68,9 @@
  *   FAKE_CUDA_DEVICES         device count, 0..64 (2); 0: cuInit returns
  *                             CUDA_ERROR_NO_DEVICE
  *   FAKE_CUDA_DRIVER_VERSION  cuDriverGetVersion (12080)
- *   FAKE_CUDA_TOTAL_MEM       bytes per device (80 GiB)
+ *   FAKE_CUDA_TOTAL_MEM       bytes per device (80 GiB); cuMemAlloc
+ *                             fails with CUDA_ERROR_OUT_OF_MEMORY beyond
+ *                             it (less the context's 512 MiB)
  *   FAKE_CUDA_NAME            device names are "<NAME> <ordinal>"
  *                             ("Fake CUDA Device")
  *   FAKE_CUDA_CC              compute capability "major.minor" ("9.0")
@@ -90,6 +98,13 @@
  *     cuGetProcAddress (v1) takes four arguments, like the real one.
  *   - CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID is the PCI device (slot) number,
  *     0, as on real boards.
+ *   - Device memory (see "device and page-locked memory" below): host
+ *     memory with guard bytes, behind synthetic addresses never reused.
+ *     Copies and fills run on the stream's worker in stream order.  A
+ *     copy from pageable host memory stages the source at the call; one
+ *     to pageable memory returns when it has run; page-locked memory is
+ *     fully asynchronous.  cuMemFree does not synchronise (real drivers
+ *     do), so that freeing memory that queued work still uses is caught.
  */
 #define _GNU_SOURCE
 
@@ -109,6 +124,7 @@
 
 #include "../../csrc/backends/cuda_api.h"
 #include "double_control.h"
+#include "double_memory.h"
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
@@ -181,13 +197,14 @@ struct fake_mark {
     double stamp_ms;
 };
 
-enum fake_op_kind { OP_SLEEP, OP_RECORD, OP_WAIT };
+enum fake_op_kind { OP_SLEEP, OP_RECORD, OP_WAIT, OP_MEMORY };
 
 struct fake_op {
     struct fake_op *next;
     enum fake_op_kind kind;
     double ms;
     struct fake_mark *mark;
+    dm_op mem; /* OP_MEMORY: a copy or fill */
 };
 
 struct CUctx_st {
@@ -418,6 +435,7 @@ op_free(struct fake_op *op)
 {
     if (op != NULL) {
         mark_unref(op->mark);
+        dm_op_release(&op->mem);
         free(op);
     }
 }
@@ -434,6 +452,9 @@ op_run(struct fake_op *op)
         break;
     case OP_WAIT:
         mark_wait_blocking(op->mark);
+        break;
+    case OP_MEMORY:
+        dm_op_run(&op->mem);
         break;
     }
 }
@@ -1563,6 +1584,273 @@ cuEventDestroy_v2(CUevent hEvent)
 CUresult cuEventDestroy(CUevent hEvent)
     __attribute__((alias("cuEventDestroy_v2")));
 
+/* Driver API: device and page-locked memory ---------------------------- */
+
+/* The memory itself is double_memory.c's (shared with the Level Zero
+ * double): guard bytes, addresses never reused, bad accesses reported. */
+
+/* The device of the calling thread's live current context, or -1. */
+static int
+current_device(void)
+{
+    struct CUctx_st *c;
+
+    pthread_mutex_lock(&g_mu);
+    c = live_current_ctx();
+    pthread_mutex_unlock(&g_mu);
+    return c != NULL ? c->device : -1;
+}
+
+static CUresult
+mem_result(enum dm_result r)
+{
+    return r == DM_OK ? CUDA_SUCCESS
+           : r == DM_OUT_OF_MEMORY ? CUDA_ERROR_OUT_OF_MEMORY
+                                   : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult
+cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    unsigned long long addr;
+    CUresult rc;
+    int dev;
+
+    FAKE_ENTER(cuMemAlloc, true);
+    if (dptr == NULL || bytesize == 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    dev = current_device();
+    if (dev < 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    rc = mem_result(dm_alloc(dev, bytesize, false, &addr));
+    if (rc == CUDA_SUCCESS) {
+        *dptr = addr;
+    }
+    return rc;
+}
+
+CUresult
+cuMemFree_v2(CUdeviceptr dptr)
+{
+    /* No implicit synchronisation (real drivers wait for the device): a
+     * free that comes before the queued work that uses the memory is
+     * then caught as a use after free when that work runs. */
+    FAKE_ENTER(cuMemFree, true);
+    return mem_result(dm_free("cuMemFree", dptr, false));
+}
+
+CUresult
+cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    unsigned long long addr;
+    CUresult rc;
+    int dev;
+
+    FAKE_ENTER(cuMemHostAlloc, true);
+    if (pp == NULL || bytesize == 0 || (Flags & ~0xFu) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    dev = current_device();
+    if (dev < 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    rc = mem_result(dm_alloc(dev, bytesize, true, &addr));
+    if (rc == CUDA_SUCCESS) {
+        *pp = (void *)(uintptr_t)addr;
+    }
+    return rc;
+}
+
+CUresult
+cuMemFreeHost(void *p)
+{
+    FAKE_ENTER(cuMemFreeHost, true);
+    return mem_result(dm_free("cuMemFreeHost", (uintptr_t)p, true));
+}
+
+/* The device of a stream handle (0 and 1: the current context's), or -1
+ * with *rc set. */
+static int
+stream_device(CUstream hStream, CUresult *rc)
+{
+    struct CUstream_st *s;
+    int device = -1;
+
+    pthread_mutex_lock(&g_mu);
+    *rc = stream_resolve(hStream, &s);
+    if (*rc == CUDA_SUCCESS) {
+        device = s->ctx->device;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return device;
+}
+
+/* Queues a copy or fill on hStream (taking over op); with wait, returns
+ * once it ran (a copy to pageable memory, as the real driver does). */
+static CUresult
+mem_enqueue(CUstream hStream, const dm_op *mem, bool wait)
+{
+    struct fake_mark *m = NULL;
+    struct CUstream_st *s;
+    struct fake_op *op;
+    CUresult rc;
+
+    if (mem->bytes == 0) {
+        return CUDA_SUCCESS;
+    }
+    op = op_new(OP_MEMORY, 0, NULL);
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->mem = *mem;
+    if (dm_op_stage(&op->mem) != DM_OK) {
+        op_free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS) {
+        rc = stream_enqueue(s, op);
+        if (rc == CUDA_SUCCESS && wait) {
+            rc = stream_fence(s, false, &m);
+        }
+    }
+    else {
+        op_free(op);
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (m != NULL) {
+        mark_wait_blocking(m);
+        mark_unref(m);
+    }
+    return rc;
+}
+
+/* A copy: each device side checked against `device` (-1: any). */
+static CUresult
+copy_enqueue(const char *api, CUstream hStream, dm_side dst, dm_side src,
+             size_t bytes, int dst_device, int src_device)
+{
+    dm_op op = {.api = api, .dst = dst, .src = src, .bytes = bytes};
+
+    if (bytes > 0
+        && ((dst.kind == DM_DEVICE
+             && !dm_check_device(api, dst.addr, bytes, dst_device))
+            || (src.kind == DM_DEVICE
+                && !dm_check_device(api, src.addr, bytes, src_device)))) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    /* To pageable memory the call returns once the copy is done. */
+    return mem_enqueue(hStream, &op, dst.kind == DM_HOST);
+}
+
+CUresult
+cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
+                     size_t ByteCount, CUstream hStream)
+{
+    dm_side dst = {DM_DEVICE, dstDevice};
+    CUresult rc;
+    int device;
+
+    FAKE_ENTER(cuMemcpyHtoDAsync, true);
+    if (srcHost == NULL && ByteCount > 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    device = stream_device(hStream, &rc);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
+    }
+    return copy_enqueue("cuMemcpyHtoDAsync", hStream, dst,
+                        dm_host_side(srcHost, ByteCount), ByteCount, device,
+                        -1);
+}
+
+CUresult
+cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice,
+                     size_t ByteCount, CUstream hStream)
+{
+    dm_side src = {DM_DEVICE, srcDevice};
+    CUresult rc;
+    int device;
+
+    FAKE_ENTER(cuMemcpyDtoHAsync, true);
+    if (dstHost == NULL && ByteCount > 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    device = stream_device(hStream, &rc);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
+    }
+    return copy_enqueue("cuMemcpyDtoHAsync", hStream,
+                        dm_host_side(dstHost, ByteCount), src, ByteCount, -1,
+                        device);
+}
+
+CUresult
+cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                     size_t ByteCount, CUstream hStream)
+{
+    dm_side dst = {DM_DEVICE, dstDevice}, src = {DM_DEVICE, srcDevice};
+    CUresult rc;
+    int device;
+
+    FAKE_ENTER(cuMemcpyDtoDAsync, true);
+    device = stream_device(hStream, &rc);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
+    }
+    /* Both on the stream's device: between devices is cuMemcpyPeerAsync. */
+    return copy_enqueue("cuMemcpyDtoDAsync", hStream, dst, src, ByteCount,
+                        device, device);
+}
+
+CUresult
+cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
+                  CUdeviceptr srcDevice, CUcontext srcContext,
+                  size_t ByteCount, CUstream hStream)
+{
+    dm_side dst = {DM_DEVICE, dstDevice}, src = {DM_DEVICE, srcDevice};
+    struct CUctx_st *dc, *sc;
+    CUresult rc;
+
+    FAKE_ENTER(cuMemcpyPeerAsync, true);
+    pthread_mutex_lock(&g_mu);
+    dc = ctx_lookup_live(dstContext);
+    sc = ctx_lookup_live(srcContext);
+    pthread_mutex_unlock(&g_mu);
+    if (dc == NULL || sc == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    (void)stream_device(hStream, &rc);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
+    }
+    return copy_enqueue("cuMemcpyPeerAsync", hStream, dst, src, ByteCount,
+                        dc->device, sc->device);
+}
+
+CUresult
+cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                CUstream hStream)
+{
+    dm_op op = {.api = "cuMemsetD8Async", .fill = true,
+                .dst = {DM_DEVICE, dstDevice}, .bytes = N, .value = uc};
+    CUresult rc;
+    int device;
+
+    FAKE_ENTER(cuMemsetD8Async, true);
+    device = stream_device(hStream, &rc);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
+    }
+    if (N > 0 && !dm_check_device("cuMemsetD8Async", dstDevice, N, device)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return mem_enqueue(hStream, &op, false);
+}
+
 /* Driver API: memory -------------------------------------------------- */
 
 static CUresult
@@ -1577,7 +1865,7 @@ mem_info(unsigned long long *free_bytes, unsigned long long *total_bytes)
     if (c == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    used = FAKE_CONTEXT_FOOTPRINT;
+    used = FAKE_CONTEXT_FOOTPRINT + dm_used(c->device);
     *total_bytes = cfg.total_mem;
     *free_bytes = cfg.total_mem > used ? cfg.total_mem - used : 0;
     return CUDA_SUCCESS;
@@ -1722,7 +2010,7 @@ reset_sync_counters(void)
 }
 
 /* "context": primary contexts with a retain count > 0; "retain": the sum
- * of the retain counts. */
+ * of the retain counts; the memory kinds of double_memory.h. */
 static long long
 live_contexts(const char *kind)
 {
@@ -1730,7 +2018,7 @@ live_contexts(const char *kind)
     bool contexts = strcmp(kind, "context") == 0;
 
     if (!contexts && strcmp(kind, "retain") != 0) {
-        return -1;
+        return dm_live(kind); /* memory kinds, or -1 */
     }
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < cfg.devices; i++) {
@@ -1743,9 +2031,11 @@ live_contexts(const char *kind)
 static void
 report_live_objects(void)
 {
-    fprintf(stderr, "fake_cuda at exit: retain=%lld stream=%lld event=%lld\n",
+    fprintf(stderr, "fake_cuda at exit: retain=%lld stream=%lld event=%lld "
+            "alloc=%lld host_alloc=%lld\n",
             fake_cuda_live("retain"), fake_cuda_live("stream"),
-            fake_cuda_live("event"));
+            fake_cuda_live("event"), fake_cuda_live("alloc"),
+            fake_cuda_live("host_alloc"));
 }
 
 void
@@ -1905,6 +2195,9 @@ fake_cuda_load(void)
         g_ctx[i].device = i;
     }
     config_read();
+    dm_configure("fake libcuda", cfg.total_mem > FAKE_CONTEXT_FOOTPRINT
+                                     ? cfg.total_mem - FAKE_CONTEXT_FOOTPRINT
+                                     : 0);
     dc_env_faults(&g_ctl, "FAKE_CUDA_FAIL");
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

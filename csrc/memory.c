@@ -1,0 +1,422 @@
+/*
+ * memory.c - the dispatcher's half of memory: copies and fills (checked
+ * here, ordered across devices as torch's copy_), page-locked host
+ * blocks, and the deferred release that lets memory go back to the driver
+ * only after the work that uses it has completed, without blocking.
+ *
+ * Plain C, no Python objects.  The allocator (allocator.c) sits beside
+ * this file and uses the deferred release for its direct mode.
+ */
+#define _GNU_SOURCE
+#include "backend.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static acc_status
+memory_unsupported(const acc_backend *b, const char *what, acc_error *err)
+{
+    acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend %s does not support %s",
+                  b->name, what);
+    return ACC_ERR_UNSUPPORTED;
+}
+
+int
+acc_has_memory(void)
+{
+    const acc_backend *b = acc_selected_backend();
+
+    return b != NULL && b->mem_alloc != NULL && b->mem_free != NULL
+           && b->mem_copy != NULL && b->mem_fill != NULL;
+}
+
+/* The selected backend when it has memory; else a failure in err. */
+static const acc_backend *
+memory_backend(acc_error *err)
+{
+    if (acc_check_usable(err) != ACC_OK) {
+        return NULL;
+    }
+    if (!acc_has_memory()) {
+        memory_unsupported(acc_selected_backend(), "device memory", err);
+        return NULL;
+    }
+    return acc_selected_backend();
+}
+
+/* Copies and fills --------------------------------------------------------- */
+
+static int
+copy_device_ok(const acc_copy *c, int device)
+{
+    switch (c->kind) {
+    case ACC_COPY_H2D:
+        return device == c->dst_device;
+    case ACC_COPY_D2H:
+        return device == c->src_device;
+    case ACC_COPY_D2D:
+        return device == c->dst_device && device == c->src_device;
+    case ACC_COPY_PEER:
+        return device == c->dst_device || device == c->src_device;
+    }
+    return 0;
+}
+
+acc_status
+acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err)
+{
+    const acc_backend *b = memory_backend(err);
+    acc_stream *other = NULL;
+    acc_copy copy = *c;
+    acc_status st;
+
+    if (b == NULL) {
+        return err->status;
+    }
+    if (copy.kind == ACC_COPY_PEER && copy.dst_device == copy.src_device) {
+        copy.kind = ACC_COPY_D2D;
+    }
+    if (copy.kind == ACC_COPY_D2D && copy.dst_device != copy.src_device) {
+        copy.kind = ACC_COPY_PEER;
+    }
+    if (!copy_device_ok(&copy, s->device)) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "the stream is on device %d, but the copy is between "
+                      "%s %d and %s %d; expected a stream of %s",
+                      s->device,
+                      copy.src_device < 0 ? "the host" : "device",
+                      copy.src_device,
+                      copy.dst_device < 0 ? "the host" : "device",
+                      copy.dst_device,
+                      copy.kind == ACC_COPY_PEER ? "either device"
+                                                 : "the device side");
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (copy.nbytes == 0) {
+        return ACC_OK;
+    }
+    if (copy.kind == ACC_COPY_PEER) {
+        /* torch's copy_ between devices: a two-way barrier with the
+         * other device's current stream, before and after. */
+        int od = s->device == copy.dst_device ? copy.src_device
+                                              : copy.dst_device;
+
+        st = acc_current_stream(od, &other, err);
+        if (st == ACC_OK) {
+            st = acc_stream_wait_stream(s, other, err);
+        }
+        if (st != ACC_OK) {
+            return st;
+        }
+    }
+    st = b->mem_copy(s, &copy, err);
+    if (st == ACC_OK && other != NULL) {
+        st = acc_stream_wait_stream(other, s, err);
+    }
+    return st;
+}
+
+acc_status
+acc_check_nbytes(long long nbytes, const char *what, acc_error *err)
+{
+    if (nbytes < 0) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "%s must be a size in bytes >= 0, got %lld", what,
+                      nbytes);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    return ACC_OK;
+}
+
+acc_status
+acc_memset(acc_stream *s, uintptr_t dst, long long value, size_t nbytes,
+           acc_error *err)
+{
+    const acc_backend *b = memory_backend(err);
+
+    if (b == NULL) {
+        return err->status;
+    }
+    if (value < 0 || value > 255) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "fill value must be a byte value in 0..255, got %lld",
+                      value);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (nbytes == 0) {
+        return ACC_OK;
+    }
+    return b->mem_fill(s, dst, (unsigned char)value, nbytes, err);
+}
+
+acc_status
+acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
+{
+    const acc_backend *b;
+
+    info->kind = ACC_POINTER_UNKNOWN;
+    info->device = -1;
+    if (acc_check_usable(err) != ACC_OK) {
+        return err->status;
+    }
+    b = acc_selected_backend();
+    if (b->pointer_info == NULL) {
+        return memory_unsupported(b, "looking up foreign memory", err);
+    }
+    return b->pointer_info(ptr, info, err);
+}
+
+/* Deferred release --------------------------------------------------------- */
+
+/*
+ * Each entry waits on one event per stream that was busy when it was
+ * deferred.  Entries are polled (one event query each) whenever memory is
+ * allocated or deferred, so the list stays as short as the work in
+ * flight.
+ */
+typedef struct deferred {
+    struct deferred *next;
+    int device;
+    uintptr_t ptr;
+    acc_release_fn release;
+    int nevents;
+    acc_event events[];
+} deferred;
+
+static struct {
+    pthread_mutex_t lock;
+    deferred *head;
+    int count;
+} pending = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static void
+deferred_finish(deferred *d)
+{
+    for (int i = 0; i < d->nevents; i++) {
+        acc_event_release(&d->events[i]);
+    }
+    d->release(d->device, d->ptr);
+    free(d);
+}
+
+void
+acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
+                  acc_stream *const *streams, int n)
+{
+    acc_error err;
+    deferred *d = calloc(1, sizeof(*d) + (size_t)n * sizeof(acc_event));
+    int busy = 0;
+
+    if (acc_check_usable(&err) == ACC_ERR_FORKED) {
+        /* The parent owns the memory; the child must not call the
+         * driver. */
+        free(d);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        acc_status st = acc_stream_query(streams[i], &err);
+
+        if (st == ACC_OK) {
+            continue; /* idle: nothing of it can still run */
+        }
+        if (d != NULL && st == ACC_NOT_READY) {
+            acc_event_init(&d->events[busy], 0);
+            if (acc_event_record(&d->events[busy], streams[i], &err)
+                == ACC_OK) {
+                busy++;
+                continue;
+            }
+            acc_event_release(&d->events[busy]);
+        }
+        /* No way to wait later: wait now, rather than free too early. */
+        acc_trace("deferring a release: %s; synchronizing instead",
+                  err.message);
+        (void)acc_stream_synchronize(streams[i], &err);
+    }
+    if (busy == 0 || d == NULL) {
+        free(d);
+        release(device, ptr);
+        return;
+    }
+    d->device = device;
+    d->ptr = ptr;
+    d->release = release;
+    d->nevents = busy;
+    pthread_mutex_lock(&pending.lock);
+    d->next = pending.head;
+    pending.head = d;
+    pending.count++;
+    pthread_mutex_unlock(&pending.lock);
+}
+
+/* An entry whose events have all completed (or failed: a failed query
+ * means the work cannot be waited for, and waiting would not help). */
+static int
+deferred_ready(deferred *d, int wait)
+{
+    acc_error err;
+
+    for (int i = 0; i < d->nevents; i++) {
+        acc_status st = wait ? acc_event_synchronize(&d->events[i], &err)
+                             : acc_event_query(&d->events[i], &err);
+
+        if (st == ACC_NOT_READY) {
+            return 0;
+        }
+        if (st != ACC_OK) {
+            acc_trace("releasing memory: %s", err.message);
+        }
+    }
+    return 1;
+}
+
+int
+acc_deferred_poll(int wait)
+{
+    deferred *ready = NULL, **p, *d;
+    acc_error err;
+    int left;
+
+    if (acc_check_usable(&err) != ACC_OK) {
+        return 0;
+    }
+    pthread_mutex_lock(&pending.lock);
+    if (!wait) {
+        /* Queries never block: done under the lock. */
+        p = &pending.head;
+        while ((d = *p) != NULL) {
+            if (deferred_ready(d, 0)) {
+                *p = d->next;
+                d->next = ready;
+                ready = d;
+                pending.count--;
+            }
+            else {
+                p = &d->next;
+            }
+        }
+    }
+    else {
+        ready = pending.head;
+        pending.head = NULL;
+        pending.count = 0;
+    }
+    left = pending.count;
+    pthread_mutex_unlock(&pending.lock);
+    while (ready != NULL) {
+        d = ready;
+        ready = d->next;
+        if (wait) {
+            (void)deferred_ready(d, 1);
+        }
+        deferred_finish(d);
+    }
+    return left;
+}
+
+/* Page-locked host blocks ---------------------------------------------------- */
+
+struct acc_host_block {
+    int device;
+    void *ptr;
+    int nstreams, cap;
+    acc_stream **streams;    /* streams that queued work using it */
+};
+
+static void
+host_release(int device, uintptr_t ptr)
+{
+    const acc_backend *b = acc_selected_backend();
+    acc_error err;
+
+    if (b->host_free(device, (void *)ptr, &err) != ACC_OK) {
+        acc_trace("freeing page-locked memory: %s", err.message);
+    }
+}
+
+acc_status
+acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
+               acc_error *err)
+{
+    const acc_backend *b;
+    acc_host_block *h;
+    acc_status st = acc_check_device(device, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    b = acc_selected_backend();
+    if (b->host_alloc == NULL || b->host_free == NULL) {
+        return memory_unsupported(b, "page-locked host memory", err);
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
+    }
+    h->device = device;
+    if (nbytes > 0) {
+        st = b->host_alloc(device, nbytes, &h->ptr, err);
+        if (st != ACC_OK) {
+            free(h);
+            return st;
+        }
+    }
+    *out = h;
+    return ACC_OK;
+}
+
+void *
+acc_host_block_ptr(const acc_host_block *h)
+{
+    return h->ptr;
+}
+
+acc_status
+acc_stream_list_add(acc_stream ***list, int *n, int *cap, acc_stream *s,
+                acc_error *err)
+{
+    for (int i = 0; i < *n; i++) {
+        if ((*list)[i] == s) {
+            return ACC_OK;
+        }
+    }
+    if (*n == *cap) {
+        int grown = *cap ? 2 * *cap : 4;
+        acc_stream **more = realloc(*list, (size_t)grown * sizeof(**list));
+
+        if (more == NULL) {
+            acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+            return ACC_ERR_HOST_MEMORY;
+        }
+        *list = more;
+        *cap = grown;
+    }
+    acc_stream_incref(s);
+    (*list)[(*n)++] = s;
+    return ACC_OK;
+}
+
+acc_status
+acc_host_block_record_stream(acc_host_block *h, acc_stream *s,
+                             acc_error *err)
+{
+    return acc_stream_list_add(&h->streams, &h->nstreams, &h->cap, s, err);
+}
+
+void
+acc_host_free(acc_host_block *h)
+{
+    if (h->ptr != NULL) {
+        acc_defer_release(h->device, (uintptr_t)h->ptr, host_release,
+                          h->streams, h->nstreams);
+    }
+    for (int i = 0; i < h->nstreams; i++) {
+        acc_stream_decref(h->streams[i]);
+    }
+    free(h->streams);
+    free(h);
+}

@@ -1,0 +1,865 @@
+/*
+ * py_buffer.c - accelerator.Buffer (device memory ordered on a stream)
+ * and accelerator.HostBuffer (page-locked host memory with the buffer
+ * protocol): allocation, copies, fills, views, record_stream and close.
+ * DLPack lives in py_dlpack.c.
+ *
+ * A Buffer owns an acc_block (allocator.c), or is a view of a byte range
+ * of another Buffer (it keeps the owner, its root, alive), or wraps
+ * foreign memory (from_dlpack: it keeps the producer alive).  Every copy
+ * or fill queued on a stream other than the block's own stream records
+ * that stream on the block, so closing or dropping a Buffer never frees
+ * memory that queued work still uses.
+ */
+#include "pybuffer.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A Buffer's memory is usable: it is open and so is its root. */
+static int
+buffer_check_open(BufferObject *self, const char *what)
+{
+    if (self->closed) {
+        PyErr_Format(PyExc_ValueError, "%s on a closed Buffer", what);
+        return -1;
+    }
+    if (self->root != NULL && self->root->closed) {
+        PyErr_Format(PyExc_ValueError, "%s on a view of a closed Buffer",
+                     what);
+        return -1;
+    }
+    return 0;
+}
+
+/* The Buffer that owns the memory (itself unless a view). */
+static BufferObject *
+buffer_root(BufferObject *self)
+{
+    return self->root != NULL ? self->root : self;
+}
+
+int
+acc_buffer_check(acc_state *st, PyObject *obj)
+{
+    return PyObject_TypeCheck(obj, st->buffer_type);
+}
+
+static acc_state *
+buffer_state(PyObject *self)
+{
+    return acc_state_from_type(Py_TYPE(self));
+}
+
+/* Give the root's block back once no call is using it; GIL held. */
+static void
+buffer_release(BufferObject *root)
+{
+    acc_block *block = root->block;
+
+    if (block == NULL || root->busy > 0) {
+        return;
+    }
+    root->block = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    acc_free(block);
+    Py_END_ALLOW_THREADS
+}
+
+/* Streams ---------------------------------------------------------------- */
+
+int
+acc_parse_stream(acc_state *st, PyObject *obj, int device, const char *what,
+                 acc_stream **out)
+{
+    acc_error err;
+
+    if (obj == NULL || obj == Py_None) {
+        if (acc_current_stream(device, out, &err) != ACC_OK) {
+            acc_raise(st, &err);
+            return -1;
+        }
+        return 0;
+    }
+    if (!PyObject_TypeCheck(obj, st->stream_type)) {
+        PyErr_Format(PyExc_TypeError, "%s: stream must be an "
+                     "accelerator.Stream or None, got %.100s", what,
+                     acc_type_name(obj));
+        return -1;
+    }
+    *out = acc_stream_of(obj);
+    return 0;
+}
+
+/* Buffer() ---------------------------------------------------------------- */
+
+int
+acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
+                 size_t *nbytes)
+{
+    long long value;
+    int overflow;
+    acc_error err;
+
+    if (PyBool_Check(obj) || !PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: nbytes must be an int, got "
+                     "%.100s", what, acc_type_name(obj));
+        return -1;
+    }
+    value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow) {
+        value = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    }
+    if (acc_check_nbytes(value, what, &err) != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    /* Beyond any device: the driver reports out of memory. */
+    *nbytes = overflow > 0 ? SIZE_MAX : (size_t)value;
+    return 0;
+}
+
+PyObject *
+acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr, size_t nbytes,
+                   PyObject *stream, BufferObject *root, PyObject *owner)
+{
+    BufferObject *self = (BufferObject *)acc_alloc(st->buffer_type);
+
+    if (self == NULL) {
+        return NULL;
+    }
+    self->device = device;
+    self->ptr = ptr;
+    self->nbytes = nbytes;
+    self->stream = Py_NewRef(stream);
+    self->root = (BufferObject *)Py_XNewRef((PyObject *)root);
+    self->owner = Py_XNewRef(owner);
+    return (PyObject *)self;
+}
+
+static PyObject *
+buffer_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"nbytes", "device", "stream", NULL};
+    acc_state *st = acc_state_from_type(cls);
+    PyObject *nbytes_arg, *device_arg = Py_None, *stream_arg = Py_None;
+    PyObject *stream_obj;
+    BufferObject *self;
+    acc_stream *s;
+    acc_block *block = NULL;
+    long long index;
+    size_t nbytes;
+    acc_error err;
+    acc_status status;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$O:Buffer", keywords,
+                                     &nbytes_arg, &device_arg, &stream_arg)
+        || acc_parse_nbytes(st, nbytes_arg, "Buffer()", &nbytes) < 0) {
+        return NULL;
+    }
+    acc_ensure_probed();
+    if (acc_require_usable(st) < 0
+        || acc_resolve_device(st, device_arg, 1, &index) < 0
+        || acc_check_index(st, index) < 0
+        || acc_parse_stream(st, stream_arg, (int)index, "Buffer()", &s) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_malloc((int)index, nbytes, s, &block, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    stream_obj = acc_stream_object(st, s);
+    self = stream_obj == NULL ? NULL : (BufferObject *)acc_alloc(cls);
+    if (self == NULL) {
+        Py_XDECREF(stream_obj);
+        Py_BEGIN_ALLOW_THREADS
+        acc_free(block);
+        Py_END_ALLOW_THREADS
+        return NULL;
+    }
+    self->block = block;
+    self->device = (int)index;
+    self->ptr = acc_block_ptr(block);
+    self->nbytes = nbytes;
+    self->stream = stream_obj;
+    return (PyObject *)self;
+}
+
+static int
+buffer_traverse(BufferObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE((PyObject *)self));
+    Py_VISIT(self->stream);
+    Py_VISIT((PyObject *)self->root);
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static int
+buffer_clear(BufferObject *self)
+{
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->root);
+    Py_CLEAR(self->owner);
+    return 0;
+}
+
+static void
+buffer_dealloc(BufferObject *self)
+{
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
+
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    /* Never waits for the device: the allocator defers the free behind
+     * the work queued on the block's streams. */
+    self->busy = 0;
+    buffer_release(self);
+    buffer_clear(self);
+    acc_object_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+/* Attributes --------------------------------------------------------------- */
+
+static PyObject *
+buffer_get_nbytes(BufferObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->nbytes);
+}
+
+static PyObject *
+buffer_get_device(BufferObject *self, void *closure)
+{
+    (void)closure;
+    return acc_device_new(buffer_state((PyObject *)self), acc_device_type(),
+                          self->device);
+}
+
+static PyObject *
+buffer_get_ptr(BufferObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->ptr);
+}
+
+static PyObject *
+buffer_get_stream(BufferObject *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->stream);
+}
+
+static PyObject *
+buffer_get_closed(BufferObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->closed
+                           || (self->root != NULL && self->root->closed));
+}
+
+static PyObject *
+buffer_get_owner(BufferObject *self, void *closure)
+{
+    (void)closure;
+    if (self->root != NULL) {
+        return Py_NewRef((PyObject *)self->root);
+    }
+    return Py_NewRef(self->owner != NULL ? self->owner : Py_None);
+}
+
+static PyObject *
+buffer_repr(BufferObject *self)
+{
+    char text[200];
+
+    snprintf(text, sizeof(text),
+             "accelerator.Buffer(nbytes=%zu, device='%s:%d', ptr=%#llx%s%s)",
+             self->nbytes, acc_device_type() ? acc_device_type() : "?",
+             self->device, (unsigned long long)self->ptr,
+             self->root != NULL ? ", view" : self->owner != NULL
+                                              ? ", foreign" : "",
+             self->closed || (self->root && self->root->closed)
+                 ? ", closed" : "");
+    return PyUnicode_FromString(text);
+}
+
+static Py_ssize_t
+buffer_length(BufferObject *self)
+{
+    return (Py_ssize_t)self->nbytes;
+}
+
+/* Copies and fills ---------------------------------------------------------- */
+
+/* Note that s queued work on the memory of root; the allocator then waits
+ * for it before the memory is reused. */
+static int
+buffer_note_stream(acc_state *st, BufferObject *root, acc_stream *s)
+{
+    acc_error err;
+
+    if (root->block == NULL) {
+        return 0; /* foreign memory: its owner's business */
+    }
+    if (acc_block_record_stream(root->block, s, &err) != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Start and end of a call that uses root's memory without the GIL. */
+static void
+buffer_enter(BufferObject *root)
+{
+    root->busy++;
+    Py_INCREF((PyObject *)root);
+}
+
+static void
+buffer_leave(BufferObject *root)
+{
+    root->busy--;
+    if (root->closed && root->busy == 0) {
+        buffer_release(root);
+    }
+    Py_DECREF((PyObject *)root);
+}
+
+static int
+check_size(size_t have, size_t other, const char *what, const char *side)
+{
+    if (have != other) {
+        PyErr_Format(PyExc_ValueError, "%s: size mismatch: the Buffer has "
+                     "%zu bytes, the %s has %zu (expected exactly %zu)",
+                     what, have, side, other, have);
+        return -1;
+    }
+    return 0;
+}
+
+/* Queue c on s, with the memory of the Buffers involved kept; GIL
+ * released around the driver. */
+static int
+run_copy(acc_state *st, acc_stream *s, const acc_copy *c, BufferObject *a,
+         BufferObject *b)
+{
+    acc_error err;
+    acc_status status;
+
+    buffer_enter(a);
+    if (b != NULL) {
+        buffer_enter(b);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_memcpy(s, c, &err);
+    Py_END_ALLOW_THREADS
+    if (b != NULL) {
+        buffer_leave(b);
+    }
+    buffer_leave(a);
+    if (status != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* copy_from (to_device) and copy_to: self and another Buffer. */
+static int
+copy_buffers(acc_state *st, BufferObject *self, BufferObject *other,
+             int to_self, acc_stream *s, const char *what)
+{
+    BufferObject *dst = to_self ? self : other, *src = to_self ? other : self;
+    acc_copy c = {
+        .kind = ACC_COPY_D2D,
+        .dst = dst->ptr, .src = src->ptr,
+        .dst_device = dst->device, .src_device = src->device,
+        .nbytes = self->nbytes,
+    };
+
+    if (buffer_check_open(other, what) < 0
+        || check_size(self->nbytes, other->nbytes, what, "other Buffer") < 0
+        || run_copy(st, s, &c, buffer_root(self), buffer_root(other)) < 0) {
+        return -1;
+    }
+    if (buffer_note_stream(st, buffer_root(self), s) < 0
+        || buffer_note_stream(st, buffer_root(other), s) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int
+copy_host_buffer(acc_state *st, BufferObject *self, HostBufferObject *host,
+                 int to_self, acc_stream *s, const char *what)
+{
+    acc_copy c = {
+        .kind = to_self ? ACC_COPY_H2D : ACC_COPY_D2H,
+        .dst = to_self ? self->ptr : (uintptr_t)acc_host_ptr(host),
+        .src = to_self ? (uintptr_t)acc_host_ptr(host) : self->ptr,
+        .dst_device = to_self ? self->device : -1,
+        .src_device = to_self ? -1 : self->device,
+        .nbytes = self->nbytes,
+    };
+    acc_error err;
+    int rc;
+
+    if (acc_host_check_open(host, what) < 0
+        || check_size(self->nbytes, (size_t)host->nbytes, what,
+                      "HostBuffer") < 0) {
+        return -1;
+    }
+    host->busy++;
+    Py_INCREF((PyObject *)host);
+    rc = run_copy(st, s, &c, buffer_root(self), NULL);
+    host->busy--;
+    if (rc == 0
+        && acc_host_block_record_stream(host->h, s, &err) != ACC_OK) {
+        acc_raise(st, &err);
+        rc = -1;
+    }
+    acc_host_leave(host);
+    Py_DECREF((PyObject *)host);
+    if (rc == 0) {
+        rc = buffer_note_stream(st, buffer_root(self), s);
+    }
+    return rc;
+}
+
+/* Any C-contiguous object with the buffer protocol (pageable memory: the
+ * call returns when the host side may be reused). */
+static int
+copy_object(acc_state *st, BufferObject *self, PyObject *obj, int to_self,
+            acc_stream *s, const char *what)
+{
+    int flags = PyBUF_STRIDES | (to_self ? 0 : PyBUF_WRITABLE);
+    Py_buffer view;
+    acc_copy c;
+    int rc;
+
+    if (!PyObject_CheckBuffer(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s expected a Buffer, a HostBuffer "
+                     "or an object with the buffer protocol (bytes, "
+                     "bytearray, memoryview, numpy array), got %.100s",
+                     what, acc_type_name(obj));
+        return -1;
+    }
+    if (PyObject_GetBuffer(obj, &view, flags) < 0) {
+        if (!to_self && PyErr_ExceptionMatches(PyExc_BufferError)
+            && PyObject_GetBuffer(obj, &view, PyBUF_STRIDES) == 0) {
+            PyBuffer_Release(&view);
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: the destination %.100s is "
+                         "read-only; expected a writable buffer", what,
+                         acc_type_name(obj));
+        }
+        else if (PyErr_ExceptionMatches(PyExc_BufferError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: the %.100s is not "
+                         "C-contiguous; expected contiguous memory", what,
+                         acc_type_name(obj));
+        }
+        return -1;
+    }
+    if (!PyBuffer_IsContiguous(&view, 'C')) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "%s: the %.100s is not C-contiguous; "
+                     "expected contiguous memory", what, acc_type_name(obj));
+        return -1;
+    }
+    if (check_size(self->nbytes, (size_t)view.len, what,
+                   to_self ? "source" : "destination") < 0) {
+        PyBuffer_Release(&view);
+        return -1;
+    }
+    c = (acc_copy){
+        .kind = to_self ? ACC_COPY_H2D : ACC_COPY_D2H,
+        .flags = ACC_COPY_PAGEABLE,
+        .dst = to_self ? self->ptr : (uintptr_t)view.buf,
+        .src = to_self ? (uintptr_t)view.buf : self->ptr,
+        .dst_device = to_self ? self->device : -1,
+        .src_device = to_self ? -1 : self->device,
+        .nbytes = self->nbytes,
+    };
+    rc = run_copy(st, s, &c, buffer_root(self), NULL);
+    PyBuffer_Release(&view);
+    if (rc == 0) {
+        rc = buffer_note_stream(st, buffer_root(self), s);
+    }
+    return rc;
+}
+
+static PyObject *
+buffer_transfer(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames, int to_self)
+{
+    static const char *const from_kw[] = {"src", "stream", NULL};
+    static const char *const to_kw[] = {"dst", "stream", NULL};
+    const char *what = to_self ? "Buffer.copy_from()" : "Buffer.copy_to()";
+    acc_state *st = buffer_state((PyObject *)self);
+    PyObject *other, *stream_arg = Py_None;
+    acc_stream *s;
+    int rc;
+
+    if (acc_parse_args(args, nargs, kwnames, to_self ? from_kw : to_kw, 1,
+                       what, &other, &stream_arg) < 0
+        || buffer_check_open(self, what) < 0
+        || acc_parse_stream(st, stream_arg, self->device, what, &s) < 0) {
+        return NULL;
+    }
+    if (acc_buffer_check(st, other)) {
+        rc = copy_buffers(st, self, (BufferObject *)other, to_self, s, what);
+    }
+    else if (PyObject_TypeCheck(other, st->host_buffer_type)) {
+        rc = copy_host_buffer(st, self, (HostBufferObject *)other, to_self,
+                              s, what);
+    }
+    else {
+        rc = copy_object(st, self, other, to_self, s, what);
+    }
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+buffer_copy_from(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    return buffer_transfer(self, args, nargs, kwnames, 1);
+}
+
+static PyObject *
+buffer_copy_to(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames)
+{
+    return buffer_transfer(self, args, nargs, kwnames, 0);
+}
+
+static PyObject *
+buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
+            PyObject *kwnames)
+{
+    static const char *const keywords[] = {"value", "stream", NULL};
+    acc_state *st = buffer_state((PyObject *)self);
+    PyObject *value_arg, *stream_arg = Py_None;
+    BufferObject *root = buffer_root(self);
+    long long value;
+    int overflow;
+    acc_stream *s;
+    acc_error err;
+    acc_status status;
+
+    if (acc_parse_args(args, nargs, kwnames, keywords, 1, "Buffer.fill()",
+                       &value_arg, &stream_arg) < 0) {
+        return NULL;
+    }
+    if (PyBool_Check(value_arg) || !PyLong_Check(value_arg)) {
+        PyErr_Format(PyExc_TypeError, "Buffer.fill(): value must be an int "
+                     "in 0..255, got %.100s", acc_type_name(value_arg));
+        return NULL;
+    }
+    value = PyLong_AsLongLongAndOverflow(value_arg, &overflow);
+    if (value == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow) {
+        value = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    }
+    if (buffer_check_open(self, "Buffer.fill()") < 0
+        || acc_parse_stream(st, stream_arg, self->device, "Buffer.fill()",
+                            &s) < 0) {
+        return NULL;
+    }
+    if (s->device != self->device) {
+        PyErr_Format(PyExc_ValueError, "Buffer.fill(): the stream is on "
+                     "device %d, expected a stream of device %d (the "
+                     "buffer's)", s->device, self->device);
+        return NULL;
+    }
+    buffer_enter(root);
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_memset(s, self->ptr, value, self->nbytes, &err);
+    Py_END_ALLOW_THREADS
+    buffer_leave(root);
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    if (buffer_note_stream(st, root, s) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+buffer_record_stream(BufferObject *self, PyObject *stream)
+{
+    acc_state *st = buffer_state((PyObject *)self);
+    acc_stream *s;
+
+    if (buffer_check_open(self, "Buffer.record_stream()") < 0) {
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(stream, st->stream_type)) {
+        PyErr_Format(PyExc_TypeError, "Buffer.record_stream() expected an "
+                     "accelerator.Stream, got %.100s", acc_type_name(stream));
+        return NULL;
+    }
+    s = acc_stream_of(stream);
+    if (buffer_note_stream(st, buffer_root(self), s) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* close(), with ------------------------------------------------------------ */
+
+static PyObject *
+buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    static const char *const keywords[] = {"stream", NULL};
+    acc_state *st = buffer_state((PyObject *)self);
+    PyObject *stream_arg = Py_None;
+
+    if (acc_parse_args(args, nargs, kwnames, keywords, 0, "Buffer.close()",
+                       &stream_arg) < 0) {
+        return NULL;
+    }
+    if (stream_arg != Py_None) {
+        if (!PyObject_TypeCheck(stream_arg, st->stream_type)) {
+            PyErr_Format(PyExc_TypeError, "Buffer.close(): stream must be "
+                         "an accelerator.Stream or None, got %.100s",
+                         acc_type_name(stream_arg));
+            return NULL;
+        }
+        /* Freed after the work queued on stream too. */
+        if (!self->closed && self->block != NULL
+            && buffer_note_stream(st, self, acc_stream_of(stream_arg)) < 0) {
+            return NULL;
+        }
+    }
+    if (self->closed) {
+        Py_RETURN_NONE;
+    }
+    self->closed = 1;
+    buffer_release(self);
+    Py_CLEAR(self->owner);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+buffer_enter_ctx(BufferObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (buffer_check_open(self, "with Buffer") < 0) {
+        return NULL;
+    }
+    return Py_NewRef((PyObject *)self);
+}
+
+static PyObject *
+buffer_exit_ctx(BufferObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args;
+    (void)nargs;
+    return buffer_close(self, NULL, 0, NULL);
+}
+
+/* Views --------------------------------------------------------------------- */
+
+static PyObject *
+buffer_subscript(BufferObject *self, PyObject *key)
+{
+    acc_state *st = buffer_state((PyObject *)self);
+    Py_ssize_t start, stop, step, length;
+    BufferObject *root = buffer_root(self);
+
+    if (!PySlice_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "Buffer indices must be slices "
+                     "(buf[i:j] is a view), not %.100s", acc_type_name(key));
+        return NULL;
+    }
+    if (PySlice_Unpack(key, &start, &stop, &step) < 0) {
+        return NULL;
+    }
+    if (step != 1) {
+        PyErr_Format(PyExc_ValueError, "a Buffer view needs step 1 "
+                     "(contiguous bytes), got step %zd", step);
+        return NULL;
+    }
+    length = PySlice_AdjustIndices((Py_ssize_t)self->nbytes, &start, &stop,
+                                   step);
+    if (buffer_check_open(self, "slicing") < 0) {
+        return NULL;
+    }
+    return acc_buffer_new_raw(st, self->device,
+                              self->ptr + (uintptr_t)start, (size_t)length,
+                              self->stream, root, NULL);
+}
+
+/* Type ----------------------------------------------------------------------- */
+
+PyDoc_STRVAR(buffer_doc,
+"Buffer(nbytes, device=None, *, stream=None)\n--\n\n"
+"nbytes bytes of device memory on device (default: the current device),\n"
+"ordered on stream (default: the device's current stream; a stream of\n"
+"another device is a ValueError).  copy_from(), copy_to() and fill() are\n"
+"asynchronous on a stream (default: the current stream of the buffer's\n"
+"device).  buf[i:j] is a view that keeps buf alive.  close() or `with`\n"
+"frees the memory once the work queued on it has completed; so does\n"
+"dropping the last reference, without waiting for the device.");
+PyDoc_STRVAR(copy_from_doc,
+"copy_from($self, src, /, *, stream=None)\n--\n\n"
+"Copy src into this buffer: a Buffer (any device), a HostBuffer\n"
+"(asynchronous) or a C-contiguous object with the buffer protocol of\n"
+"exactly nbytes bytes (returns when src may be reused).  A copy between\n"
+"devices is ordered after the work queued on both devices' current\n"
+"streams, and later work there waits for it (torch's copy_).");
+PyDoc_STRVAR(copy_to_doc,
+"copy_to($self, dst, /, *, stream=None)\n--\n\n"
+"Copy this buffer into dst: a Buffer (any device), a HostBuffer\n"
+"(asynchronous) or a writable C-contiguous object with the buffer\n"
+"protocol of exactly nbytes bytes (returns once the copy has landed).");
+PyDoc_STRVAR(fill_doc,
+"fill($self, value, /, *, stream=None)\n--\n\n"
+"Set every byte to value (0..255), asynchronously on stream.");
+PyDoc_STRVAR(record_stream_doc,
+"record_stream($self, stream, /)\n--\n\n"
+"As torch's Tensor.record_stream: the memory is not freed or reused until\n"
+"the work queued on stream so far has completed.  Copies and fills of\n"
+"this module record their stream themselves; this is for work queued by\n"
+"other libraries.");
+PyDoc_STRVAR(close_doc,
+"close($self, /, stream=None)\n--\n\n"
+"Free the memory once the work queued on the buffer's streams (and on\n"
+"stream, if given) has completed; never waits for the device.  Later use\n"
+"raises ValueError.  Closing a view closes only the view.");
+PyDoc_STRVAR(enter_doc,
+"__enter__($self, /)\n--\n\nReturn the buffer itself, for `with`.");
+PyDoc_STRVAR(exit_doc,
+"__exit__($self, /, *exc_info)\n--\n\nclose() the buffer: freed once its work is done.");
+
+static PyMethodDef buffer_methods[] = {
+    {"copy_from", (PyCFunction)(void (*)(void))buffer_copy_from,
+     METH_FASTCALL | METH_KEYWORDS, copy_from_doc},
+    {"copy_to", (PyCFunction)(void (*)(void))buffer_copy_to,
+     METH_FASTCALL | METH_KEYWORDS, copy_to_doc},
+    {"fill", (PyCFunction)(void (*)(void))buffer_fill,
+     METH_FASTCALL | METH_KEYWORDS, fill_doc},
+    {"record_stream", (PyCFunction)buffer_record_stream, METH_O,
+     record_stream_doc},
+    {"close", (PyCFunction)(void (*)(void))buffer_close,
+     METH_FASTCALL | METH_KEYWORDS, close_doc},
+    {"__enter__", (PyCFunction)buffer_enter_ctx, METH_NOARGS, enter_doc},
+    {"__exit__", (PyCFunction)(void (*)(void))buffer_exit_ctx, METH_FASTCALL,
+     exit_doc},
+    ACC_BUFFER_DLPACK_METHODS
+    {NULL},
+};
+
+static PyGetSetDef buffer_getset[] = {
+    {"nbytes", (getter)buffer_get_nbytes, NULL,
+     PyDoc_STR("The size in bytes."), NULL},
+    {"device", (getter)buffer_get_device, NULL,
+     PyDoc_STR("The buffer's device."), NULL},
+    {"ptr", (getter)buffer_get_ptr, NULL,
+     PyDoc_STR("The device address as an int (0 for an empty buffer)."),
+     NULL},
+    {"stream", (getter)buffer_get_stream, NULL,
+     PyDoc_STR("The stream the memory is ordered on."), NULL},
+    {"closed", (getter)buffer_get_closed, NULL,
+     PyDoc_STR("True once close() was called (on it or on its root)."),
+     NULL},
+    {"owner", (getter)buffer_get_owner, NULL,
+     PyDoc_STR("What keeps the memory: the Buffer a view was made from, "
+               "the producer of from_dlpack(), or None."), NULL},
+    {NULL},
+};
+
+static PyMemberDef buffer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(BufferObject, weakreflist),
+     READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot buffer_slots[] = {
+    {Py_tp_doc, (void *)buffer_doc},
+    {Py_tp_new, buffer_new},
+    {Py_tp_dealloc, buffer_dealloc},
+    {Py_tp_traverse, buffer_traverse},
+    {Py_tp_clear, buffer_clear},
+    {Py_tp_repr, buffer_repr},
+    {Py_tp_methods, buffer_methods},
+    {Py_tp_getset, buffer_getset},
+    {Py_tp_members, buffer_members},
+    {Py_mp_subscript, buffer_subscript},
+    {Py_mp_length, buffer_length},
+    {0, NULL},
+};
+
+PyType_Spec acc_buffer_spec = {
+    .name = "accelerator.Buffer",
+    .basicsize = sizeof(BufferObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = buffer_slots,
+};
+
+/* Arguments ------------------------------------------------------------------ */
+
+int
+acc_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               const char *const *names, int npositional, const char *what,
+               ...)
+{
+    PyObject **out[8];
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    int count = 0;
+    va_list ap;
+
+    va_start(ap, what);
+    while (names[count] != NULL && count < 8) {
+        out[count] = va_arg(ap, PyObject **);
+        count++;
+    }
+    va_end(ap);
+    if (nargs != npositional) {
+        PyErr_Format(PyExc_TypeError, "%s takes %d positional argument%s "
+                     "(%zd given)", what, npositional,
+                     npositional == 1 ? "" : "s", nargs);
+        return -1;
+    }
+    for (int i = 0; i < npositional; i++) {
+        *out[i] = args[i];
+    }
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GetItem(kwnames, k);
+        int found = 0;
+
+        for (int i = npositional; i < count && !found; i++) {
+            if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0) {
+                *out[i] = args[nargs + k];
+                found = 1;
+            }
+        }
+        if (!found) {
+            PyErr_Format(PyExc_TypeError, "%s got an unexpected keyword "
+                         "argument '%U'", what, key);
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,79 @@
+/*
+ * pybuffer.h - what py_buffer.c (Buffer, HostBuffer) and py_dlpack.c
+ * (DLPack both ways) share.
+ */
+#ifndef PYBUFFER_H
+#define PYBUFFER_H
+
+#include "pyaccel.h"
+
+typedef struct BufferObject {
+    PyObject_HEAD
+    acc_block *block;          /* owned memory; NULL for a view, foreign
+                                * memory, or once freed */
+    struct BufferObject *root; /* a view: the Buffer that owns the memory */
+    PyObject *owner;           /* foreign memory: what keeps it alive */
+    PyObject *stream;          /* the Stream the memory is ordered on */
+    uintptr_t ptr;
+    size_t nbytes;
+    int device;
+    int closed;
+    int busy;                  /* calls using the memory without the GIL */
+    PyObject *weakreflist;
+} BufferObject;
+
+typedef struct HostBufferObject {
+    PyObject_HEAD
+    acc_host_block *h;         /* NULL once closed */
+    void *ptr;
+    Py_ssize_t nbytes;
+    int device;
+    int closed;
+    int busy;
+    Py_ssize_t exports;        /* live buffer-protocol exports */
+    PyObject *weakreflist;
+} HostBufferObject;
+
+/* Parse a vectorcall: names[0..npositional) are required and positional,
+ * the rest optional and keyword-only; one PyObject ** per name follows
+ * (left unchanged when not given).  0, or -1 with TypeError. */
+int acc_parse_args(PyObject *const *args, Py_ssize_t nargs,
+                   PyObject *kwnames, const char *const *names,
+                   int npositional, const char *what, ...);
+
+/* A stream argument: None means the current stream of device. */
+int acc_parse_stream(acc_state *st, PyObject *obj, int device,
+                     const char *what, acc_stream **out);
+/* An nbytes argument: an int >= 0 (TypeError, ValueError). */
+int acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
+                     size_t *nbytes);
+int acc_buffer_check(acc_state *st, PyObject *obj);
+/* A Buffer object on memory it does not own: a view (root) or foreign
+ * memory (owner). */
+PyObject *acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr,
+                             size_t nbytes, PyObject *stream,
+                             BufferObject *root, PyObject *owner);
+
+void *acc_host_ptr(HostBufferObject *h);
+int acc_host_check_open(HostBufferObject *h, const char *what);
+/* End of a call that used the HostBuffer's memory (frees it when it was
+ * closed meanwhile). */
+void acc_host_leave(HostBufferObject *h);
+
+/* DLPack methods of Buffer and HostBuffer (py_dlpack.c). */
+PyObject *acc_buffer_dlpack(PyObject *self, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *kwnames);
+PyObject *acc_buffer_dlpack_device(PyObject *self, PyObject *unused);
+PyObject *acc_host_dlpack(PyObject *self, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames);
+PyObject *acc_host_dlpack_device(PyObject *self, PyObject *unused);
+PyObject *acc_from_dlpack(PyObject *module, PyObject *obj);
+extern const char acc_from_dlpack_doc[];
+
+#define ACC_BUFFER_DLPACK_METHODS
+#define ACC_HOST_DLPACK_METHODS
+
+extern PyType_Spec acc_buffer_spec;
+extern PyType_Spec acc_host_buffer_spec;
+
+#endif /* PYBUFFER_H */

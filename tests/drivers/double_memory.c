@@ -1,0 +1,367 @@
+/*
+ * double_memory.c - device memory for the driver test doubles (see
+ * double_memory.h).
+ */
+#define _GNU_SOURCE
+#include "double_memory.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DM_GUARD_BYTE 0xA5
+#define DM_ALIGN 256ULL
+#define DM_GAP 4096ULL
+/* Far above user space: a device address used as a host pointer faults. */
+#define DM_DEVICE_BASE 0xd000000000000000ULL
+#define DM_DEVICE_SPAN (1ULL << 44)
+
+typedef struct dm_alloc_rec {
+    struct dm_alloc_rec *next;
+    unsigned long long addr;
+    size_t size;
+    int device;
+    bool host;
+    unsigned char *storage; /* DM_GUARD + size + DM_GUARD */
+} dm_alloc_rec;
+
+static struct {
+    pthread_mutex_t mu;
+    const char *tag;
+    unsigned long long limit;
+    dm_alloc_rec *live;
+    dm_alloc_rec *freed;    /* device allocations, storage gone */
+    unsigned long long next[DM_MAX_DEVICES];
+    unsigned long long used[DM_MAX_DEVICES];
+    long long allocs, host_allocs;
+    atomic_llong bad_access, guard_damage;
+} dm = {
+    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .tag = "driver double",
+    .limit = 80ULL << 30,
+};
+
+void
+dm_configure(const char *tag, unsigned long long limit)
+{
+    dm.tag = tag;
+    dm.limit = limit;
+}
+
+static void
+report(const char *api, const char *what, unsigned long long addr,
+       size_t bytes)
+{
+    atomic_fetch_add(&dm.bad_access, 1);
+    fprintf(stderr, "%s: %s: %s (address %#llx, %zu bytes)\n", dm.tag, api,
+            what, addr, bytes);
+}
+
+/* Under dm.mu. */
+static bool
+guards_intact(const dm_alloc_rec *a)
+{
+    for (size_t i = 0; i < DM_GUARD; i++) {
+        if (a->storage[i] != DM_GUARD_BYTE
+            || a->storage[DM_GUARD + a->size + i] != DM_GUARD_BYTE) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Under dm.mu.  The live allocation holding [addr, addr + bytes). */
+static dm_alloc_rec *
+find(unsigned long long addr, size_t bytes, bool host)
+{
+    for (dm_alloc_rec *a = dm.live; a != NULL; a = a->next) {
+        if (a->host == host && addr >= a->addr && addr - a->addr <= a->size
+            && bytes <= a->size - (addr - a->addr)) {
+            return a;
+        }
+    }
+    return NULL;
+}
+
+/* Under dm.mu.  Why addr is not good device memory. */
+static const char *
+miss(unsigned long long addr)
+{
+    for (dm_alloc_rec *a = dm.live; a != NULL; a = a->next) {
+        if (!a->host && addr >= a->addr && addr <= a->addr + a->size) {
+            return "out of bounds of a device allocation";
+        }
+    }
+    for (dm_alloc_rec *a = dm.freed; a != NULL; a = a->next) {
+        if (addr >= a->addr && addr <= a->addr + a->size) {
+            return "use after free of a device allocation";
+        }
+    }
+    return "not a device address";
+}
+
+/* Under dm.mu.  The bytes behind a device range, or NULL (reported). */
+static unsigned char *
+device_bytes(const char *api, unsigned long long addr, size_t bytes,
+             int device)
+{
+    dm_alloc_rec *a = find(addr, bytes, false);
+
+    if (a == NULL) {
+        report(api, miss(addr), addr, bytes);
+        return NULL;
+    }
+    if (device >= 0 && a->device != device) {
+        report(api, "device memory of another device", addr, bytes);
+        return NULL;
+    }
+    return a->storage + DM_GUARD + (addr - a->addr);
+}
+
+enum dm_result
+dm_alloc(int device, size_t bytes, bool host, unsigned long long *addr)
+{
+    dm_alloc_rec *a;
+
+    if (device < 0 || device >= DM_MAX_DEVICES || bytes == 0) {
+        return DM_BAD;
+    }
+    pthread_mutex_lock(&dm.mu);
+    if (!host && bytes > dm.limit - (dm.used[device] < dm.limit
+                                         ? dm.used[device] : dm.limit)) {
+        pthread_mutex_unlock(&dm.mu);
+        return DM_OUT_OF_MEMORY;
+    }
+    a = calloc(1, sizeof(*a));
+    if (a != NULL && bytes <= SIZE_MAX - 2 * DM_GUARD) {
+        a->storage = malloc(bytes + 2 * DM_GUARD);
+    }
+    if (a == NULL || a->storage == NULL) {
+        pthread_mutex_unlock(&dm.mu);
+        free(a);
+        return DM_OUT_OF_MEMORY;
+    }
+    memset(a->storage, DM_GUARD_BYTE, DM_GUARD);
+    memset(a->storage + DM_GUARD + bytes, DM_GUARD_BYTE, DM_GUARD);
+    /* Fresh memory holds garbage, not zeros. */
+    memset(a->storage + DM_GUARD, 0xCD, bytes);
+    a->size = bytes;
+    a->device = device;
+    a->host = host;
+    if (host) {
+        a->addr = (unsigned long long)(uintptr_t)(a->storage + DM_GUARD);
+        dm.host_allocs++;
+    }
+    else {
+        a->addr = DM_DEVICE_BASE + (unsigned long long)device * DM_DEVICE_SPAN
+                  + dm.next[device];
+        dm.next[device] += (bytes + DM_ALIGN - 1) / DM_ALIGN * DM_ALIGN
+                           + DM_GAP;
+        dm.used[device] += bytes;
+        dm.allocs++;
+    }
+    a->next = dm.live;
+    dm.live = a;
+    *addr = a->addr;
+    pthread_mutex_unlock(&dm.mu);
+    return DM_OK;
+}
+
+enum dm_result
+dm_free(const char *api, unsigned long long addr, bool host)
+{
+    dm_alloc_rec *a = NULL;
+
+    pthread_mutex_lock(&dm.mu);
+    for (dm_alloc_rec **p = &dm.live; *p != NULL; p = &(*p)->next) {
+        if ((*p)->host == host && (*p)->addr == addr) {
+            a = *p;
+            *p = a->next;
+            break;
+        }
+    }
+    if (a == NULL) {
+        report(api, host ? "not page-locked memory of the driver"
+                         : addr == 0 ? "null pointer" : miss(addr), addr, 0);
+        pthread_mutex_unlock(&dm.mu);
+        return DM_BAD;
+    }
+    if (!guards_intact(a)) {
+        atomic_fetch_add(&dm.guard_damage, 1);
+        fprintf(stderr, "%s: %s: guard bytes of the allocation at %#llx "
+                "(%zu bytes) were overwritten\n", dm.tag, api, a->addr,
+                a->size);
+    }
+    free(a->storage);
+    a->storage = NULL;
+    if (host) {
+        dm.host_allocs--;
+        free(a);
+    }
+    else {
+        dm.used[a->device] -= a->size;
+        dm.allocs--;
+        /* Remembered, so that a later use is named for what it is. */
+        a->next = dm.freed;
+        dm.freed = a;
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return DM_OK;
+}
+
+unsigned long long
+dm_used(int device)
+{
+    unsigned long long n;
+
+    pthread_mutex_lock(&dm.mu);
+    n = device >= 0 && device < DM_MAX_DEVICES ? dm.used[device] : 0;
+    pthread_mutex_unlock(&dm.mu);
+    return n;
+}
+
+bool
+dm_check_device(const char *api, unsigned long long addr, size_t bytes,
+                int device)
+{
+    unsigned char *p;
+
+    pthread_mutex_lock(&dm.mu);
+    p = device_bytes(api, addr, bytes, device);
+    pthread_mutex_unlock(&dm.mu);
+    return p != NULL;
+}
+
+dm_side
+dm_host_side(const void *p, size_t bytes)
+{
+    dm_side side = {DM_HOST, (unsigned long long)(uintptr_t)p};
+
+    pthread_mutex_lock(&dm.mu);
+    if (find(side.addr, bytes, true) != NULL) {
+        side.kind = DM_PINNED;
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return side;
+}
+
+int
+dm_lookup(unsigned long long addr, int *device)
+{
+    dm_alloc_rec *a;
+    int kind = 0;
+
+    pthread_mutex_lock(&dm.mu);
+    a = find(addr, 0, false);
+    if (a == NULL) {
+        a = find(addr, 0, true);
+    }
+    if (a != NULL) {
+        kind = a->host ? 2 : 1;
+        *device = a->device;
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return kind;
+}
+
+enum dm_result
+dm_op_stage(dm_op *op)
+{
+    if (op->fill || op->src.kind != DM_HOST || op->bytes == 0) {
+        return DM_OK;
+    }
+    op->staging = malloc(op->bytes);
+    if (op->staging == NULL) {
+        return DM_OUT_OF_MEMORY;
+    }
+    memcpy(op->staging, (const void *)(uintptr_t)op->src.addr, op->bytes);
+    return DM_OK;
+}
+
+/* Under dm.mu.  One side when the work runs. */
+static unsigned char *
+side_bytes(const char *api, const dm_side *side, size_t bytes, void *staging)
+{
+    switch (side->kind) {
+    case DM_DEVICE:
+        return device_bytes(api, side->addr, bytes, -1);
+    case DM_PINNED:
+        if (find(side->addr, bytes, true) == NULL) {
+            report(api, "page-locked host memory freed before the work ran",
+                   side->addr, bytes);
+            return NULL;
+        }
+        return (unsigned char *)(uintptr_t)side->addr;
+    case DM_HOST:
+        return staging != NULL ? staging
+                               : (unsigned char *)(uintptr_t)side->addr;
+    }
+    return NULL;
+}
+
+void
+dm_op_run(const dm_op *op)
+{
+    unsigned char *dst, *src;
+
+    if (op->bytes == 0) {
+        return;
+    }
+    pthread_mutex_lock(&dm.mu);
+    dst = side_bytes(op->api, &op->dst, op->bytes, NULL);
+    if (op->fill) {
+        if (dst != NULL) {
+            memset(dst, op->value, op->bytes);
+        }
+    }
+    else {
+        src = side_bytes(op->api, &op->src, op->bytes, op->staging);
+        if (dst != NULL && src != NULL) {
+            memmove(dst, src, op->bytes);
+        }
+    }
+    pthread_mutex_unlock(&dm.mu);
+}
+
+void
+dm_op_release(dm_op *op)
+{
+    free(op->staging);
+    op->staging = NULL;
+}
+
+long long
+dm_live(const char *kind)
+{
+    long long n = -1;
+
+    if (kind == NULL) {
+        return -1;
+    }
+    pthread_mutex_lock(&dm.mu);
+    if (strcmp(kind, "alloc") == 0) {
+        n = dm.allocs;
+    }
+    else if (strcmp(kind, "host_alloc") == 0) {
+        n = dm.host_allocs;
+    }
+    else if (strcmp(kind, "alloc_bytes") == 0) {
+        n = 0;
+        for (int i = 0; i < DM_MAX_DEVICES; i++) {
+            n += (long long)dm.used[i];
+        }
+    }
+    else if (strcmp(kind, "bad_access") == 0) {
+        n = atomic_load(&dm.bad_access);
+    }
+    else if (strcmp(kind, "guard_damage") == 0) {
+        n = atomic_load(&dm.guard_damage);
+        for (dm_alloc_rec *a = dm.live; a != NULL; a = a->next) {
+            n += !guards_intact(a);
+        }
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return n;
+}

@@ -1,0 +1,95 @@
+/*
+ * double_memory.h - the device memory every driver test double shares.
+ *
+ * Device memory is host memory behind addresses of its own: each device
+ * hands out addresses from its own range (far above user space, so a
+ * device address used as a host pointer crashes at once), never reused,
+ * with a gap after every allocation.  An address past the end, into a
+ * freed allocation or of another device is therefore told apart from a
+ * good one.  Each allocation's storage has DM_GUARD guard bytes before
+ * and after, checked when it is freed and by dm_live("guard_damage").
+ * Page-locked host memory is registered too (guard bytes around it; the
+ * pointer is a real host pointer).
+ *
+ * Copies and fills are described by a dm_op that the double's stream
+ * worker runs with dm_op_run(): the sides are resolved again when the
+ * work runs, so a copy queued before its memory was freed is caught.
+ * Every bad access (at the call or when the work runs) is counted and
+ * printed on stderr; the work then does nothing.
+ *
+ * Live kinds (dm_live): "alloc" (device allocations), "alloc_bytes",
+ * "host_alloc" (page-locked allocations), "bad_access" (so far),
+ * "guard_damage" (damage found at free, plus live allocations damaged
+ * now).
+ */
+#ifndef DOUBLE_MEMORY_H
+#define DOUBLE_MEMORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DM_GUARD 64
+#define DM_MAX_DEVICES 64
+
+enum dm_result { DM_OK = 0, DM_BAD, DM_OUT_OF_MEMORY };
+
+/* One side of a copy. */
+enum dm_side_kind {
+    DM_DEVICE,  /* device memory: an address dm_alloc handed out */
+    DM_PINNED,  /* page-locked host memory (checked again when it runs) */
+    DM_HOST,    /* ordinary host memory: staged, or the caller's own */
+};
+
+typedef struct dm_side {
+    enum dm_side_kind kind;
+    unsigned long long addr;
+} dm_side;
+
+typedef struct dm_op {
+    const char *api;  /* the driver function, for reports */
+    bool fill;
+    dm_side dst, src;
+    size_t bytes;
+    unsigned char value;
+    void *staging;    /* a pageable source copied at the call */
+} dm_op;
+
+#pragma GCC visibility push(hidden)
+
+/* tag names the double on stderr; limit is the memory per device. */
+void dm_configure(const char *tag, unsigned long long limit);
+
+/* Device memory of device (host == false) or page-locked host memory.
+ * *addr is the device address, or the host pointer. */
+enum dm_result dm_alloc(int device, size_t bytes, bool host,
+                        unsigned long long *addr);
+/* Free the allocation starting at addr; DM_BAD (reported) if none. */
+enum dm_result dm_free(const char *api, unsigned long long addr, bool host);
+/* Device memory in use on device, in bytes. */
+unsigned long long dm_used(int device);
+
+/* At the call: [addr, addr + bytes) lies in one live allocation of
+ * device (-1: of any device); else reported. */
+bool dm_check_device(const char *api, unsigned long long addr, size_t bytes,
+                     int device);
+/* A host side: DM_PINNED when it lies in one page-locked allocation. */
+dm_side dm_host_side(const void *p, size_t bytes);
+/* What addr is: 0 unknown, 1 device memory (*device set), 2 page-locked
+ * host memory (*device: the allocating device). */
+int dm_lookup(unsigned long long addr, int *device);
+
+/* Copy a pageable source now (so the caller may reuse it); DM_OUT_OF_
+ * MEMORY when staging fails. */
+enum dm_result dm_op_stage(dm_op *op);
+/* Run by a stream worker: the copy or fill, or a report. */
+void dm_op_run(const dm_op *op);
+/* Free what the op owns. */
+void dm_op_release(dm_op *op);
+
+/* A live count (see above); -1 for a kind that is not memory. */
+long long dm_live(const char *kind);
+
+#pragma GCC visibility pop
+
+#endif /* DOUBLE_MEMORY_H */
