@@ -59,6 +59,8 @@ BACKEND = (fake_drivers.TEST_BACKEND
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
+#: live kinds of memory (a refused free of it is lost for good)
+MEMORY_KINDS = ("alloc", "host_alloc")
 PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
 
 
@@ -514,13 +516,12 @@ def settle() -> None:
     """Collect garbage, give the pooled streams and events back to the
     driver and let the devices drain (lazy destroys run)."""
     gc.collect()
-    # Drained first, so that freed memory waiting on its streams goes
-    # back to the driver in empty_cache().
-    for device in range(acc.device_count()):
-        acc.synchronize(device)
     acc.empty_cache()
     for device in range(acc.device_count()):
         acc.synchronize(device)
+    # Drained now: freed memory that waited on its streams goes back to
+    # the driver.
+    acc.empty_cache()
 
 
 def check_error(exc: BaseException, api: str, number: int, name: str,

@@ -18,6 +18,18 @@ import accelerator as acc
 SIZES = [0, 1, 511, 4096, 64 << 20]
 
 
+def _memory_supported() -> bool:
+    try:
+        acc.Buffer(0)
+    except NotImplementedError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(
+    not _memory_supported(), reason="the backend has no device memory slots")
+
+
 def settle() -> None:
     gc.collect()
     for device in range(acc.device_count()):
@@ -37,13 +49,33 @@ def memory_checks(request: pytest.FixtureRequest) -> Iterator[None]:
         assert double.live("guard_damage") == 0
 
 
-def test_zz_no_allocation_left(driver) -> None:
-    """Last in the module: everything freed, nothing damaged."""
+@pytest.fixture(scope="module", autouse=True)
+def no_allocation_left() -> Iterator[None]:
+    """At the end of the module, every allocation made in it is freed."""
+    import test_faults
+    if test_faults.BACKEND not in test_faults.SITES:
+        yield
+        return
+    double = test_faults.make_double()
     settle()
-    assert driver.live("alloc") == 0
-    assert driver.live("host_alloc") == 0
-    assert driver.live("bad_access") == 0
-    assert driver.live("guard_damage") == 0
+    before = {kind: double.live(kind) for kind in test_faults.MEMORY_KINDS}
+    yield
+    settle()
+    after = {kind: double.live(kind) for kind in test_faults.MEMORY_KINDS}
+    assert after == before
+    assert double.live("bad_access") == 0
+    assert double.live("guard_damage") == 0
+
+
+def test_live_allocations_are_counted(driver) -> None:
+    settle()
+    before = driver.live("alloc"), driver.live("host_alloc")
+    b, h = acc.Buffer(16), acc.HostBuffer(16)
+    assert (driver.live("alloc"), driver.live("host_alloc")) == (
+        before[0] + 1, before[1] + 1)
+    del b, h
+    settle()
+    assert (driver.live("alloc"), driver.live("host_alloc")) == before
 
 
 # Round trips -------------------------------------------------------------
