@@ -23,7 +23,8 @@ copyright = "the accelerator developers"
 release = accelerator.__version__
 version = release
 
-extensions = ["sphinx.ext.autodoc"]
+extensions = ["sphinx.ext.autodoc", "myst_parser"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 
 exclude_patterns = ["_build", "requirements.txt"]
 root_doc = "index"

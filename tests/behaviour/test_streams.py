@@ -212,6 +212,52 @@ def test_with_stream_across_devices() -> None:
     assert acc.current_stream(1) is default1
 
 
+def test_with_stream_exit_restores_exactly_what_docs_say(
+    default_streams: list[acc.Stream], two_devices: None,
+) -> None:
+    """docs/semantics.rst, 'with stream', as torch: the stream of s's
+    device always; the device only if the enter switched it."""
+    default0, default1 = default_streams[:2]
+    # No device switch at the enter: the device the block chose stays.
+    acc.set_device_index(0)
+    with acc.Stream(0):
+        acc.set_device_index(1)
+    assert acc.current_device_index() == 1
+    assert acc.current_stream(0) is default0
+    # The same when the block moves by set_stream to another device, and
+    # that device's new stream stays current.
+    acc.set_device_index(0)
+    other = acc.Stream(1)
+    with acc.Stream(0):
+        acc.set_stream(other)
+    assert acc.current_device_index() == 1
+    assert acc.current_stream(1) is other
+    assert acc.current_stream(0) is default0
+    acc.set_stream(default1)
+    # A stream the block made current on s's own device is replaced by
+    # the one current at the enter.
+    acc.set_device_index(0)
+    s, t = acc.Stream(0), acc.Stream(0)
+    with s:
+        acc.set_stream(t)
+    assert acc.current_stream(0) is default0
+    # The enter switched device: the exit switches back, whatever the
+    # block did; a stream it made current on another device stays.
+    acc.set_device_index(0)
+    with acc.Stream(1):
+        acc.set_device_index(0)
+        t = acc.Stream(0)
+        acc.set_stream(t)
+    assert acc.current_device_index() == 0
+    assert acc.current_stream(0) is t
+    assert acc.current_stream(1) is default1
+    acc.set_stream(default0)
+    # device_index around the stream restores the device in every case.
+    with acc.device_index(0), acc.Stream(0):
+        acc.set_device_index(1)
+    assert acc.current_device_index() == 0
+
+
 def test_two_threads_entering_the_same_stream() -> None:
     shared = acc.Stream()
     barrier = threading.Barrier(2)
