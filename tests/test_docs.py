@@ -1,14 +1,23 @@
-"""The documentation's structure: every page is part of the Sphinx build.
+"""The documentation: every page is part of the Sphinx build, and the
+Python examples run as written.
 
 Sphinx -W warns about an .rst page outside every toctree, but skips a page
 whose suffix it has no parser for without a word: a Markdown page needs
 the parser in docs/conf.py and docs/requirements.txt and an entry in the
-toctree.  (tests/test_first_command.py builds the docs with -W.)
+toctree.  (tests/test_first_command.py builds the docs with -W, and runs
+the shell commands of the README and docs/testing.rst.)
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
+
+import pytest
+
+import fake_drivers
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -38,3 +47,41 @@ def test_markdown_pages_have_a_parser() -> None:
     assert '".md": "markdown"' in conf
     requirements = (DOCS / "requirements.txt").read_text()
     assert re.search(r"^myst-parser\b", requirements, re.MULTILINE)
+
+
+def python_examples() -> list[tuple[str, str]]:
+    """(where, code) of each Python example that runs on its own: the
+    README's and those of docs/index.rst, semantics.rst and testing.rst
+    (testing.rst's need tests/ on the path for fake_drivers)."""
+    examples = [
+        (f"README.md #{n}", code) for n, code in enumerate(re.findall(
+            r"^```python\n(.*?)^```$", (REPO / "README.md").read_text(),
+            re.MULTILINE | re.DOTALL))
+    ]
+    for page in ("index", "semantics", "testing"):
+        text = (DOCS / f"{page}.rst").read_text()
+        for n, match in enumerate(re.finditer(
+                r"^\.\. code-block:: python\n\n((?:   .*\n|\n)+)", text,
+                re.MULTILINE)):
+            code = re.sub(r"^   ", "", match.group(1), flags=re.MULTILINE)
+            if "def test_" in code or "pytest_plugins" in code:
+                continue  # pytest code, run by test_pytest_plugin.py
+            examples.append((f"docs/{page}.rst #{n}", code))
+    return examples
+
+
+@pytest.mark.skipif(not fake_drivers.CUDA_DOUBLE.exists(),
+                    reason="the CUDA driver double is not built")
+@pytest.mark.parametrize("where, code", [
+    pytest.param(where, code, id=where) for where, code in python_examples()
+])
+def test_python_examples_run_on_the_cuda_double(where: str, code: str
+                                                ) -> None:
+    env = {**fake_drivers.clean_environment(),
+           "PYTHONPATH": os.pathsep.join([str(fake_drivers.SRC),
+                                          str(REPO / "tests")]),
+           "ACCELERATOR_CUDA_LIBRARY": str(fake_drivers.CUDA_DOUBLE),
+           "FAKE_CUDA_DEVICES": "2"}
+    result = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"{where}:\n{code}\n{result.stderr}"
