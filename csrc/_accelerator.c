@@ -169,39 +169,45 @@ acc_check_index(acc_state *st, long long index)
     return 0;
 }
 
+PyObject *
+acc_int_text(PyObject *value)
+{
+    PyObject *bits = PyObject_CallMethod(value, "bit_length", NULL);
+    long count;
+    int negative;
+
+    /* As the caller wrote it, not a clamped value; past 256 bits (and the
+     * int-to-str limit) its size instead. */
+    if (bits == NULL) {
+        return NULL;
+    }
+    count = PyLong_AsLong(bits);
+    Py_DECREF(bits);
+    if (count == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (count <= 256) {
+        return PyObject_Str(value);
+    }
+    /* PyLong_AsLongAndOverflow says the sign of a huge int. */
+    (void)PyLong_AsLongAndOverflow(value, &negative);
+    return PyUnicode_FromFormat("%s<an int of %ld bits>",
+                                negative < 0 ? "-" : "", count);
+}
+
 int
 acc_check_huge_index(acc_state *st, PyObject *value)
 {
-    PyObject *text, *bits;
-    const char *utf8;
+    PyObject *text = acc_int_text(value);
+    const char *utf8 = text != NULL ? PyUnicode_AsUTF8AndSize(text, NULL)
+                                    : NULL;
     acc_error err;
-    acc_status status;
 
-    /* The message shows the value as the caller wrote it, not a clamped
-     * one; past 256 bits (and the int-to-str limit) its size instead. */
-    bits = PyObject_CallMethod(value, "bit_length", NULL);
-    if (bits == NULL) {
-        return -1;
+    if (utf8 != NULL) {
+        (void)acc_check_device_text(utf8, &err);
+        acc_raise(st, &err);
     }
-    if (PyLong_AsLong(bits) > 256) {
-        text = PyUnicode_FromFormat("<an int of %S bits>", bits);
-    }
-    else {
-        text = PyObject_Str(value);
-    }
-    Py_DECREF(bits);
-    if (text == NULL) {
-        return -1;
-    }
-    utf8 = PyUnicode_AsUTF8AndSize(text, NULL);
-    if (utf8 == NULL) {
-        Py_DECREF(text);
-        return -1;
-    }
-    status = acc_check_device_text(utf8, &err);
-    Py_DECREF(text);
-    (void)status;
-    acc_raise(st, &err);
+    Py_XDECREF(text);
     return -1;
 }
 

@@ -287,6 +287,15 @@ acc_status acc_memset(acc_stream *s, uintptr_t dst, long long value,
 /* ACC_ERR_INVALID_ARGUMENT for a negative size (what names the size). */
 acc_status acc_check_nbytes(long long nbytes, const char *what,
                             acc_error *err);
+/* The same for a size that no size_t holds, given as the caller wrote it
+ * (text, and whether it is negative): always fails, with
+ * ACC_ERR_INVALID_ARGUMENT or, for a positive size, ACC_ERR_OUT_OF_MEMORY. */
+acc_status acc_check_nbytes_text(const char *nbytes, int negative,
+                                 const char *what, acc_error *err);
+/* ACC_ERR_INVALID_ARGUMENT for a fill value outside long long, given as
+ * the caller wrote it: always fails, as acc_memset does for one outside
+ * 0..255. */
+acc_status acc_check_fill_text(const char *value, acc_error *err);
 /* Nonzero when the backend has device memory (the memory slots). */
 int acc_has_memory(void);
 

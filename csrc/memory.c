@@ -11,6 +11,7 @@
 #include "backend.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,15 +119,43 @@ acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err)
 }
 
 acc_status
+acc_check_nbytes_text(const char *nbytes, int negative, const char *what,
+                      acc_error *err)
+{
+    if (negative) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "%s must be a size in bytes >= 0, got %s", what,
+                      nbytes);
+    }
+    else {
+        /* A size, only beyond any memory: out of memory, as for any size
+         * too large, but with the size asked (no driver sees it). */
+        acc_error_set(err, ACC_ERR_OUT_OF_MEMORY,
+                      "%s cannot allocate %s bytes: more than 2**%zu - 1, "
+                      "more than any memory", what, nbytes,
+                      sizeof(size_t) * 8);
+    }
+    return err->status;
+}
+
+acc_status
 acc_check_nbytes(long long nbytes, const char *what, acc_error *err)
 {
+    char text[24];
+
     if (nbytes < 0) {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                      "%s must be a size in bytes >= 0, got %lld", what,
-                      nbytes);
-        return ACC_ERR_INVALID_ARGUMENT;
+        snprintf(text, sizeof(text), "%lld", nbytes);
+        return acc_check_nbytes_text(text, 1, what, err);
     }
     return ACC_OK;
+}
+
+acc_status
+acc_check_fill_text(const char *value, acc_error *err)
+{
+    acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                  "fill value must be a byte value in 0..255, got %s", value);
+    return ACC_ERR_INVALID_ARGUMENT;
 }
 
 acc_status
@@ -139,10 +168,10 @@ acc_memset(acc_stream *s, uintptr_t dst, long long value, size_t nbytes,
         return err->status;
     }
     if (value < 0 || value > 255) {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                      "fill value must be a byte value in 0..255, got %lld",
-                      value);
-        return ACC_ERR_INVALID_ARGUMENT;
+        char text[24];
+
+        snprintf(text, sizeof(text), "%lld", value);
+        return acc_check_fill_text(text, err);
     }
     if (nbytes == 0) {
         return ACC_OK;

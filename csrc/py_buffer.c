@@ -95,6 +95,30 @@ acc_parse_stream(acc_state *st, PyObject *obj, int device, const char *what,
 
 /* Buffer() ---------------------------------------------------------------- */
 
+/* Raise the error for an int outside long long, worded by memory.c with
+ * the value as passed: a size (what names it) or, for what NULL, a fill
+ * value.  Returns -1. */
+static int
+int_error(acc_state *st, PyObject *obj, int negative, const char *what)
+{
+    PyObject *text = acc_int_text(obj);
+    const char *utf8 = text != NULL ? PyUnicode_AsUTF8AndSize(text, NULL)
+                                    : NULL;
+    acc_error err;
+
+    if (utf8 != NULL) {
+        if (what != NULL) {
+            (void)acc_check_nbytes_text(utf8, negative, what, &err);
+        }
+        else {
+            (void)acc_check_fill_text(utf8, &err);
+        }
+        acc_raise(st, &err);
+    }
+    Py_XDECREF(text);
+    return -1;
+}
+
 int
 acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
                  size_t *nbytes)
@@ -112,15 +136,26 @@ acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
     if (value == -1 && PyErr_Occurred()) {
         return -1;
     }
+    if (overflow > 0) {
+        /* Beyond any device, but a size: the driver reports out of
+         * memory for the size asked. */
+        unsigned long long big = PyLong_AsUnsignedLongLong(obj);
+
+        if (!(big == (unsigned long long)-1 && PyErr_Occurred())
+            && big <= SIZE_MAX) {
+            *nbytes = (size_t)big;
+            return 0;
+        }
+        PyErr_Clear();
+    }
     if (overflow) {
-        value = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+        return int_error(st, obj, overflow < 0, what);
     }
     if (acc_check_nbytes(value, what, &err) != ACC_OK) {
         acc_raise(st, &err);
         return -1;
     }
-    /* Beyond any device: the driver reports out of memory. */
-    *nbytes = overflow > 0 ? SIZE_MAX : (size_t)value;
+    *nbytes = (size_t)value;
     return 0;
 }
 
@@ -577,7 +612,8 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     if (overflow) {
-        value = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+        int_error(st, value_arg, overflow < 0, NULL);
+        return NULL;
     }
     if (buffer_check_open(self, "Buffer.fill()") < 0
         || acc_parse_stream(st, stream_arg, self->device, "Buffer.fill()",

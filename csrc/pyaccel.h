@@ -117,6 +117,10 @@ int acc_resolve_device(acc_state *st, PyObject *obj, int optional,
 /* Check index against the device count (DeviceIndexError). */
 int acc_check_index(acc_state *st, long long index);
 
+/* An int as text for a message: decimal as written, or past 256 bits
+ * "<an int of N bits>" ("-<...>" when negative).  New reference. */
+PyObject *acc_int_text(PyObject *value);
+
 /* Raise the error for an int device index outside long long (no
  * accelerator, or out of range, showing the value passed); returns -1. */
 int acc_check_huge_index(acc_state *st, PyObject *value);

@@ -154,6 +154,53 @@ def test_an_index_past_256_bits_is_reported_by_its_size() -> None:
         acc.synchronize(2**20000)
 
 
+def has_device_memory() -> bool:
+    try:
+        acc.Buffer(0)
+    except NotImplementedError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not has_device_memory(),
+                    reason="the backend has no device memory slots")
+@pytest.mark.parametrize("call, cls, pattern", [
+    (lambda: acc.Buffer(-2**70), ValueError,
+     rf"^Buffer\(\) must be a size in bytes >= 0, got {-2**70}$"),
+    (lambda: acc.Buffer(2**70), acc.OutOfMemoryError,
+     rf"^Buffer\(\) cannot allocate {2**70} bytes: more than 2\*\*64 - 1, "
+     r"more than any memory$"),
+    (lambda: acc.HostBuffer(-2**64), ValueError,
+     rf"^HostBuffer\(\) must be a size in bytes >= 0, got {-2**64}$"),
+    (lambda: acc.HostBuffer(2**64), acc.OutOfMemoryError,
+     rf"^HostBuffer\(\) cannot allocate {2**64} bytes"),
+    (lambda: acc.Buffer(-2**300), ValueError,
+     r"got -<an int of 301 bits>$"),
+    (lambda: acc.Buffer(2**300), acc.OutOfMemoryError,
+     r"cannot allocate <an int of 301 bits> bytes"),
+    (lambda: acc.Buffer(8).fill(2**70), ValueError,
+     rf"^fill value must be a byte value in 0\.\.255, got {2**70}$"),
+    (lambda: acc.Buffer(8).fill(-2**63 - 1), ValueError,
+     rf"^fill value must be a byte value in 0\.\.255, got {-2**63 - 1}$"),
+], ids=["Buffer(-2**70)", "Buffer(2**70)", "HostBuffer(-2**64)",
+        "HostBuffer(2**64)", "Buffer(-2**300)", "Buffer(2**300)",
+        "fill(2**70)", "fill(-2**63-1)"])
+def test_sizes_and_fill_values_outside_long_long_are_shown_as_passed(
+    call: Any, cls: type, pattern: str
+) -> None:
+    with pytest.raises(cls, match=pattern) as info:
+        call()
+    assert type(info.value) is cls
+
+
+def test_a_size_past_2_63_reaches_the_driver_as_asked() -> None:
+    if not has_device_memory():
+        pytest.skip("the backend has no device memory slots")
+    with pytest.raises(acc.OutOfMemoryError,
+                       match=rf"Tried to allocate .* \({2**63 + 5} bytes\)"):
+        acc.Buffer(2**63 + 5)
+
+
 # Sizes ---------------------------------------------------------------------
 
 
