@@ -187,7 +187,7 @@ acc_int_text(PyObject *value)
         return NULL;
     }
     if (count <= 256) {
-        return PyObject_Str(value);
+        return PyNumber_ToBase(value, 10);  /* an int subclass's too */
     }
     /* PyLong_AsLongAndOverflow says the sign of a huge int. */
     (void)PyLong_AsLongAndOverflow(value, &negative);

@@ -146,6 +146,19 @@ def test_a_negative_index_of_any_size_is_a_no_op_for_set_device_index(
     assert acc.current_device_index() == before
 
 
+class LoudInt(int):
+    """An int whose str() is not its value."""
+
+    def __str__(self) -> str:
+        return "not the value"
+
+
+def test_an_int_subclass_index_is_reported_by_its_value() -> None:
+    with pytest.raises(acc.DeviceIndexError,
+                       match=rf"^Device index value {2**70} is out of"):
+        acc.set_device_index(LoudInt(2**70))
+
+
 def test_an_index_past_256_bits_is_reported_by_its_size() -> None:
     with pytest.raises(acc.DeviceIndexError,
                        match=r"^Device index value <an int of 20001 bits> "
