@@ -291,15 +291,32 @@ PyDoc_STRVAR(current_accelerator_doc,
 "check_available changes nothing; it is accepted for torch's API.");
 
 static PyObject *
-current_accelerator(PyObject *module, PyObject *args, PyObject *kwargs)
+current_accelerator(PyObject *module, PyObject *const *args,
+                    Py_ssize_t nargs, PyObject *kwnames)
 {
-    static char *keywords[] = {"check_available", NULL};
     acc_state *st = acc_module_state(module);
-    int check_available = 0;
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:current_accelerator",
-                                     keywords, &check_available)) {
+    /* Fast call, not argument parsing: the call with no argument is a
+     * hot getter (issue #16: within 1.3x of a no-op call). */
+    if (nargs + nkw > 1) {
+        PyErr_Format(PyExc_TypeError, "current_accelerator() takes at most 1 "
+                     "argument, check_available (%zd given)", nargs + nkw);
         return NULL;
+    }
+    if (nkw == 1 && PyUnicode_CompareWithASCIIString(
+                        PyTuple_GetItem(kwnames, 0), "check_available") != 0) {
+        PyErr_Format(PyExc_TypeError, "%R is an invalid keyword argument "
+                     "for current_accelerator() (expected check_available)",
+                     PyTuple_GetItem(kwnames, 0));
+        return NULL;
+    }
+    /* check_available is any truth value, as torch's bool. */
+    if (nargs + nkw == 1 && PyObject_IsTrue(args[0]) < 0) {
+        return NULL;
+    }
+    if (st->accelerator != NULL) {
+        return Py_NewRef(st->accelerator);
     }
     acc_ensure_probed();
     if (!acc_is_available()) {
@@ -699,7 +716,7 @@ static PyMethodDef module_methods[] = {
     {"is_available", is_available, METH_NOARGS, is_available_doc},
     {"device_count", device_count, METH_NOARGS, device_count_doc},
     {"current_accelerator", (PyCFunction)(void (*)(void))current_accelerator,
-     METH_VARARGS | METH_KEYWORDS, current_accelerator_doc},
+     METH_FASTCALL | METH_KEYWORDS, current_accelerator_doc},
     {"current_device_index", current_device_index, METH_NOARGS,
      current_device_index_doc},
     {"set_device_index", set_device_index, METH_O, set_device_index_doc},
@@ -818,6 +835,10 @@ module_exec(PyObject *module)
         || st->str_cuda_stream == NULL) {
         return -1;
     }
+    st->device_cache = PyDict_New();
+    if (st->device_cache == NULL) {
+        return -1;
+    }
     return PyModule_AddIntConstant(module, "MAX_DEVICES", ACC_MAX_DEVICES);
 }
 
@@ -837,6 +858,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->OutOfMemoryError);
     Py_VISIT(st->DeviceIndexError);
     Py_VISIT(st->accelerator);
+    Py_VISIT(st->device_cache);
     for (int i = 0; i < ACC_MAX_DEVICES; i++) {
         Py_VISIT(st->default_streams[i]);
         Py_VISIT(st->properties[i]);
@@ -863,6 +885,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->str_index);
     Py_CLEAR(st->str_cuda_stream);
     Py_CLEAR(st->accelerator);
+    Py_CLEAR(st->device_cache);
     for (int i = 0; i < ACC_MAX_DEVICES; i++) {
         Py_CLEAR(st->default_streams[i]);
         Py_CLEAR(st->properties[i]);

@@ -129,7 +129,7 @@ acc_device_new(acc_state *st, const char *type, int index)
 }
 
 static PyObject *
-device_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+device_make(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"type", "index", NULL};
     PyObject *type_arg, *index_arg = NULL, *type = NULL;
@@ -199,6 +199,59 @@ device_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     self->type = type;
     self->index = index;
     return (PyObject *)self;
+}
+
+/* Positional arguments of exact str, int or None types only: a key that
+ * no other argument compares equal to (True == 1, 1.0 == 1). */
+static int
+cacheable_args(PyObject *args)
+{
+    Py_ssize_t n = PyTuple_Size(args);
+    PyObject *first, *second;
+
+    if (n < 1 || n > 2) {
+        return 0;
+    }
+    first = PyTuple_GetItem(args, 0);
+    if (!PyUnicode_CheckExact(first) && !PyLong_CheckExact(first)) {
+        return 0;
+    }
+    if (n == 1) {
+        return 1;
+    }
+    second = PyTuple_GetItem(args, 1);
+    return second == Py_None || PyLong_CheckExact(second);
+}
+
+/* Devices are immutable values, so equal arguments may share one object:
+ * device("cuda", 0) and device("cuda:0") are hot (issue #16: within 3x
+ * of a no-op call), and parsing is most of their cost.  The cache is a
+ * dict of the argument tuples seen, bounded. */
+#define DEVICE_CACHE_MAX 256
+
+static PyObject *
+device_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    acc_state *st = acc_state_from_type(cls);
+    int cacheable = kwargs == NULL && cacheable_args(args);
+    PyObject *self;
+
+    if (cacheable) {
+        self = PyDict_GetItemWithError(st->device_cache, args);
+        if (self != NULL) {
+            return Py_NewRef(self);
+        }
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    self = device_make(cls, args, kwargs);
+    if (self != NULL && cacheable
+        && PyDict_Size(st->device_cache) < DEVICE_CACHE_MAX
+        && PyDict_SetItem(st->device_cache, args, self) < 0) {
+        Py_CLEAR(self);
+    }
+    return self;
 }
 
 static void

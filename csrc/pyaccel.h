@@ -32,6 +32,7 @@ typedef struct acc_state {
     PyObject *str_index;           /* "index" */
     PyObject *str_cuda_stream;     /* "__cuda_stream__" */
     PyObject *accelerator;         /* device(type) of the backend, or NULL */
+    PyObject *device_cache;        /* {device() arguments: device} */
     PyObject *default_streams[ACC_MAX_DEVICES]; /* wrappers, lazily */
     PyObject *properties[ACC_MAX_DEVICES];      /* DeviceProperties */
 } acc_state;

@@ -186,3 +186,32 @@ def test_memory_info_and_properties(device_count: int,
         assert props.name and acc.get_device_name(index) == props.name
         assert acc.get_device_properties(index) is props
     assert acc.get_device_properties() == acc.get_device_properties(0)
+
+
+def test_device_objects_are_shared_but_not_across_types(
+        accel_type: str) -> None:
+    """device() hands out one object per argument tuple (a value cache),
+    and the cache never answers for arguments that only compare equal."""
+    assert acc.device(accel_type, 1) is acc.device(accel_type, 1)
+    assert acc.device(f"{accel_type}:1") is acc.device(f"{accel_type}:1")
+    assert acc.device(accel_type, 1) == acc.device(f"{accel_type}:1")
+    assert acc.current_accelerator() is acc.current_accelerator(True)
+    with pytest.raises(TypeError, match="bool"):
+        acc.device(accel_type, True)
+    with pytest.raises(TypeError, match="float"):
+        acc.device(accel_type, 1.0)
+    for i in range(1000):  # the cache is bounded; all still right
+        assert acc.device(accel_type, i).index == i
+
+
+def test_current_accelerator_arguments() -> None:
+    with pytest.raises(TypeError, match="at most 1 argument"):
+        acc.current_accelerator(True, check_available=True)
+    with pytest.raises(TypeError, match="invalid keyword"):
+        acc.current_accelerator(check=True)
+    class Falsy:
+        def __bool__(self) -> bool:
+            raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        acc.current_accelerator(Falsy())
