@@ -846,6 +846,112 @@ def run_callgrind(env: dict[str, str], tmp: Path, program: Path | None,
     return text, data
 
 
+# The callgrind gate: per-call instructions against a committed baseline --
+
+BASELINE = BENCH / "callgrind_baseline.json"
+GATE_SIZES = (200, 1200)
+GATE_TOLERANCE = 0.10  # a row fails when it grows more than this
+
+
+def callgrind_rows(env: dict[str, str], tmp: Path,
+                   args: argparse.Namespace) -> dict[str, float] | str:
+    """Instructions per call of each API on the CUDA double, net of the
+    empty loop; or why they cannot be counted here."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return "valgrind is not installed"
+    marker = build_c(tmp, "callgrind_mark.c", "callgrind_mark.so", "-shared",
+                     "-fPIC")
+    if marker is None:
+        return "cannot build bench/callgrind_mark.c (valgrind/callgrind.h?)"
+    out = Path(tempfile.mkdtemp(prefix="callgrind.", dir=tmp))
+    prefix = [valgrind, "--tool=callgrind", "--dump-instr=no",
+              "--separate-threads=yes", f"--callgrind-out-file={out}/py.%p"]
+    args.worker_timeout = max(args.worker_timeout, 900)
+    worker = spawn_worker("accelerator", env, args, prefix, [
+        "--callgrind-sizes", ",".join(map(str, GATE_SIZES)),
+        "--marker", str(marker)])
+    if "skipped" in worker:
+        return f"the worker did not run: {worker['skipped']}"
+    parts = parse_callgrind(out, "py")
+    loop = per_call(parts, "loop", GATE_SIZES) or 0.0
+    rows = {}
+    for key in ["noop", *(api.key for api in APIS)]:
+        total = per_call(parts, key, GATE_SIZES)
+        if total is not None:
+            rows[key] = round(total - loop, 1)
+    return rows
+
+
+def gate_context() -> dict[str, str]:
+    """What instruction counts depend on besides our code: a baseline
+    taken under another interpreter says nothing about this one."""
+    return {"python": f"{platform.python_implementation()} "
+                      f"{platform.python_version()}",
+            "machine": platform.machine()}
+
+
+def callgrind_baseline(mode: str, args: argparse.Namespace) -> int:
+    """--callgrind-baseline write|check (see bench/README.md).  check exits
+    0 when no row grew more than GATE_TOLERANCE, 1 when one did, 2 when it
+    cannot measure (the reason is printed)."""
+    env = child_env(True, "cuda")
+    if env is None:
+        print("cannot measure: the CUDA double is not built "
+              "(make -C tests/drivers)")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="bench_api.") as tmpdir:
+        rows = callgrind_rows(env, Path(tmpdir), args)
+    if isinstance(rows, str):
+        print(f"cannot measure: {rows}")
+        return 2
+    if mode == "write":
+        BASELINE.write_text(json.dumps(
+            {"about": "instructions per call under callgrind on the CUDA "
+                      "double, net of the empty loop; written by "
+                      "bench/bench_api.py --callgrind-baseline write",
+             "sizes": list(GATE_SIZES), **gate_context(), "rows": rows},
+            indent=1) + "\n")
+        print(f"wrote {BASELINE.relative_to(REPO)} ({len(rows)} rows)")
+        return 0
+    base = json.loads(BASELINE.read_text())
+    context = gate_context()
+    if any(base.get(k) != v for k, v in context.items()):
+        print(f"cannot compare: the baseline was taken on {base['python']} "
+              f"{base['machine']}, this is {context['python']} "
+              f"{context['machine']}")
+        return 2
+    text, failed = compare_to_baseline(base["rows"], rows)
+    print(text)
+    return 1 if failed else 0
+
+
+def compare_to_baseline(base: dict[str, float], rows: dict[str, float]
+                        ) -> tuple[str, list[str]]:
+    """The comparison table, and the rows that grew more than the
+    tolerance (or are no longer measured)."""
+    failed, table_rows = [], []
+    for key, before in base.items():
+        now = rows.get(key)
+        if now is None:
+            failed.append(f"{key}: no longer measured")
+            continue
+        change = (now - before) / before if before > 0 else 0.0
+        bad = change > GATE_TOLERANCE
+        if bad:
+            failed.append(f"{key}: {before:,.0f} -> {now:,.0f} Ir/call "
+                          f"({change:+.1%})")
+        table_rows.append([key, fmt(before, 0), fmt(now, 0),
+                           f"{change:+.1%}", "GREW" if bad else "ok"])
+    text = table(["api", "baseline Ir", "now Ir", "change", ""], table_rows)
+    if failed:
+        text += (f"\n\nmore than {GATE_TOLERANCE:.0%} over the baseline:\n  "
+                 + "\n  ".join(failed) + "\n(if on purpose: "
+                 "bench/bench_api.py --callgrind-baseline write, and commit "
+                 "the file)")
+    return text, failed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--double", action="store_true",
@@ -863,6 +969,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write the last (shortest) table here")
     parser.add_argument("--callgrind", action="store_true",
                         help="also count instructions per call (valgrind)")
+    parser.add_argument("--callgrind-baseline", choices=("check", "write"),
+                        help="instructions per call on the CUDA double "
+                        "against bench/callgrind_baseline.json: check "
+                        "(exit 1 when a row grew > 10%%) or write it anew")
     parser.add_argument("--target-ms", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -883,6 +993,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             sizes, args.marker)
         print(RESULT_TAG + json.dumps(result))
         return 0
+    if args.callgrind_baseline:
+        return callgrind_baseline(args.callgrind_baseline, args)
     return orchestrate(args)
 
 

@@ -810,6 +810,13 @@ acc_restore_pop(const void *owner, int innermost_only, const char *what,
 {
     size_t i = tls_restore_len;
 
+    if (i > 0 && tls_restore[i - 1].owner == owner) {
+        /* The usual case, LIFO: nothing to move. */
+        *device = tls_restore[i - 1].device;
+        *stream = tls_restore[i - 1].stream;
+        tls_restore_len--;
+        return ACC_OK;
+    }
     while (i > 0 && tls_restore[i - 1].owner != owner && !innermost_only) {
         i--;
     }

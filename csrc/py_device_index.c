@@ -10,10 +10,13 @@
  */
 #include "pyaccel.h"
 
+#include <limits.h>
 
 typedef struct {
     PyObject_HEAD
-    PyObject *idx;    /* the int index as passed, or None */
+    PyObject *idx;    /* the index as passed (an exact int), or None */
+    long long index;  /* its value; -1 for None */
+    int huge;         /* the value does not fit in a long long */
 } DeviceIndexObject;
 
 static PyObject *
@@ -21,6 +24,8 @@ device_index_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
     DeviceIndexObject *self;
     PyObject *idx;
+    long long value = -1;
+    int overflow = 0;
 
     if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
         PyErr_SetString(PyExc_TypeError,
@@ -36,28 +41,37 @@ device_index_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
                      PyTuple_Size(args));
         return NULL;
     }
+    /* Checked here rather than at enter: the object then holds only an
+     * exact int or None, which cannot form a cycle (no GC needed). */
     idx = PyTuple_GetItem(args, 0);
-    self = (DeviceIndexObject *)acc_alloc(cls);
-    if (self == NULL) {
+    if (idx == Py_None) {
+        idx = Py_NewRef(idx);
+    }
+    else if (PyBool_Check(idx) || !PyLong_Check(idx)) {
+        PyErr_Format(PyExc_TypeError, "device_index() expects an int device "
+                     "index or None, got %.100s", acc_type_name(idx));
         return NULL;
     }
-    self->idx = Py_NewRef(idx);
+    else {
+        idx = PyNumber_Index(idx);   /* exact int */
+        if (idx == NULL) {
+            return NULL;
+        }
+        value = PyLong_AsLongLongAndOverflow(idx, &overflow);
+        if (value == -1 && PyErr_Occurred()) {
+            Py_DECREF(idx);
+            return NULL;
+        }
+    }
+    self = (DeviceIndexObject *)acc_alloc(cls);
+    if (self == NULL) {
+        Py_DECREF(idx);
+        return NULL;
+    }
+    self->idx = idx;
+    self->index = value;
+    self->huge = overflow != 0;
     return (PyObject *)self;
-}
-
-static int
-device_index_traverse(DeviceIndexObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->idx);
-    Py_VISIT(Py_TYPE((PyObject *)self));
-    return 0;
-}
-
-static int
-device_index_clear(DeviceIndexObject *self)
-{
-    Py_CLEAR(self->idx);
-    return 0;
 }
 
 static void
@@ -65,65 +79,42 @@ device_index_dealloc(DeviceIndexObject *self)
 {
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
 
-    PyObject_GC_UnTrack((PyObject *)self);
-    device_index_clear(self);
+    Py_DECREF(self->idx);
     acc_object_free((PyObject *)self);
     Py_DECREF(tp);
-}
-
-/* The index to enter, range-checked, or -1 for None (a no-op). */
-static int
-entered_index(acc_state *st, PyObject *idx, int *index)
-{
-    long long value;
-    int overflow;
-
-    if (idx == Py_None) {
-        *index = -1;
-        return 0;
-    }
-    if (PyBool_Check(idx) || !PyLong_Check(idx)) {
-        PyErr_Format(PyExc_TypeError, "device_index() expects an int device "
-                     "index or None, got %.100s", acc_type_name(idx));
-        return -1;
-    }
-    value = PyLong_AsLongLongAndOverflow(idx, &overflow);
-    if (value == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    acc_ensure_probed();
-    if (overflow) {
-        acc_check_huge_index(st, idx);
-        return -1;
-    }
-    if (acc_check_index(st, value) < 0) {
-        return -1;
-    }
-    *index = (int)value;
-    return 0;
 }
 
 static PyObject *
 device_index_enter(DeviceIndexObject *self, PyObject *unused)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
-    int index, previous = acc_current_device(), ignored;
+    acc_state *st;
+    int previous = acc_current_device(), ignored;
     acc_stream *none;
     acc_error err;
 
     (void)unused;
-    if (entered_index(st, self->idx, &index) < 0) {
-        return NULL;
-    }
-    if (index < 0) {
+    if (self->idx == Py_None) {
         Py_RETURN_NONE;
     }
-    if (acc_restore_push(self, previous, NULL, &err) != ACC_OK) {
+    acc_ensure_probed();
+    if (self->huge) {
+        /* Out of range, worded with the value as passed. */
+        acc_check_huge_index(acc_state_from_type(Py_TYPE((PyObject *)self)),
+                             self->idx);
+        return NULL;
+    }
+    /* The module state is only looked up when needed: this is hot. */
+    if (acc_check_device(self->index, &err) != ACC_OK
+        || acc_restore_push(self, previous, NULL, &err) != ACC_OK) {
+        st = acc_state_from_type(Py_TYPE((PyObject *)self));
         return acc_raise(st, &err);
     }
-    if (index != previous && acc_switch_device(st, index) < 0) {
-        acc_restore_pop(self, 1, "device_index", &ignored, &none, &err);
-        return NULL;
+    if (self->index != previous) {
+        st = acc_state_from_type(Py_TYPE((PyObject *)self));
+        if (acc_switch_device(st, (int)self->index) < 0) {
+            acc_restore_pop(self, 1, "device_index", &ignored, &none, &err);
+            return NULL;
+        }
     }
     Py_RETURN_NONE;
 }
@@ -132,7 +123,7 @@ static PyObject *
 device_index_exit(DeviceIndexObject *self, PyObject *const *args,
                   Py_ssize_t nargs)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
+    acc_state *st;
     acc_stream *none;
     acc_error err;
     int previous;
@@ -147,11 +138,14 @@ device_index_exit(DeviceIndexObject *self, PyObject *const *args,
      * this object is the one that matches. */
     if (acc_restore_pop(self, 0, "device_index", &previous, &none, &err)
         != ACC_OK) {
+        st = acc_state_from_type(Py_TYPE((PyObject *)self));
         return acc_raise_unmatched_exit(st, &err);
     }
-    if (previous != acc_current_device()
-        && acc_switch_device(st, previous) < 0) {
-        return NULL;
+    if (previous != acc_current_device()) {
+        st = acc_state_from_type(Py_TYPE((PyObject *)self));
+        if (acc_switch_device(st, previous) < 0) {
+            return NULL;
+        }
     }
     Py_RETURN_NONE;
 }
@@ -197,8 +191,6 @@ static PyType_Slot device_index_slots[] = {
     {Py_tp_doc, (void *)device_index_doc},
     {Py_tp_new, device_index_new},
     {Py_tp_dealloc, device_index_dealloc},
-    {Py_tp_traverse, device_index_traverse},
-    {Py_tp_clear, device_index_clear},
     {Py_tp_repr, device_index_repr},
     {Py_tp_methods, device_index_methods},
     {Py_tp_members, device_index_members},
@@ -208,7 +200,6 @@ static PyType_Slot device_index_slots[] = {
 PyType_Spec acc_device_index_spec = {
     .name = "accelerator.device_index",
     .basicsize = sizeof(DeviceIndexObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
-             | Py_TPFLAGS_HAVE_GC,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = device_index_slots,
 };

@@ -397,29 +397,29 @@ stream_record_event(StreamObject *self, PyObject *const *args,
 static PyObject *
 stream_enter(StreamObject *self, PyObject *unused)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
+    acc_state *st;
     int device = acc_current_device();
     acc_stream *current;
     acc_error err;
 
     (void)unused;
-    if (acc_require_usable(st) < 0) {
-        return NULL;
-    }
-    if (acc_current_stream(self->s->device, &current, &err) != ACC_OK) {
-        return acc_raise(st, &err);
+    /* The module state is only looked up when needed: this is hot. */
+    if (acc_check_usable(&err) != ACC_OK
+        || acc_current_stream(self->s->device, &current, &err) != ACC_OK) {
+        goto fail;
     }
     if (self->s->device == device && same_stream(current, self->s)) {
         /* Re-entering the current stream changes nothing, as in torch;
          * a stream current on another device still switches to it. */
         if (acc_restore_push(self->s, -1, NULL, &err) != ACC_OK) {
-            return acc_raise(st, &err);
+            goto fail;
         }
         return Py_NewRef((PyObject *)self);
     }
     if (acc_restore_push(self->s, device, current, &err) != ACC_OK) {
-        return acc_raise(st, &err);
+        goto fail;
     }
+    st = acc_state_from_type(Py_TYPE((PyObject *)self));
     if ((self->s->device != device
          && acc_switch_device(st, self->s->device) < 0)
         || acc_set_current_stream(self->s, &err) != ACC_OK) {
@@ -434,12 +434,15 @@ stream_enter(StreamObject *self, PyObject *unused)
         return NULL;
     }
     return Py_NewRef((PyObject *)self);
+
+fail:
+    return acc_raise(acc_state_from_type(Py_TYPE((PyObject *)self)), &err);
 }
 
 static PyObject *
 stream_exit(StreamObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
+    acc_state *st;
     acc_stream *previous;
     acc_status status;
     int device;
@@ -449,6 +452,7 @@ stream_exit(StreamObject *self, PyObject *const *args, Py_ssize_t nargs)
     (void)nargs;
     if (acc_restore_pop(self->s, 1, "Stream", &device, &previous, &err)
         != ACC_OK) {
+        st = acc_state_from_type(Py_TYPE((PyObject *)self));
         return acc_raise_unmatched_exit(st, &err);
     }
     if (previous == NULL) {
@@ -457,11 +461,14 @@ stream_exit(StreamObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* Restore the stream first, then the device, as torch does. */
     status = acc_set_current_stream(previous, &err);
     acc_stream_decref(previous);
-    if (status != ACC_OK) {
-        return acc_raise(st, &err);
-    }
-    if (self->s->device != device && acc_switch_device(st, device) < 0) {
-        return NULL;
+    if (status != ACC_OK || self->s->device != device) {
+        st = acc_state_from_type(Py_TYPE((PyObject *)self));
+        if (status != ACC_OK) {
+            return acc_raise(st, &err);
+        }
+        if (acc_switch_device(st, device) < 0) {
+            return NULL;
+        }
     }
     Py_RETURN_NONE;
 }

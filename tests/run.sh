@@ -7,6 +7,7 @@
 # 1. Debian's Level Zero loader and headers (libze1, libze-dev) when missing
 #    and we can install them (root and apt-get); otherwise the Level Zero
 #    runs are skipped with the reason printed.
+#    valgrind likewise, for the callgrind gate (skipped without it).
 # 2. pytest (tests/requirements.txt), the driver test doubles
 #    (make -C tests/drivers) and the extension, built in place with
 #    warnings as errors, then installed editable (pip install -e .).
@@ -29,6 +30,17 @@ if ! have_level_zero; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         apt-get install -y -qq libze1 libze-dev >/dev/null
+    fi
+fi
+
+# valgrind for the callgrind gate (tests/test_callgrind_gate.py), which is
+# skipped with the reason where it cannot be installed.
+if ! command -v valgrind >/dev/null || [ ! -f /usr/include/valgrind/callgrind.h ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing valgrind (the callgrind gate)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq valgrind >/dev/null || true
     fi
 fi
 
