@@ -158,6 +158,25 @@ acc_require_usable(acc_state *st)
 }
 
 int
+acc_require_ready(acc_state *st)
+{
+    acc_error err;
+    acc_status status;
+
+    if (acc_initialized()) {
+        return acc_require_usable(st);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_ready(&err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+int
 acc_check_index(acc_state *st, long long index)
 {
     acc_error err;
@@ -424,13 +443,13 @@ current_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
     if (nargs == 0) {
         acc_ensure_probed();
-        if (acc_require_usable(st) < 0) {
+        if (acc_require_ready(st) < 0) {
             return NULL;
         }
         device = acc_current_device();
     }
     else if (optional_device(st, args, nargs, "current_stream", &device)
-             < 0) {
+             < 0 || acc_require_ready(st) < 0) {
         return NULL;
     }
     if (acc_current_stream(device, &s, &err) != ACC_OK) {
@@ -633,8 +652,10 @@ get_device_name(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 PyDoc_STRVAR(backends_doc,
 "backends($module, /)\n--\n\n"
 "One dict per known backend, in probe order: name, device_type, library,\n"
-"loaded, available, selected, driver_version, device_count, reason.\n"
-"Probes the backends selection did not need; creates no context.");
+"loaded, available, selected, driver_version, device_count, reason,\n"
+"counted_by (how the devices were counted: 'cuInit', 'NVML (...)') and\n"
+"initialized (the driver is initialised in this process).  Probes the\n"
+"backends selection did not need; creates no context.");
 
 static PyObject *
 backends(PyObject *module, PyObject *unused)
@@ -655,7 +676,7 @@ backends(PyObject *module, PyObject *unused)
         /* "N" steals each text; Py_BuildValue releases them on failure
          * and fails itself when one is NULL. */
         PyObject *item = Py_BuildValue(
-            "{s:s, s:s, s:N, s:O, s:O, s:O, s:N, s:i, s:N}",
+            "{s:s, s:s, s:N, s:O, s:O, s:O, s:N, s:i, s:N, s:N, s:O}",
             "name", b->name, "device_type", b->device_type,
             "library", text_or_none(b->library),
             "loaded", b->loaded ? Py_True : Py_False,
@@ -668,7 +689,11 @@ backends(PyObject *module, PyObject *unused)
             "device_count", b->device_count,
             "reason", b->reason[0]
                 ? acc_text(b->reason, sizeof(b->reason))
-                : Py_NewRef(Py_None));
+                : Py_NewRef(Py_None),
+            "counted_by", b->counted_by[0]
+                ? acc_text(b->counted_by, sizeof(b->counted_by))
+                : Py_NewRef(Py_None),
+            "initialized", b->initialized ? Py_True : Py_False);
 
         if (item == NULL || PyList_Append(list, item) < 0) {
             Py_XDECREF(item);
@@ -678,6 +703,50 @@ backends(PyObject *module, PyObject *unused)
         Py_DECREF(item);
     }
     return list;
+}
+
+PyDoc_STRVAR(visible_devices_doc,
+"_visible_devices($module, /)\n--\n\n"
+"The backend's indices of the devices ACCELERATOR_VISIBLE_DEVICES made\n"
+"visible, in order (device i is the backend's [i]), or None when the\n"
+"variable is unset or no backend is selected.  Probes once.");
+
+static PyObject *
+visible_devices(PyObject *module, PyObject *unused)
+{
+    const int *order;
+    PyObject *list;
+    int count;
+
+    (void)module;
+    (void)unused;
+    acc_ensure_probed();
+    if (!acc_visible_devices(&order, &count)) {
+        Py_RETURN_NONE;
+    }
+    list = PyList_New(count);
+    for (int i = 0; list != NULL && i < count; i++) {
+        PyObject *item = PyLong_FromLong(order[i]);
+
+        if (item == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SetItem(list, i, item);
+    }
+    return list;
+}
+
+PyDoc_STRVAR(probed_doc,
+"_probed($module, /)\n--\n\n"
+"True once the drivers were probed in this process (never probes).");
+
+static PyObject *
+probed(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(acc_probed());
 }
 
 PyDoc_STRVAR(empty_cache_doc,
@@ -734,6 +803,8 @@ static PyMethodDef module_methods[] = {
      METH_FASTCALL, get_device_name_doc},
     {"backends", backends, METH_NOARGS, backends_doc},
     {"empty_cache", empty_cache, METH_NOARGS, empty_cache_doc},
+    {"_visible_devices", visible_devices, METH_NOARGS, visible_devices_doc},
+    {"_probed", probed, METH_NOARGS, probed_doc},
     {"_noop", noop, METH_NOARGS, noop_doc},
     {NULL, NULL, 0, NULL},
 };

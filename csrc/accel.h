@@ -106,7 +106,11 @@ typedef struct acc_backend_info {
     int driver_version;        /* backend-specific encoding, 0 if unknown */
     int device_count;
     char driver_version_text[64];
-    char reason[512];          /* why not available ("" when available) */
+    char reason[512];          /* why not available ("" when available),
+                                * or why its first use failed */
+    char counted_by[160];      /* how probe() counted the devices */
+    int initialized;           /* the driver is initialised in this
+                                * process (not deferred, or first used) */
 } acc_backend_info;
 
 /* Selection and lifetime (dispatch.c) */
@@ -141,8 +145,21 @@ const acc_backend_info *acc_backend_info_at(int i);
 acc_status acc_get_device_properties(int device,
                                      const acc_device_properties **out,
                                      acc_error *err);
-/* Fail with ACC_ERR_NO_ACCELERATOR (reasons listed) or ACC_ERR_FORKED. */
+/* Fail with ACC_ERR_NO_ACCELERATOR (reasons listed) or ACC_ERR_FORKED.
+ * Calls no driver function: questions (the current device) use it. */
 acc_status acc_check_usable(acc_error *err);
+/* Nonzero once the selected backend's driver is initialised for use (at
+ * probe, or at the first use when the probe deferred it).  A child forked
+ * before that may use the driver itself. */
+int acc_initialized(void);
+/* acc_check_usable, then initialise the driver if the probe deferred it
+ * (may block: call without the GIL).  Every call that reaches a backend
+ * slot does this first; callers may do it early to release the GIL. */
+acc_status acc_ready(acc_error *err);
+/* ACCELERATOR_VISIBLE_DEVICES as applied: *count backend device indices
+ * in order (device i is the backend's order[i]); 0 when the variable is
+ * unset or no backend is selected. */
+int acc_visible_devices(const int **order, int *count);
 
 /* Devices (dispatch.c): per-thread current device, starting at 0. */
 int acc_current_device(void);

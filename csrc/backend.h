@@ -51,6 +51,11 @@ typedef struct acc_probe_result {
     int device_count;             /* usable devices (0 when unavailable) */
     int driver_version;           /* as the driver encodes it, 0 if unknown */
     char driver_version_text[64]; /* e.g. "12.4" */
+    int deferred;                 /* devices counted without initialising
+                                   * the driver: initialize() runs at first
+                                   * use */
+    char counted_by[160];         /* how the devices were counted, for the
+                                   * report: "cuInit", "NVML (...)" */
 } acc_probe_result;
 
 struct acc_backend {
@@ -69,13 +74,31 @@ struct acc_backend {
     /* Lifetime ----------------------------------------------------------- */
 
     /* REQUIRED.  Open the driver library, resolve its symbols, initialise
-     * the driver
-     * and count devices.  Called at most once per process, under the
+     * the driver (or only count the devices, out->deferred: see
+     * initialize) and count devices.  Called at most once per process, under the
      * dispatcher's probe lock.  Must not create contexts or allocate
      * device memory.  Returns ACC_OK with out->device_count > 0 when the
      * backend is usable; otherwise a failure status and a reason in err
      * (err->message is shown to users as "why not"). */
     acc_status (*probe)(acc_probe_result *out, acc_error *err);
+
+    /* OPTIONAL (NULL: probe() never defers).  Initialise the driver for
+     * use when probe() only counted the devices (out->deferred), so that
+     * a process that asked nothing but questions (is_available,
+     * device_count) can still fork children that use the driver.  Called
+     * at most once, under the dispatcher's lock, before the first slot
+     * that uses a device (and after select_devices); may block.  Sets
+     * *device_count to the count the initialised driver reports. */
+    acc_status (*initialize)(int *device_count, acc_error *err);
+
+    /* OPTIONAL (NULL: the backend cannot restrict its devices, and the
+     * dispatcher refuses ACCELERATOR_VISIBLE_DEVICES for it).  Expose only
+     * the probed devices order[0..count), in that order: device i becomes
+     * the probed device order[i].  The indices are distinct and below the
+     * probed count.  Called at most once, right after a successful probe,
+     * before any other slot; must not block. */
+    acc_status (*select_devices)(const int *order, int count,
+                                 acc_error *err);
 
     /* OPTIONAL (NULL: nothing to release).  Release what the backend
      * holds (contexts, pools).  Called at exit from the thread that

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "backend.h"
 
+#include <ctype.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -70,13 +71,31 @@ typedef struct properties_slot {
     acc_device_properties props;
 } properties_slot;
 
+/* ACCELERATOR_VISIBLE_DEVICES, parsed before the probe, applied to the
+ * first backend that has devices. */
+typedef struct visible_list {
+    const char *text;          /* the variable's value, NULL when unset */
+    int count;
+    int order[ACC_MAX_DEVICES];
+    char error[256];           /* why the value is malformed, "" if not */
+} visible_list;
+
 static struct {
     pthread_once_t once;
     atomic_int probed;         /* acc_probe() has completed */
     int forked;                /* we are a child forked after init */
     int debug;                 /* ACCELERATOR_DEBUG=1 */
     const acc_backend *selected;
+    acc_backend_info *selected_info;
     int device_count;
+    visible_list visible;
+    /* The selected driver is initialised: at probe, or at first use when
+     * the probe deferred it.  A failed deferred initialisation is kept
+     * and reported by every later use. */
+    atomic_int ready;
+    pthread_mutex_t init_lock;
+    int init_failed;
+    acc_error init_error;
     int probed_backend[N_BACKENDS];
     acc_backend_info info[N_BACKENDS];
     pthread_mutex_t lock;      /* lazy slots and the full probe */
@@ -90,6 +109,7 @@ static struct {
     .once = PTHREAD_ONCE_INIT,
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .pool_lock = PTHREAD_MUTEX_INITIALIZER,
+    .init_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
 /*
@@ -229,8 +249,11 @@ after_fork_in_child(void)
 {
     /* Drivers cannot be used in a child of a process that initialised
      * them (CUDA returns NOT_INITIALIZED forever; the Level Zero loader's
-     * once-only state is inherited), so refuse clearly instead. */
-    if (g.selected != NULL) {
+     * once-only state is inherited), so refuse clearly instead.  A parent
+     * that only counted devices (CUDA through NVML) initialised nothing:
+     * its child initialises the driver for itself at first use. */
+    if (g.selected != NULL
+        && atomic_load_explicit(&g.ready, memory_order_acquire)) {
         g.forked = 1;
     }
 }
@@ -311,6 +334,8 @@ probe_backend(int i)
     info->driver_version = result.driver_version;
     memcpy(info->driver_version_text, result.driver_version_text,
            sizeof(info->driver_version_text));
+    memcpy(info->counted_by, result.counted_by, sizeof(info->counted_by));
+    info->initialized = st == ACC_OK && !result.deferred;
     if (st == ACC_OK && result.device_count <= 0) {
         acc_format(err.message, sizeof(err.message),
                    "the driver reports no devices");
@@ -333,10 +358,257 @@ probe_backend(int i)
               info->library ? info->library : "?");
 }
 
+/* Visible devices --------------------------------------------------------- */
+
+#define VISIBLE_EXPECTED \
+    "expected a comma-separated list of distinct device indices, e.g. 2,0"
+
+/* Parse ACCELERATOR_VISIBLE_DEVICES: decimal indices, spaces around them
+ * allowed; set but empty means no device. */
+static void
+parse_visible(visible_list *v, const char *text)
+{
+    const char *p = text;
+
+    memset(v, 0, sizeof(*v));
+    v->text = text;
+    if (text == NULL) {
+        return;
+    }
+    while (isspace((unsigned char)*p)) {
+        p++;
+    }
+    if (*p == '\0') {
+        return;
+    }
+    for (;;) {
+        const char *start;
+        long index = 0;
+
+        while (isspace((unsigned char)*p)) {
+            p++;
+        }
+        start = p;
+        while (isdigit((unsigned char)*p) && index < ACC_MAX_DEVICES * 1000) {
+            index = index * 10 + (*p - '0');
+            p++;
+        }
+        while (isspace((unsigned char)*p)) {
+            p++;
+        }
+        if (p == start || (*p != ',' && *p != '\0')) {
+            const char *end = strchr(start, ',');
+            int len = end ? (int)(end - start) : (int)strlen(start);
+
+            acc_format(v->error, sizeof(v->error),
+                       "ACCELERATOR_VISIBLE_DEVICES='%s': '%.*s' is not a "
+                       "device index (" VISIBLE_EXPECTED ")", text, len,
+                       start);
+            return;
+        }
+        if (v->count == ACC_MAX_DEVICES) {
+            acc_format(v->error, sizeof(v->error),
+                       "ACCELERATOR_VISIBLE_DEVICES='%s' names more than %d "
+                       "devices", text, ACC_MAX_DEVICES);
+            return;
+        }
+        for (int i = 0; i < v->count; i++) {
+            if (v->order[i] == index) {
+                acc_format(v->error, sizeof(v->error),
+                           "ACCELERATOR_VISIBLE_DEVICES='%s' names device %ld "
+                           "twice (" VISIBLE_EXPECTED ")", text, index);
+                return;
+            }
+        }
+        v->order[v->count++] = (int)index;
+        if (*p == '\0') {
+            return;
+        }
+        p++;
+    }
+}
+
+/* Restrict the backend that was found first to the visible devices;
+ * ACC_OK when the variable is unset.  The message says what is wrong. */
+static acc_status
+check_visible(const acc_backend *b, int count, char *why, size_t size)
+{
+    const visible_list *v = &g.visible;
+
+    if (v->text == NULL) {
+        return ACC_OK;
+    }
+    if (v->error[0] != '\0') {
+        acc_format(why, size, "%s", v->error);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (v->count == 0) {
+        acc_format(why, size, "ACCELERATOR_VISIBLE_DEVICES is empty: no "
+                   "device is visible");
+        return ACC_ERR_NO_ACCELERATOR;
+    }
+    for (int i = 0; i < v->count; i++) {
+        if (v->order[i] >= count) {
+            acc_format(why, size, "ACCELERATOR_VISIBLE_DEVICES='%s' names "
+                       "device %d, but the %s backend has %d device%s "
+                       "(indices 0 to %d)", v->text, v->order[i], b->name,
+                       count, count == 1 ? "" : "s", count - 1);
+            return ACC_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if (b->select_devices == NULL) {
+        acc_format(why, size, "ACCELERATOR_VISIBLE_DEVICES is set, but the "
+                   "%s backend does not support restricting its devices",
+                   b->name);
+        return ACC_ERR_UNSUPPORTED;
+    }
+    return ACC_OK;
+}
+
+/* Apply the visible list to the backend just found; 0 when refused (the
+ * reason is the backend's). */
+static int
+select_visible(int i)
+{
+    const acc_backend *b = registry[i];
+    acc_backend_info *info = &g.info[i];
+    acc_error err;
+
+    if (g.visible.text == NULL) {
+        return 1;
+    }
+    memset(&err, 0, sizeof(err));
+    if (check_visible(b, info->device_count, info->reason,
+                      sizeof(info->reason)) == ACC_OK) {
+        if (b->select_devices(g.visible.order, g.visible.count, &err)
+            == ACC_OK) {
+            info->device_count = g.visible.count;
+            acc_trace("backend %s: ACCELERATOR_VISIBLE_DEVICES=%s: %d "
+                      "device(s)", b->name, g.visible.text,
+                      g.visible.count);
+            return 1;
+        }
+        acc_format(info->reason, sizeof(info->reason), "%s", err.message);
+    }
+    info->available = 0;
+    info->device_count = 0;
+    acc_trace("backend %s rejected: %s", b->name, info->reason);
+    return 0;
+}
+
+int
+acc_visible_devices(const int **order, int *count)
+{
+    if (g.selected == NULL || g.visible.text == NULL) {
+        *order = NULL;
+        *count = 0;
+        return 0;
+    }
+    *order = g.visible.order;
+    *count = g.visible.count;
+    return 1;
+}
+
+/* Deferred initialisation ----------------------------------------------- */
+
+int
+acc_initialized(void)
+{
+    return atomic_load_explicit(&g.ready, memory_order_acquire);
+}
+
+static acc_status
+initialize_selected(acc_error *err)
+{
+    const acc_backend *b = g.selected;
+    acc_backend_info *info = g.selected_info;
+    acc_status st;
+    int count = 0;
+
+    acc_trace("backend %s: initialising the driver at first use",
+              b->name);
+    memset(err, 0, sizeof(*err));
+    st = b->initialize(&count, err);
+    if (st == ACC_OK && g.visible.text != NULL) {
+        for (int i = 0; i < g.visible.count; i++) {
+            if (g.visible.order[i] >= count) {
+                acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                              "ACCELERATOR_VISIBLE_DEVICES='%s' names "
+                              "device %d, but the initialised %s driver has "
+                              "%d device%s (%s counted %d)", g.visible.text,
+                              g.visible.order[i], b->name, count,
+                              count == 1 ? "" : "s", info->counted_by,
+                              g.device_count);
+                st = ACC_ERR_NO_ACCELERATOR;
+                break;
+            }
+        }
+        count = g.visible.count;
+    }
+    else if (st == ACC_OK && count <= 0) {
+        acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                      "the initialised %s driver reports no devices (%s "
+                      "counted %d)", b->name, info->counted_by,
+                      g.device_count);
+        st = ACC_ERR_NO_ACCELERATOR;
+    }
+    if (st != ACC_OK) {
+        if (err->backend == NULL) {
+            err->backend = b->name;
+        }
+        g.init_error = *err;
+        g.init_failed = 1;
+        acc_format(info->reason, sizeof(info->reason),
+                   "initialisation at first use failed: %.470s",
+                   err->message);
+        acc_trace("backend %s: %s", b->name, info->reason);
+        return st;
+    }
+    if (count > ACC_MAX_DEVICES) {
+        count = ACC_MAX_DEVICES;
+    }
+    if (count != g.device_count) {
+        /* The initialised driver is the authority from now on. */
+        acc_trace("backend %s: the driver has %d device(s); %s counted %d",
+                  b->name, count, info->counted_by, g.device_count);
+        g.device_count = count;
+        info->device_count = count;
+    }
+    info->initialized = 1;
+    return ACC_OK;
+}
+
+acc_status
+acc_ready(acc_error *err)
+{
+    acc_status st = acc_check_usable(err);
+
+    if (st != ACC_OK
+        || atomic_load_explicit(&g.ready, memory_order_acquire)) {
+        return st;
+    }
+    pthread_mutex_lock(&g.init_lock);
+    if (!atomic_load_explicit(&g.ready, memory_order_relaxed)) {
+        if (g.init_failed) {
+            *err = g.init_error;
+            st = err->status;
+        }
+        else {
+            st = initialize_selected(err);
+            if (st == ACC_OK) {
+                atomic_store_explicit(&g.ready, 1, memory_order_release);
+            }
+        }
+    }
+    pthread_mutex_unlock(&g.init_lock);
+    return st;
+}
+
 static void
 shutdown_selected(void)
 {
-    if (g.selected == NULL || g.forked) {
+    if (g.selected == NULL || g.forked
+        || !atomic_load_explicit(&g.ready, memory_order_acquire)) {
         return;
     }
     acc_empty_cache();
@@ -350,9 +622,11 @@ probe_once(void)
 {
     const char *debug = getenv("ACCELERATOR_DEBUG");
     const char *only = getenv("ACCELERATOR_BACKEND");
+    const char *found_first = NULL;
     int known = 0;
 
     g.debug = debug != NULL && strcmp(debug, "0") != 0 && debug[0] != '\0';
+    parse_visible(&g.visible, getenv("ACCELERATOR_VISIBLE_DEVICES"));
     pthread_key_create(&g.thread_key, release_thread_state);
     pthread_atfork(NULL, NULL, after_fork_in_child);
     if (only != NULL && only[0] == '\0') {
@@ -403,18 +677,30 @@ probe_once(void)
                       info->reason);
             continue;
         }
-        if (g.selected != NULL) {
+        if (found_first != NULL) {
             /* Probed later, for the report only (acc_probe_all). */
-            acc_trace("backend %s not probed: %s was selected first",
-                      registry[i]->name, g.selected->name);
+            acc_trace("backend %s not probed: %s was found first",
+                      registry[i]->name, found_first);
             continue;
         }
         probe_backend(i);
-        if (info->available) {
+        if (!info->available) {
+            continue;
+        }
+        /* The visible list applies to the first backend with devices;
+         * when it refuses them, no other backend stands in. */
+        found_first = registry[i]->name;
+        if (select_visible(i)) {
             g.selected = registry[i];
+            g.selected_info = info;
             g.device_count = info->device_count;
             info->selected = 1;
-            acc_trace("selected backend %s", registry[i]->name);
+            atomic_store_explicit(&g.ready, info->initialized
+                                  || registry[i]->initialize == NULL,
+                                  memory_order_release);
+            acc_trace("selected backend %s%s", registry[i]->name,
+                      acc_initialized() ? ""
+                      : " (driver initialisation deferred to first use)");
         }
     }
     if (g.selected == NULL) {
@@ -591,6 +877,10 @@ activate(int device, acc_error *err)
     if (tls_active_plus_one == device + 1) {
         return ACC_OK;
     }
+    st = acc_ready(err);
+    if (st != ACC_OK) {
+        return st;
+    }
     if (g.selected->device_activate != NULL) {
         st = g.selected->device_activate(device, err);
         if (st != ACC_OK) {
@@ -649,6 +939,11 @@ acc_synchronize_device(int device, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
+    if (!acc_initialized()) {
+        /* Nothing can be queued on a driver nobody initialised (and
+         * waiting must not initialise it: fork stays safe). */
+        return ACC_OK;
+    }
     return g.selected->device_synchronize(device, err);
 }
 
@@ -666,6 +961,10 @@ acc_get_device_properties(int device, const acc_device_properties **out,
     if (!atomic_load_explicit(&slot->ready, memory_order_acquire)) {
         if (g.selected->device_properties == NULL) {
             return unsupported("device properties", err);
+        }
+        st = acc_ready(err);
+        if (st != ACC_OK) {
+            return st;
         }
         pthread_mutex_lock(&g.lock);
         if (!atomic_load_explicit(&slot->ready, memory_order_relaxed)) {
@@ -696,6 +995,10 @@ acc_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
     if (g.selected->memory_info == NULL) {
         return unsupported("memory information", err);
     }
+    st = acc_ready(err);
+    if (st != ACC_OK) {
+        return st;
+    }
     return g.selected->memory_info(device, free_bytes, total_bytes, err);
 }
 
@@ -708,7 +1011,7 @@ acc_default_stream(int device, acc_stream **out, acc_error *err)
     acc_status st = ACC_OK;
 
     if (!atomic_load_explicit(&slot->ready, memory_order_acquire)) {
-        st = acc_check_usable(err);
+        st = acc_ready(err);
         if (st != ACC_OK) {
             return st;
         }
@@ -938,6 +1241,10 @@ acc_stream_priority_range(int device, int *least, int *greatest,
         *least = *greatest = 0;
         return ACC_OK;
     }
+    st = acc_ready(err);
+    if (st != ACC_OK) {
+        return st;
+    }
     return g.selected->stream_priority_range(device, least, greatest, err);
 }
 
@@ -992,6 +1299,9 @@ acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,
     acc_stream *s;
     acc_status st = acc_check_device(device, err);
 
+    if (st == ACC_OK) {
+        st = acc_ready(err);
+    }
     if (st != ACC_OK) {
         return st;
     }
@@ -1022,7 +1332,7 @@ acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,
 acc_status
 acc_stream_query(acc_stream *s, acc_error *err)
 {
-    acc_status st = acc_check_usable(err);
+    acc_status st = acc_ready(err);
 
     if (st != ACC_OK) {
         return st;
@@ -1033,7 +1343,7 @@ acc_stream_query(acc_stream *s, acc_error *err)
 acc_status
 acc_stream_synchronize(acc_stream *s, acc_error *err)
 {
-    acc_status st = acc_check_usable(err);
+    acc_status st = acc_ready(err);
 
     if (st != ACC_OK) {
         return st;
@@ -1044,7 +1354,7 @@ acc_stream_synchronize(acc_stream *s, acc_error *err)
 acc_status
 acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
 {
-    acc_status st = acc_check_usable(err);
+    acc_status st = acc_ready(err);
 
     if (st != ACC_OK) {
         return st;
@@ -1110,7 +1420,7 @@ acc_event_init(acc_event *e, unsigned flags)
 acc_status
 acc_event_record(acc_event *e, acc_stream *s, acc_error *err)
 {
-    acc_status st = acc_check_usable(err);
+    acc_status st = acc_ready(err);
 
     if (st != ACC_OK) {
         return st;
@@ -1248,7 +1558,7 @@ acc_empty_cache(void)
     acc_stream s;
     acc_event e;
 
-    if (g.selected == NULL || g.forked) {
+    if (g.selected == NULL || g.forked || !acc_initialized()) {
         return;
     }
     /* Memory whose work is done first: its deferred releases hold

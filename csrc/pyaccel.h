@@ -105,6 +105,11 @@ acc_raise_unmatched_exit(acc_state *st, const acc_error *err)
  * return -1 then, else 0. */
 int acc_require_usable(acc_state *st);
 
+/* acc_require_usable, then initialise the driver if the probe deferred it
+ * (CUDA counted through NVML), with the GIL released: the first use may
+ * take seconds.  -1 with an exception set. */
+int acc_require_ready(acc_state *st);
+
 /*
  * Resolve a device argument to an index, as torch's _get_device_index:
  * an int, a device string, an accelerator.device or any object with

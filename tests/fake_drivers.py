@@ -24,6 +24,7 @@ SRC = REPO / "src"
 DRIVERS = REPO / "tests" / "drivers" / "build"
 CUDA_DOUBLE = DRIVERS / "libcuda.so.1"
 CUDA_DOUBLE_NOPROC = DRIVERS / "noproc" / "libcuda.so.1"
+NVML_DOUBLE = DRIVERS / "libnvidia-ml.so.1"
 ZE_DRIVER = DRIVERS / "libze_test_driver.so"
 
 
@@ -84,6 +85,9 @@ class DriverDouble:
     #: 0 names a stream (CUDA's legacy default stream); where it does not,
     #: Stream.from_handle(0) is refused
     null_stream_handle = False
+    #: the environment under which probing initialises the driver (the
+    #: CUDA backend otherwise counts through NVML and defers cuInit)
+    eager_probe_env: dict[str, str] = {}
 
     def __init__(self, path: pathlib.Path, prefix: str) -> None:
         self.path = path
@@ -164,7 +168,8 @@ class CudaDouble(DriverDouble):
     device_type = "cuda"
     torch_device_type = 1
     dlpack_device_type = 2
-    symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),)
+    symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
+                    ("csrc/backends/nvml_api.h", "ACC_NVML_FUNCTIONS"))
     functions = {"stream_create": "cuStreamCreateWithPriority",
                  "event_create": "cuEventCreate",
                  "event_record": "cuEventRecord", "query": "cuStreamQuery"}
@@ -178,6 +183,7 @@ class CudaDouble(DriverDouble):
     unknown_error = (999, "CUDA_ERROR_UNKNOWN")
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
     null_stream_handle = True
+    eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
         super().__init__(path, "cuda")
@@ -219,6 +225,18 @@ class CudaDouble(DriverDouble):
     def current_device(self) -> int:
         """The device of the calling thread's current driver context."""
         return self.lib.fake_cuda_current_device()
+
+
+class NvmlDouble(DriverDouble):
+    """tests/drivers/build/libnvidia-ml.so.1: the CUDA double's machine as
+    NVML sees it (live kind "init": nvmlInit calls not shut down)."""
+
+    live_kinds = ("init",)
+    fail_env = "FAKE_NVML_FAIL"
+    unknown_error = (999, "NVML_ERROR_UNKNOWN")
+
+    def __init__(self, path: pathlib.Path = NVML_DOUBLE) -> None:
+        super().__init__(path, "nvml")
 
 
 class ZeDouble(DriverDouble):
@@ -297,5 +315,6 @@ def under_test() -> type[DriverDouble]:
 
 def clean_environment() -> dict[str, str]:
     """os.environ without the variables that configure backends or doubles."""
-    prefixes = ("ACCELERATOR_", "FAKE_CUDA_", "FAKE_ZE_", "ZE_", "ZEL_")
+    prefixes = ("ACCELERATOR_", "FAKE_CUDA_", "FAKE_NVML_", "FAKE_ZE_", "ZE_",
+                "ZEL_", "CUDA_VISIBLE_DEVICES")
     return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}

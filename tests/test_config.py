@@ -100,6 +100,9 @@ def cuda_reason(result: subprocess.CompletedProcess) -> str:
 
 def test_zero_devices() -> None:
     reason = cuda_reason(run(UNAVAILABLE, **with_double(0)))
+    assert "no NVIDIA GPU is visible: NVML counts none" in reason
+    reason = cuda_reason(run(UNAVAILABLE, **with_double(
+        0, ACCELERATOR_NVML_LIBRARY="none")))
     assert "CUDA_ERROR_NO_DEVICE" in reason
 
 
@@ -119,9 +122,37 @@ def test_toolkit_stub_library() -> None:
 
 
 def test_cuinit_failing() -> None:
-    result = run(UNAVAILABLE, **with_double(2, FAKE_CUDA_FAIL="cuInit:0:999"))
+    """Without NVML, cuInit counts: its failure makes CUDA unavailable."""
+    result = run(UNAVAILABLE, **with_double(2, FAKE_CUDA_FAIL="cuInit:0:999",
+                                            ACCELERATOR_NVML_LIBRARY="none"))
     reason = cuda_reason(result)
     assert "cuInit() failed" in reason and "CUDA_ERROR_UNKNOWN (999)" in reason
+
+
+def test_cuinit_failing_at_first_use() -> None:
+    """With NVML counting, cuInit runs at the first use: is_available()
+    stays true, and that use (and every later one) raises the driver's
+    error; the report shows it."""
+    run("""
+    import accelerator as a
+    driver = fake_drivers.CudaDouble()
+    assert a.is_available() and a.device_count() == 2
+    assert a.current_device_index() == 0      # a question: no cuInit
+    assert driver.calls("cuInit") == 0
+    for attempt in range(2):
+        try:
+            a.Stream()
+        except a.AcceleratorError as exc:
+            assert exc.api == "cuInit" and exc.code == 999, vars(exc)
+            assert "CUDA_ERROR_UNKNOWN (999)" in str(exc), str(exc)
+        else:
+            raise AssertionError("no error")
+    assert driver.calls("cuInit") == 1        # tried once, kept
+    info = a.backends()[0]
+    assert info["available"] and not info["initialized"], info
+    assert "initialisation at first use failed: cuInit() failed" in \
+        info["reason"], info
+    """, **with_double(2, FAKE_CUDA_FAIL="cuInit:0:999"))
 
 
 def test_backend_none_and_unknown() -> None:

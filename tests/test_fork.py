@@ -6,8 +6,12 @@ half-way), so every backend call there must raise a clear AcceleratorError
 that names the 'spawn' start method, while is_available() and
 device_count() still answer, from memory, without any driver call.  The
 parent is unaffected, and a child forked before the first use probes for
-itself and works.  Each scenario runs in a fresh interpreter, once with
-the CUDA double and once with the Level Zero test driver (when built).
+itself and works.  On CUDA the probe counts devices through NVML without
+cuInit, so a child forked after only is_available() and device_count()
+initialises CUDA for itself and works too.  Each scenario runs in a fresh
+interpreter, with the CUDA double (and the NVML double beside it), with
+the CUDA double alone (ACCELERATOR_NVML_LIBRARY=none: cuInit counts) and
+with the Level Zero test driver (when built).
 """
 from __future__ import annotations
 
@@ -22,24 +26,32 @@ import pytest
 import fake_drivers
 from fake_drivers import CUDA_DOUBLE, REPO, ZE_DRIVER
 
+CUDA = dict(ACCELERATOR_BACKEND="cuda",
+            ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="2")
+#: configuration -> its environment
 BACKENDS = {
-    "cuda": dict(ACCELERATOR_BACKEND="cuda",
-                 ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE),
-                 FAKE_CUDA_DEVICES="2"),
+    "cuda": CUDA,
+    "cuda-without-nvml": dict(CUDA, ACCELERATOR_NVML_LIBRARY="none"),
     "xpu": dict(ACCELERATOR_BACKEND="xpu",
                 ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER),
                 FAKE_ZE_DEVICES="2"),
 }
-DOUBLES = {"cuda": "CudaDouble", "xpu": "ZeDouble"}
+#: configuration -> the double underneath
+DOUBLES = {"cuda": "CudaDouble", "cuda-without-nvml": "CudaDouble",
+           "xpu": "ZeDouble"}
+#: configuration -> does answering is_available() initialise the driver
+PROBE_INITIALISES = {"cuda": False, "cuda-without-nvml": True, "xpu": True}
+#: configuration -> device type
+TYPES = {"cuda": "cuda", "cuda-without-nvml": "cuda", "xpu": "xpu"}
 
 
 def backend_params() -> list:
     return [
-        pytest.param("cuda", marks=pytest.mark.skipif(
-            not CUDA_DOUBLE.exists(), reason="run make -C tests/drivers")),
-        pytest.param("xpu", marks=pytest.mark.skipif(
-            not ZE_DRIVER.exists(),
-            reason=f"{ZE_DRIVER} is not built (needs libze-dev)")),
+        pytest.param(name, marks=pytest.mark.skipif(
+            not (CUDA_DOUBLE if TYPES[name] == "cuda" else ZE_DRIVER).exists(),
+            reason="run make -C tests/drivers (the Level Zero driver needs "
+                   "libze-dev)"))
+        for name in BACKENDS
     ]
 
 
@@ -67,7 +79,7 @@ def run(backend: str, code: str) -> subprocess.CompletedProcess:
     env.update(BACKENDS[backend])
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
-    script = PRELUDE.format(tests=str(REPO / "tests"), backend=backend,
+    script = PRELUDE.format(tests=str(REPO / "tests"), backend=TYPES[backend],
                             double=DOUBLES[backend]) + textwrap.dedent(code)
     result = subprocess.run([sys.executable, "-c", script], env=env,
                             capture_output=True, text=True, timeout=120)
@@ -176,6 +188,7 @@ def test_every_call_in_a_child_forked_after_use_names_spawn(
     child, parent = report["child"], report["parent"]
     assert "crash" not in child, child
     # Queries answer from memory, without the driver.
+    backend = TYPES[backend]
     assert child["answers"] == [True, 2, backend, ["cuda", "xpu"]]
     assert child["query_calls"] == 0
     assert len(child["calls"]) == 31
@@ -192,31 +205,65 @@ def test_every_call_in_a_child_forked_after_use_names_spawn(
     assert failed == {}
 
 
-@pytest.mark.parametrize("backend", backend_params())
-def test_a_child_forked_after_probing_only_refuses_too(backend: str) -> None:
-    """is_available() initialises the driver (cuInit), so a child forked
-    after it cannot use it either."""
-    run(backend, """
-    import accelerator as a
-    assert a.is_available()
-    quiesce()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
+AFTER_QUESTIONS = """
+import accelerator as a
+assert a.is_available() and a.device_count() == 2
+assert str(a.current_accelerator()) == T
+a.synchronize()                  # waits for nothing: initialises nothing
+quiesce()
+parent_init = driver.calls("cuInit") if T == "cuda" else None
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    report = {}
+    try:
         before = driver.calls()
-        try:
-            a.Stream()
-        except a.AcceleratorError as exc:
-            code = 0 if "'spawn'" in str(exc) else 3
-        else:
-            code = 4
-        if driver.calls() != before or a.device_count() != 2:
-            code = 5
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, status
-    a.Stream().synchronize()
-    """)
+        s = a.Stream(1)
+        e = s.record_event()
+        driver.enqueue_sleep(s, 5)
+        s.synchronize()
+        e.synchronize()
+        a.current_stream(0).synchronize()
+        a.synchronize(1)
+        report["worked"] = True
+        report["driver_calls"] = driver.calls() - before
+    except a.AcceleratorError as exc:
+        report["error"] = str(exc)
+        report["driver_calls"] = driver.calls() - before
+    os.write(w, json.dumps(report).encode())
+    os._exit(0)
+os.close(w)
+with os.fdopen(r) as pipe:
+    child = json.loads(pipe.read())
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+info = next(b for b in a.backends() if b["name"] == T)
+child.update(parent_init=parent_init, counted_by=info["counted_by"],
+             initialized=info["initialized"])
+a.Stream().synchronize()         # the parent works afterwards, either way
+print(json.dumps(child))
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_child_forked_after_questions_only(backend: str) -> None:
+    """is_available(), device_count(), current_accelerator() and an idle
+    synchronize() in the parent: where they initialise nothing (CUDA
+    counting through NVML), the child creates streams and synchronizes;
+    where the probe initialises the driver, the child gets the 'spawn'
+    error without one driver call."""
+    child = json.loads(run(backend, AFTER_QUESTIONS).stdout)
+    if PROBE_INITIALISES[backend]:
+        assert "'spawn'" in child["error"], child
+        assert child["driver_calls"] == 0, child
+        assert child["initialized"] is True
+    else:
+        assert child.get("worked") is True, child
+        assert child["driver_calls"] > 0
+        # The counters of the CUDA double: the parent never called cuInit.
+        assert child["parent_init"] == 0, child
+        assert child["initialized"] is False
+        assert child["counted_by"].startswith("NVML ("), child
 
 
 @pytest.mark.parametrize("backend", backend_params())

@@ -34,7 +34,8 @@ CONTEXT_FOOTPRINT = 512 * 1024**2
 
 TOP_KEYS = {
     "schema", "version", "python", "platform", "available", "backend",
-    "device_type", "driver_version", "device_count", "devices", "backends",
+    "device_type", "driver_version", "device_count", "visible_devices",
+    "devices", "backends",
 }
 DEVICE_KEYS = {
     "index", "device", "name", "uuid", "total_memory", "free_memory",
@@ -43,7 +44,7 @@ DEVICE_KEYS = {
 }
 BACKEND_KEYS = {
     "name", "device_type", "library", "loaded", "available", "selected",
-    "driver_version", "device_count", "reason",
+    "driver_version", "device_count", "reason", "counted_by", "initialized",
 }
 
 needs_double = pytest.mark.skipif(
@@ -159,13 +160,16 @@ def test_double_without_devices() -> None:
     assert document["devices"] == []
     cuda = document["backends"][0]
     assert cuda["loaded"] is True
-    assert "CUDA_ERROR_NO_DEVICE" in cuda["reason"]
+    assert "NVML counts none" in cuda["reason"]
+    document = json_report(str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="0",
+                           ACCELERATOR_NVML_LIBRARY="none")
+    assert "CUDA_ERROR_NO_DEVICE" in document["backends"][0]["reason"]
     result = run_report(
         "--require", cuda_library=str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="0"
     )
     assert result.returncode == 1
-    assert "CUDA_ERROR_NO_DEVICE" in result.stdout
-    assert "CUDA_ERROR_NO_DEVICE" in result.stderr
+    assert "NVML counts none" in result.stdout
+    assert "NVML counts none" in result.stderr
 
 
 # The double's devices -----------------------------------------------------

@@ -7,7 +7,11 @@
  * cuGetProcAddress fall back to dlsym of the versioned names.
  *
  * One primary context per device (the one the CUDA runtime, PyTorch and
- * CuPy use), retained on first use and released at exit.  The default
+ * CuPy use), retained on first use and released at exit.
+ *
+ * The probe counts devices through NVML when it can (cuda_nvml.c) and
+ * leaves cuInit to the first use (cuda_initialize), so that asking
+ * is_available() never stops a process from forking CUDA workers.  The default
  * stream is the legacy default stream, handle 0, which the driver resolves
  * through the calling thread's current context; so operations on it, and
  * those that create objects, run with the device's context current
@@ -16,6 +20,7 @@
 #define _GNU_SOURCE
 #include "../backend.h"
 #include "cuda_api.h"
+#include "cuda_nvml.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -35,6 +40,9 @@ static struct {
     } fn;
     int count;
     CUdevice devices[ACC_MAX_DEVICES];
+    /* ACCELERATOR_VISIBLE_DEVICES: device i is the driver's order[i]. */
+    int norder;
+    int order[ACC_MAX_DEVICES];
     /* Retained primary contexts, NULL until first use. */
     _Atomic(CUcontext) contexts[ACC_MAX_DEVICES];
     /* Priority range per device, read once. */
@@ -131,11 +139,66 @@ cuda_resolve(acc_error *err)
     return ACC_OK;
 }
 
+/* cuInit, with a hint for the failures users meet. */
+static acc_status
+cuda_init_driver(const char *path, acc_error *err)
+{
+    acc_status st = CU(cuInit, (0));
+    size_t n;
+
+    if (st == ACC_OK) {
+        return ACC_OK;
+    }
+    n = strlen(err->message);
+    if (err->code == CUDA_ERROR_STUB_LIBRARY) {
+        acc_format(err->message + n, sizeof(err->message) - n,
+                   " (%s is the CUDA toolkit's link-time stub, not a "
+                   "driver)", path);
+    }
+    else if (err->code == CUDA_ERROR_NO_DEVICE) {
+        acc_format(err->message + n, sizeof(err->message) - n,
+                   " (no NVIDIA GPU is visible; check "
+                   "CUDA_VISIBLE_DEVICES)");
+    }
+    return st;
+}
+
+/* The initialised driver's devices, in the visible order; *total is
+ * the driver's own count. */
+static acc_status
+cuda_count_devices(int *total_out, acc_error *err)
+{
+    int total = 0, n;
+    acc_status st = CU(cuDeviceGetCount, (&total));
+
+    *total_out = total;
+    if (st != ACC_OK) {
+        return st;
+    }
+    n = cu.norder > 0 ? cu.norder : total;
+    if (n > ACC_MAX_DEVICES) {
+        n = ACC_MAX_DEVICES;
+    }
+    for (int i = 0; i < n; i++) {
+        int ordinal = cu.norder > 0 ? cu.order[i] : i;
+
+        /* The dispatcher refuses an order beyond the driver's count. */
+        if (ordinal < total) {
+            st = CU(cuDeviceGet, (&cu.devices[i], ordinal));
+            if (st != ACC_OK) {
+                return st;
+            }
+        }
+    }
+    cu.count = n;
+    return ACC_OK;
+}
+
 static acc_status
 cuda_probe(acc_probe_result *out, acc_error *err)
 {
     const char *path = getenv("ACCELERATOR_CUDA_LIBRARY");
-    int version = 0;
+    int version = 0, count = 0;
     acc_status st;
 
     if (path == NULL || path[0] == '\0') {
@@ -163,36 +226,64 @@ cuda_probe(acc_probe_result *out, acc_error *err)
     else {
         acc_trace("cuda: cuDriverGetVersion failed; version unknown");
     }
-    st = CU(cuInit, (0));
-    if (st != ACC_OK) {
-        size_t n = strlen(err->message);
+    if (acc_cuda_nvml_count(&count, out->counted_by,
+                            sizeof(out->counted_by))) {
+        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
 
-        if (err->code == CUDA_ERROR_STUB_LIBRARY) {
-            acc_format(err->message + n, sizeof(err->message) - n,
-                       " (%s is the CUDA toolkit's link-time stub, not a "
-                       "driver)", path);
+        if (count == 0) {
+            acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                          "no NVIDIA GPU is visible: NVML counts none%s%s%s",
+                          visible ? " after CUDA_VISIBLE_DEVICES='" : "",
+                          visible ? visible : "", visible ? "'" : "");
+            return ACC_ERR_NO_ACCELERATOR;
         }
-        else if (err->code == CUDA_ERROR_NO_DEVICE) {
-            snprintf(err->message + n, sizeof(err->message) - n,
-                     " (no NVIDIA GPU is visible; check "
-                     "CUDA_VISIBLE_DEVICES)");
+        out->device_count = count;
+        out->deferred = 1;
+        return ACC_OK;
+    }
+    acc_trace("cuda: counting with %s", out->counted_by);
+    st = cuda_init_driver(path, err);
+    if (st == ACC_OK) {
+        st = cuda_count_devices(&count, err);
+    }
+    if (st == ACC_OK) {
+        out->device_count = cu.count;
+    }
+    return st;
+}
+
+static acc_status
+cuda_initialize(int *device_count, acc_error *err)
+{
+    const char *path = getenv("ACCELERATOR_CUDA_LIBRARY");
+    int total = 0;
+    acc_status st;
+
+    st = cuda_init_driver(path && path[0] ? path : CUDA_DEFAULT_LIBRARY,
+                          err);
+    if (st == ACC_OK) {
+        st = cuda_count_devices(&total, err);
+    }
+    *device_count = total;
+    return st;
+}
+
+static acc_status
+cuda_select_devices(const int *order, int count, acc_error *err)
+{
+    CUdevice probed[ACC_MAX_DEVICES];
+
+    (void)err;
+    memcpy(cu.order, order, (size_t)count * sizeof(*order));
+    cu.norder = count;
+    if (cu.count > 0) {
+        /* Counted by cuInit: the table exists; reorder it. */
+        memcpy(probed, cu.devices, sizeof(probed));
+        for (int i = 0; i < count; i++) {
+            cu.devices[i] = probed[order[i]];
         }
-        return st;
+        cu.count = count;
     }
-    st = CU(cuDeviceGetCount, (&cu.count));
-    if (st != ACC_OK) {
-        return st;
-    }
-    if (cu.count > ACC_MAX_DEVICES) {
-        cu.count = ACC_MAX_DEVICES;
-    }
-    for (int i = 0; i < cu.count; i++) {
-        st = CU(cuDeviceGet, (&cu.devices[i], i));
-        if (st != ACC_OK) {
-            return st;
-        }
-    }
-    out->device_count = cu.count;
     return ACC_OK;
 }
 
@@ -726,6 +817,8 @@ const acc_backend acc_cuda_backend = {
     .dlpack_device_type = 2, /* kDLCUDA */
     .caps = ACC_CAP_CUDA_STREAM_PROTOCOL | ACC_CAP_NULL_STREAM_HANDLE,
     .probe = cuda_probe,
+    .initialize = cuda_initialize,
+    .select_devices = cuda_select_devices,
     .shutdown = cuda_shutdown,
     .device_activate = cuda_device_activate,
     .device_synchronize = cuda_device_synchronize,

@@ -9,6 +9,9 @@ Options:
   ``--json``     print the report as one JSON document (the keys below).
   ``--require``  exit with status 1, after the report, with a message on
                  stderr, when no accelerator is available.
+  ``--no-init``  do not initialise a driver the probe left uninitialised
+                 (CUDA counted through NVML): devices are listed by index
+                 only, and the process stays free to fork CUDA workers.
 The exit status is 0 otherwise (2 for a bad command line, from argparse;
 1, with one line on stderr, when stdout cannot be written: closed, full,
 or a pipe nobody reads).
@@ -16,7 +19,10 @@ or a pipe nobody reads).
 Probing creates no context: the report reads ``backends()``,
 ``get_device_properties()`` and ``get_memory_info()`` only.  On CUDA the
 last one retains each listed device's primary context, as any CUDA
-program does, so the free memory it reports includes that context.
+program does, so the free memory it reports includes that context.  On
+CUDA the probe counts devices through NVML without initialising CUDA;
+reading the devices' properties then initialises it (``cuInit``), unless
+``--no-init`` (or ``collect_report(init=False)``) is given.
 
 JSON document (schema 1; keys are only ever added, under the same number):
   ``schema``          1
@@ -29,6 +35,9 @@ JSON document (schema 1; keys are only ever added, under the same number):
   ``device_type``     its device type, or null
   ``driver_version``  its driver version as text (``"12.8"``), or null
   ``device_count``    the number of devices, 0 when none
+  ``visible_devices`` the backend's indices of the devices
+                      ACCELERATOR_VISIBLE_DEVICES made visible, in order,
+                      or null when it is unset
   ``devices``         one object per device, in index order:
       ``index``                  the device index
       ``device``                 ``"<type>:<index>"``, e.g. ``"cuda:0"``
@@ -44,7 +53,10 @@ JSON document (schema 1; keys are only ever added, under the same number):
   ``backends``        one object per known backend, in probe order:
       ``name``, ``device_type``, ``library`` (path or name tried),
       ``loaded``, ``available``, ``selected``, ``driver_version`` (text or
-      null), ``device_count``, ``reason`` (why not available, or null)
+      null), ``device_count``, ``reason`` (why not available, or why its
+      first use failed, or null), ``counted_by`` (what counted the
+      devices: ``"cuInit (...)"``, ``"NVML (...)"``; or null) and
+      ``initialized`` (the driver is initialised in this process)
 """
 from __future__ import annotations
 
@@ -57,6 +69,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO, TypedDict
 
 import accelerator
+from accelerator import _accelerator
 
 SCHEMA_VERSION = 1
 GIB = 1024**3
@@ -77,6 +90,8 @@ class BackendReport(TypedDict):
     driver_version: str | None
     device_count: int
     reason: str | None
+    counted_by: str | None
+    initialized: bool
 
 
 class DeviceReport(TypedDict):
@@ -109,6 +124,7 @@ class Report(TypedDict):
     device_type: str | None
     driver_version: str | None
     device_count: int
+    visible_devices: list[int] | None
     devices: list[DeviceReport]
     backends: list[BackendReport]
 
@@ -125,17 +141,24 @@ def backend_report(record: Mapping[str, Any]) -> BackendReport:
         driver_version=record.get("driver_version"),
         device_count=int(record.get("device_count") or 0),
         reason=record.get("reason"),
+        counted_by=record.get("counted_by"),
+        initialized=bool(record.get("initialized")),
     )
 
 
-def device_report(device_type: str, index: int) -> DeviceReport:
-    """Read one device's properties and memory; record a failure, not raise."""
-    report = DeviceReport(
+def device_report_skeleton(device_type: str, index: int) -> DeviceReport:
+    """One device with nothing read yet."""
+    return DeviceReport(
         index=index, device=f"{device_type}:{index}", name=None, uuid=None,
         total_memory=None, free_memory=None, compute_capability=None,
         pci_bus_id=None, multi_processor_count=None, vendor_id=None,
         device_id=None, is_integrated=None, error=None,
     )
+
+
+def device_report(device_type: str, index: int) -> DeviceReport:
+    """Read one device's properties and memory; record a failure, not raise."""
+    report = device_report_skeleton(device_type, index)
     try:
         props = accelerator.get_device_properties(index)
         report.update({
@@ -159,13 +182,28 @@ def device_report(device_type: str, index: int) -> DeviceReport:
     return report
 
 
-def collect_report() -> Report:
-    """Probe every backend and read every device of the selected one."""
+def unread_device(device_type: str, index: int) -> DeviceReport:
+    """A device listed by index only: reading it would initialise the
+    driver, which the caller asked not to do."""
+    report = device_report_skeleton(device_type, index)
+    report["error"] = ("not read: the driver is not initialised in this "
+                       "process (--no-init)")
+    return report
+
+
+def collect_report(init: bool = True) -> Report:
+    """Probe every backend and read every device of the selected one.
+
+    With ``init=False`` a driver that the probe left uninitialised (CUDA
+    counted through NVML) stays so: its devices are listed unread.
+    """
     backends = [backend_report(record) for record in accelerator.backends()]
     selected = next((b for b in backends if b["selected"]), None)
     if not accelerator.is_available():
         selected = None
     device_count = accelerator.device_count() if selected else 0
+    read = device_report if init or (selected and selected["initialized"]) \
+        else unread_device
     return Report(
         schema=SCHEMA_VERSION,
         version=accelerator.__version__,
@@ -176,8 +214,9 @@ def collect_report() -> Report:
         device_type=selected["device_type"] if selected else None,
         driver_version=selected["driver_version"] if selected else None,
         device_count=device_count,
+        visible_devices=_accelerator._visible_devices(),
         devices=[
-            device_report(selected["device_type"], index)
+            read(selected["device_type"], index)
             for index in range(device_count)
         ] if selected else [],
         backends=backends,
@@ -226,6 +265,11 @@ def format_backend(backend: BackendReport) -> list[str]:
         f"      driver version: {backend['driver_version'] or 'unknown'}",
         f"      devices: {backend['device_count']}",
     ]
+    if backend["counted_by"] is not None:
+        initialized = "initialised" if backend["initialized"] else (
+            "not initialised")
+        lines.append(f"      counted by: {backend['counted_by']} "
+                     f"(driver {initialized})")
     if backend["reason"] is not None:
         lines.append(f"      reason: {backend['reason']}")
     return lines
@@ -245,6 +289,12 @@ def format_text(report: Report) -> str:
             f"(driver {report['driver_version'] or 'unknown'}), "
             f"{count} device{'' if count == 1 else 's'}"
         )
+        if report["visible_devices"] is not None:
+            lines.append(
+                "  ACCELERATOR_VISIBLE_DEVICES: devices "
+                + ", ".join(map(str, report["visible_devices"]))
+                + f" of the {report['backend']} backend"
+            )
         for device in report["devices"]:
             lines.extend(format_device(device, report["device_type"] or ""))
     else:
@@ -280,6 +330,11 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "--require", action="store_true",
         help="exit with status 1 when no accelerator is available",
     )
+    parser.add_argument(
+        "--no-init", action="store_true",
+        help="do not initialise a driver the probe left uninitialised (CUDA "
+        "counted through NVML); list its devices unread",
+    )
     return parser.parse_args(argv)
 
 
@@ -311,7 +366,7 @@ def main(
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     arguments = parse_arguments(argv)
-    report = collect_report()
+    report = collect_report(init=not arguments.no_init)
     if arguments.json:
         text = json.dumps(report, indent=2) + "\n"
     else:

@@ -29,6 +29,15 @@ there must do:
             is_available() is False and the reason names the function.
   TOLERATED called while probing, but optional information: the backend
             stays available.
+  DEFERRED  called by the driver's initialisation at the first use, when
+            the probe deferred it (CUDA counted through NVML): in a fresh
+            process with the fault installed at load, is_available() and
+            device_count() still answer, the first use raises the
+            driver's error, a second use raises it again, and the
+            backend's record says the initialisation failed.
+  FALLBACK  NVML, while counting: its failure makes the backend count
+            with cuInit instead (available, 2 devices, counted_by names
+            the failing function); a failing nvmlShutdown changes nothing.
   EXIT      called only at exit (shutdown): the process still exits 0
             with a clean stderr.
   OPTIONAL  an optional entry point the test driver cannot offer (Debian's
@@ -62,6 +71,7 @@ RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
 #: live kinds of memory (a refused free of it is lost for good)
 MEMORY_KINDS = ("alloc", "host_alloc")
 PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
+DEFERRED, FALLBACK = "deferred", "fallback"
 
 
 def driver_functions(backend: str) -> list[str]:
@@ -355,6 +365,16 @@ CUDA_SITES = [
     Site("cuGetErrorString", PROBE, note="with cuInit failing"),
     Site("cuDeviceGetCount", PROBE),
     Site("cuDeviceGet", PROBE),
+    Site("cuInit", DEFERRED),
+    Site("cuDeviceGetCount", DEFERRED),
+    Site("cuDeviceGet", DEFERRED),
+    Site("nvmlInit_v2", FALLBACK),
+    Site("nvmlDeviceGetCount_v2", FALLBACK),
+    Site("nvmlDeviceGetHandleByIndex_v2", FALLBACK,
+         note="CUDA_VISIBLE_DEVICES=GPU-..."),
+    Site("nvmlDeviceGetUUID", FALLBACK, note="CUDA_VISIBLE_DEVICES=GPU-..."),
+    Site("nvmlShutdown", FALLBACK),
+    Site("nvmlErrorString", FALLBACK, note="with nvmlInit_v2 failing"),
     Site("cuDeviceGetName", FRESH, "get_device_properties(0)"),
     Site("cuDeviceGetUuid", FRESH, "get_device_properties(0)"),
     Site("cuDeviceTotalMem", FRESH, "get_device_properties(0)"),
@@ -780,7 +800,7 @@ def test_probe(site: Site) -> None:
     result = subprocess.run(
         [sys.executable, "-c", PROBE_CHILD.format(backend=BACKEND)],
         env={**os.environ, driver_cls.fail_env: faults,
-             "PYTHONPATH": str(REPO / "src")},
+             **driver_cls.eager_probe_env, "PYTHONPATH": str(REPO / "src")},
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     available, count, info = json.loads(result.stdout.splitlines()[0])
@@ -792,6 +812,84 @@ def test_probe(site: Site) -> None:
     assert not available and count == 0 and not info["available"], info
     for needle in needles:
         assert needle in info["reason"], info["reason"]
+
+
+DEFERRED_CHILD = """
+import json, sys
+import accelerator as a
+answers = [a.is_available(), a.device_count()]
+errors = []
+for attempt in range(2):
+    try:
+        a.Stream()
+    except a.AcceleratorError as exc:
+        errors.append([exc.api, exc.code, str(exc)])
+info = next(b for b in a.backends() if b["name"] == {backend!r})
+print(json.dumps([answers, errors, info]))
+"""
+
+
+@pytest.mark.parametrize("site", site_params(DEFERRED))
+def test_deferred(site: Site) -> None:
+    driver_cls = fake_drivers.DOUBLES[BACKEND]
+    number, name = driver_cls.unknown_error
+    result = subprocess.run(
+        [sys.executable, "-c", DEFERRED_CHILD.format(backend=BACKEND)],
+        env={**os.environ, driver_cls.fail_env: f"{site.api}:0:{number}",
+             "PYTHONPATH": str(REPO / "src")},
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    answers, errors, info = json.loads(result.stdout.splitlines()[0])
+    assert answers == [True, 2], answers
+    assert len(errors) == 2 and errors[0] == errors[1], errors
+    api, code, message = errors[0]
+    assert (api, code) == (site.api, number), errors
+    assert f"{site.api}() failed: {name}" in message, message
+    assert info["available"] and not info["initialized"], info
+    assert info["reason"].startswith("initialisation at first use failed: "
+                                     f"{site.api}() failed"), info
+
+
+FALLBACK_CHILD = """
+import json
+import accelerator as a
+info = next(b for b in a.backends() if b["name"] == {backend!r})
+print(json.dumps([a.is_available(), a.device_count(), info]))
+s = a.Stream(a.device_count() - 1)
+s.record_event().synchronize()
+"""
+
+
+@pytest.mark.parametrize("site", site_params(FALLBACK))
+def test_fallback(site: Site) -> None:
+    number = fake_drivers.NvmlDouble.unknown_error[0]
+    faults = f"{site.api}:0:{number}"
+    if site.api == "nvmlErrorString":
+        faults += f",nvmlInit_v2:0:{number}"
+    env = {**os.environ, fake_drivers.NvmlDouble.fail_env: faults,
+           "PYTHONPATH": str(REPO / "src")}
+    if "GPU-" in site.note:
+        # Only a UUID list makes the backend read the UUIDs: device 1's.
+        env["CUDA_VISIBLE_DEVICES"] = ("GPU-fa4ecda0-0000-4000-8000-"
+                                       "000000000001")
+    result = subprocess.run(
+        [sys.executable, "-c", FALLBACK_CHILD.format(backend=BACKEND)],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    available, count, info = json.loads(result.stdout.splitlines()[0])
+    if site.api == "nvmlShutdown":
+        assert info["counted_by"].startswith("NVML ("), info
+        assert (available, count) == (True, 2), info
+        return
+    failing = "nvmlInit_v2" if site.api == "nvmlErrorString" else site.api
+    assert info["counted_by"].startswith(
+        f"cuInit (NVML not used: {failing}() failed: "), info
+    if site.api == "nvmlErrorString":
+        assert "unknown error (999)" in info["counted_by"], info
+    # cuInit applies CUDA_VISIBLE_DEVICES itself.
+    expected = 1 if "GPU-" in site.note else 2
+    assert (available, count) == (True, expected), info
+    assert info["initialized"] is True, info
 
 
 EXIT_CHILD = """

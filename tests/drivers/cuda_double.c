@@ -67,6 +67,13 @@
  * Environment, read once when the library is loaded:
  *   FAKE_CUDA_DEVICES         device count, 0..64 (2); 0: cuInit returns
  *                             CUDA_ERROR_NO_DEVICE
+ *   CUDA_VISIBLE_DEVICES      read by cuInit, as the driver does: indices
+ *                             or "GPU-" UUID prefixes (the first entry
+ *                             decides which); the list ends at the first
+ *                             unreadable, unknown, ambiguous or out of
+ *                             range entry; a repeated device empties it.
+ *                             Names, UUIDs and PCI bus ids stay those of
+ *                             the physical device (the NVML double's).
  *   FAKE_CUDA_DRIVER_VERSION  cuDriverGetVersion (12080)
  *   FAKE_CUDA_TOTAL_MEM       bytes per device (80 GiB); cuMemAlloc
  *                             fails with CUDA_ERROR_OUT_OF_MEMORY beyond
@@ -264,6 +271,9 @@ static struct CUevent_st *g_events;
 static pthread_mutex_t g_mark_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_mark_cv = PTHREAD_COND_INITIALIZER;
 
+
+/* Device i (after CUDA_VISIBLE_DEVICES) is physical device g_phys[i]. */
+static int g_phys[FAKE_MAX_DEVICES];
 
 static atomic_int g_initialized;
 static atomic_int g_poisoned;
@@ -887,9 +897,77 @@ error_string(CUresult code)
 
 /* Driver API: initialisation and errors ------------------------------- */
 
+/* One entry of CUDA_VISIBLE_DEVICES as a physical device, -1 if invalid.
+ * UUIDs are matched as text: "GPU-" and the hex digits of cuDeviceGetUuid
+ * ("fa4ecda0-0000-4000-8000-00000000" and the 4-digit device). */
+static int
+visible_entry(const char *entry, size_t len, bool uuid, int physical)
+{
+    char text[64];
+    int found = -1;
+    char *end;
+    long v;
+
+    if (!uuid) {
+        v = strtol(entry, &end, 10);
+        return end == entry || v < 0 || v >= physical ? -1 : (int)v;
+    }
+    if (len <= 4 || strncmp(entry, "GPU-", 4) != 0) {
+        return -1;
+    }
+    for (int p = 0; p < physical; p++) {
+        snprintf(text, sizeof(text),
+                 "GPU-fa4ecda0-0000-4000-8000-00000000%04x", p);
+        if (len <= strlen(text) && strncmp(text, entry, len) == 0) {
+            if (found >= 0) {
+                return -1;
+            }
+            found = p;
+        }
+    }
+    return found;
+}
+
+/* cfg.devices becomes the number of visible devices. */
+static void
+apply_visible_devices(void)
+{
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    const char *entry = list;
+    int physical = cfg.devices, n = 0;
+    bool uuid = list != NULL && strncmp(list, "GPU-", 4) == 0;
+
+    for (int i = 0; i < physical; i++) {
+        g_phys[i] = i;
+    }
+    if (list == NULL) {
+        return;
+    }
+    while (entry != NULL && n < physical) {
+        const char *comma = strchr(entry, ',');
+        size_t len = comma ? (size_t)(comma - entry) : strlen(entry);
+        int p = visible_entry(entry, len, uuid, physical);
+
+        if (p < 0) {
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            if (g_phys[i] == p) {
+                cfg.devices = 0;
+                return;
+            }
+        }
+        g_phys[n++] = p;
+        entry = comma ? comma + 1 : NULL;
+    }
+    cfg.devices = n;
+}
+
 CUresult
 cuInit(unsigned int Flags)
 {
+    static pthread_once_t visible_once = PTHREAD_ONCE_INIT;
+
     FAKE_ENTER(cuInit, false);
     if (atomic_load(&g_poisoned)) {
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -897,6 +975,7 @@ cuInit(unsigned int Flags)
     if (Flags != 0) {
         return CUDA_ERROR_INVALID_VALUE;
     }
+    pthread_once(&visible_once, apply_visible_devices);
     if (cfg.devices == 0) {
         return CUDA_ERROR_NO_DEVICE;
     }
@@ -975,7 +1054,7 @@ cuDeviceGetName(char *name, int len, CUdevice dev)
     if (bad_device(dev)) {
         return CUDA_ERROR_INVALID_DEVICE;
     }
-    snprintf(name, (size_t)len, "%s %d", cfg.name, dev);
+    snprintf(name, (size_t)len, "%s %d", cfg.name, g_phys[dev]);
     return CUDA_SUCCESS;
 }
 
@@ -994,8 +1073,8 @@ cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     if (bad_device(dev)) {
         return CUDA_ERROR_INVALID_DEVICE;
     }
-    bytes[14] = (unsigned char)(dev >> 8);
-    bytes[15] = (unsigned char)dev;
+    bytes[14] = (unsigned char)(g_phys[dev] >> 8);
+    bytes[15] = (unsigned char)g_phys[dev];
     memcpy(uuid->bytes, bytes, sizeof(uuid->bytes));
     return CUDA_SUCCESS;
 }
@@ -1051,7 +1130,7 @@ cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
         *pi = 0;
         return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-        *pi = 0x10 + dev;
+        *pi = 0x10 + g_phys[dev];
         return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
         /* The slot in domain:bus:slot.function (hwloc builds sysfs paths
