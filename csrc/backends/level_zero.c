@@ -1691,6 +1691,23 @@ lz_probe(acc_probe_result *out, acc_error *err)
     return ACC_OK;
 }
 
+/* Keep only the devices order[0..count), in that order: called right
+ * after the probe, when the table holds nothing but what it found. */
+static acc_status
+lz_select_devices(const int *order, int count, acc_error *err)
+{
+    static lz_device probed[ACC_MAX_DEVICES];
+
+    (void)err;
+    memcpy(probed, lz.devices, sizeof(probed));
+    memset(lz.devices, 0, sizeof(lz.devices));
+    for (int i = 0; i < count; i++) {
+        lz.devices[i] = probed[order[i]];
+    }
+    lz.ndevices = count;
+    return ACC_OK;
+}
+
 /* Shutdown ---------------------------------------------------------------- */
 
 /* Wait (bounded) for st's list to go idle; 0 when it did. */
@@ -1812,6 +1829,7 @@ const acc_backend acc_level_zero_backend = {
     .dlpack_device_type = 14, /* kDLOneAPI */
     .caps = 0,
     .probe = lz_probe,
+    .select_devices = lz_select_devices,
     .shutdown = lz_shutdown,
     .device_activate = NULL, /* Level Zero has no current device */
     .device_synchronize = lz_device_synchronize,
