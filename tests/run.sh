@@ -8,6 +8,7 @@
 #    and we can install them (root and apt-get); otherwise the Level Zero
 #    runs are skipped with the reason printed.
 #    valgrind likewise, for the callgrind gate (skipped without it).
+#    Open MPI's mpirun (openmpi-bin) likewise, for the launcher test.
 # 2. pytest (tests/requirements.txt), the driver test doubles
 #    (make -C tests/drivers) and the extension, built in place with
 #    warnings as errors, then installed editable (pip install -e .).
@@ -41,6 +42,17 @@ if ! command -v valgrind >/dev/null || [ ! -f /usr/include/valgrind/callgrind.h 
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         apt-get install -y -qq valgrind >/dev/null || true
+    fi
+fi
+
+# Open MPI's mpirun, for the test that runs two ranks under a real launcher
+# (skipped, with the reason, where it cannot be installed).
+if ! command -v mpirun >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing Open MPI (openmpi-bin) for the launcher test"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq openmpi-bin >/dev/null || true
     fi
 fi
 

@@ -30,6 +30,7 @@ from ._accelerator import (
     set_stream as set_stream,
     synchronize as synchronize,
 )
+from ._launch import local_device_index as local_device_index
 
 __all__ = [
     "MAX_DEVICES",
@@ -54,6 +55,7 @@ __all__ = [
     "get_device_properties",
     "get_memory_info",
     "is_available",
+    "local_device_index",
     "set_device_idx",
     "set_device_index",
     "set_stream",
