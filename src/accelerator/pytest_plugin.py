@@ -28,6 +28,15 @@ Option:
       current stream of any device, different from what it was when the
       test started (after its fixtures were set up), then restores it so
       later tests start clean.
+  ``--accelerator-devices-per-worker=K`` (pytest-xdist, ``pytest -n N``)
+      gives each worker K devices of its own (default: the devices spread
+      evenly, at least one each), decided in the controller without
+      initialising a driver and set as ACCELERATOR_VISIBLE_DEVICES in the
+      worker's environment before it starts, so a worker sees only its
+      devices, numbered from 0, and ``accel_device`` runs each test on the
+      worker's own devices.  A worker left without a device skips device
+      tests, saying why.  The pytest header lists every worker's devices.
+      Nothing changes without xdist, with ``-n 0`` or ``-p no:xdist``.
 
 Cost: importing this module imports the ``accelerator`` package, which
 calls no driver function.  The drivers are probed only for a test that
@@ -37,6 +46,8 @@ suite that uses none of them never touches a driver.
 """
 from __future__ import annotations
 
+import argparse
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NoReturn
@@ -44,8 +55,13 @@ from typing import NoReturn
 import pytest
 
 import accelerator
+from accelerator import _xdist
 
 STATE_CHECK_PLUGIN_NAME = "accelerator-state-check"
+#: In an xdist worker: its share (xdist's workerinput), else None.
+WORKER_SHARE = pytest.StashKey[dict | None]()
+#: The reason of this process when it is an xdist worker without a device.
+_worker_reason: list[str] = []
 
 
 # Probing ------------------------------------------------------------------
@@ -53,6 +69,8 @@ STATE_CHECK_PLUGIN_NAME = "accelerator-state-check"
 
 def no_accelerator_reason() -> str:
     """Why there is no accelerator, with the reason of every backend."""
+    if _worker_reason:
+        return _worker_reason[0]
     reasons = "; ".join(
         f"{backend['name']}: {backend.get('reason') or 'not available'}"
         for backend in accelerator.backends()
@@ -135,6 +153,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--accelerator-check-state", action="store_true", default=False,
         dest="accelerator_check_state", help=help_text,
     )
+    parser.getgroup("accelerator").addoption(
+        "--accelerator-devices-per-worker", type=devices_per_worker,
+        default=None, dest="accelerator_devices_per_worker", metavar="K",
+        help="with pytest-xdist (-n N): give each worker K devices of its "
+        "own (default: spread evenly, at least one each)",
+    )
     parser.addini("accelerator_check_state", help_text, type="bool",
                   default=False)
 
@@ -155,6 +179,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "accelerator_check_state"
     ):
         config.pluginmanager.register(StateCheck(), STATE_CHECK_PLUGIN_NAME)
+    configure_worker(config)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -175,7 +200,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "accel_device" not in metafunc.fixturenames:
         return
     current = accelerator.current_accelerator()
-    if current is not None:
+    share = metafunc.config.stash.get(WORKER_SHARE, None)
+    if share is not None:
+        params = worker_device_params(share)
+    elif current is not None:
         device_type = current.type
         params = [
             pytest.param(accelerator.device(device_type, index),
@@ -294,3 +322,106 @@ class StateCheck:
         before = item.stash.get(STATE_BEFORE_CALL, None)
         if before is not None:
             before.restore()
+
+
+# pytest-xdist ---------------------------------------------------------------
+#
+# Optional hooks: pytest only calls them when xdist is loaded, and nothing
+# here imports xdist.  The controller plans (accelerator._xdist); each
+# worker starts with its ACCELERATOR_VISIBLE_DEVICES already set.
+
+PLAN = pytest.StashKey[_xdist.Plan | None]()
+
+
+def devices_per_worker(text: str) -> int:
+    """argparse type of --accelerator-devices-per-worker."""
+    try:
+        return _xdist.parse_devices_per_worker(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def xdist_plan(config: pytest.Config) -> _xdist.Plan | None:
+    """The controller's plan, made once; None when xdist runs no workers
+    here, or there is no accelerator to share."""
+    if PLAN in config.stash:
+        return config.stash[PLAN]
+    plan = None
+    tx = config.getoption("tx", None) or []
+    if (not hasattr(config, "workerinput")
+            and config.getoption("dist", "no") != "no" and tx):
+        current = accelerator.current_accelerator()
+        if current is not None:
+            plan = _xdist.make_plan(
+                _xdist.worker_ids(tx), current.type,
+                accelerator.device_count(),
+                config.getoption("accelerator_devices_per_worker"),
+                accelerator._accelerator._visible_devices())
+    config.stash[PLAN] = plan
+    return plan
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Under xdist, which worker has which devices."""
+    plan = xdist_plan(config)
+    return plan.header_lines() if plan is not None else []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config, specs: list) -> None:
+    """Put each local worker's devices in its environment, so that they
+    are set before the worker imports anything (execnet applies env:
+    before it runs xdist's worker code)."""
+    plan = xdist_plan(config)
+    if plan is None:
+        return
+    for spec in specs:
+        share = plan.share(getattr(spec, "id", None) or "")
+        if share is not None and getattr(spec, "popen", False):
+            spec.env[_xdist.VISIBLE_ENV] = share.visible_devices
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
+    """Tell the worker its share: parameters and skip reasons."""
+    plan = xdist_plan(node.config)
+    if plan is not None and getattr(node.gateway.spec, "popen", False):
+        node.workerinput[_xdist.WORKERINPUT_KEY] = plan.workerinput(
+            node.gateway.id)
+
+
+def configure_worker(config: pytest.Config) -> None:
+    """In a worker: remember its share, check that its environment got it
+    before any probe."""
+    workerinput = getattr(config, "workerinput", None) or {}
+    share = workerinput.get(_xdist.WORKERINPUT_KEY)
+    config.stash[WORKER_SHARE] = share
+    if share is None:
+        return
+    if share["reason"]:
+        _worker_reason[:] = [share["reason"]]
+    visible = share["visible_devices"]
+    if os.environ.get(_xdist.VISIBLE_ENV) != visible:
+        if accelerator._accelerator._probed():
+            raise pytest.UsageError(
+                f"xdist worker {workerinput.get('workerid')}: the "
+                f"accelerator was probed before its devices were set "
+                f"({_xdist.VISIBLE_ENV}={visible!r} expected)")
+        os.environ[_xdist.VISIBLE_ENV] = visible
+
+
+def worker_device_params(share: dict) -> list:
+    """The same accel_device parameters in every worker: one per device
+    slot, skipped where this worker has no device."""
+    device_type = share["type"]
+    params = []
+    for slot in range(share["per_worker"]):
+        if slot < len(share["devices"]):
+            params.append(pytest.param(accelerator.device(device_type, slot),
+                                       id=f"{device_type}:{slot}"))
+        else:
+            params.append(pytest.param(
+                None, id=f"{device_type}:{slot}",
+                marks=pytest.mark.skip(
+                    reason=f"accel_device: {share['reason']}")))
+    return params
