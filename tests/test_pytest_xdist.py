@@ -178,3 +178,36 @@ def test_worker_ids_follow_xdist() -> None:
     plan = _xdist.make_plan(["gw0", "gw1"], "cuda", 5, None, [4, 3, 2, 1, 0])
     assert [s.visible_devices for s in plan.shares] == ["4,3", "2,1"]
     assert pathlib.Path(_xdist.__file__).name == "_xdist.py"
+
+
+@needs_double
+def test_skip_decisions_do_not_initialise_cuda(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Markers are decided through NVML: a session whose device tests all
+    skip never ran cuInit (read from the CUDA double's counters)."""
+    use_double(monkeypatch, 2)
+    out = pytester.path / "cuinit.txt"
+    pytester.makeconftest(f"""
+import sys
+sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+import fake_drivers
+cuda = fake_drivers.CudaDouble()
+
+def pytest_sessionfinish(session):
+    with open({str(out)!r}, "w") as f:
+        f.write(str(cuda.calls("cuInit")))
+""")
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.requires_devices(3)
+def test_three():
+    pass
+
+@pytest.mark.requires_accelerator
+def test_available():
+    pass
+""")
+    result = pytester.runpytest_subprocess(*plugin_arguments(), "-rfEs")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert out.read_text() == "0"
