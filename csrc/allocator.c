@@ -84,6 +84,9 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     acc_block *blk;
     acc_status st = acc_check_device(device, err);
 
+    if (st == ACC_OK) {
+        st = acc_ready(err);
+    }
     if (st != ACC_OK) {
         return st;
     }

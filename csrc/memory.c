@@ -36,7 +36,7 @@ acc_has_memory(void)
 static const acc_backend *
 memory_backend(acc_error *err)
 {
-    if (acc_check_usable(err) != ACC_OK) {
+    if (acc_ready(err) != ACC_OK) {
         return NULL;
     }
     if (!acc_has_memory()) {
@@ -186,7 +186,7 @@ acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
 
     info->kind = ACC_POINTER_UNKNOWN;
     info->device = -1;
-    if (acc_check_usable(err) != ACC_OK) {
+    if (acc_ready(err) != ACC_OK) {
         return err->status;
     }
     b = acc_selected_backend();
@@ -374,6 +374,9 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
     acc_host_block *h;
     acc_status st = acc_check_device(device, err);
 
+    if (st == ACC_OK) {
+        st = acc_ready(err);
+    }
     if (st != ACC_OK) {
         return st;
     }

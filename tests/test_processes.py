@@ -140,6 +140,32 @@ def test_first_use_initialises_once_and_the_count_follows_cuda() -> None:
     assert got == [3, 2, 1, True]
 
 
+@pytest.mark.parametrize("first_use", [
+    "a.set_device_index(1)",
+    "a.current_stream().synchronize()",
+    "a.current_stream(1).query()",
+    "a.Stream(1).synchronize()",
+    "a.Event().record()",
+    "a.get_device_properties(1)",
+    "a.get_memory_info(1)",
+    "a.Buffer(64, device=1).fill(7)",
+    "a.HostBuffer(64)",
+    "a.Stream.from_handle(0)",
+    "a.device_index(1).__enter__()",
+])
+def test_any_first_use_initialises_the_driver(first_use: str) -> None:
+    """Whichever call comes first initialises CUDA once, and works."""
+    got = last_json(run(f"""
+    cuda = fake_drivers.CudaDouble()
+    import accelerator as a
+    assert a.device_count() == 2 and cuda.calls("cuInit") == 0
+    {first_use}
+    a.synchronize(1)
+    print(json.dumps([cuda.calls("cuInit"), a.backends()[0]["initialized"]]))
+    """, **CUDA))
+    assert got == [1, True]
+
+
 # CUDA_VISIBLE_DEVICES, as CUDA parses it ----------------------------------
 
 UUID = "GPU-fa4ecda0-0000-4000-8000-00000000000{}"
