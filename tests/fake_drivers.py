@@ -262,7 +262,8 @@ class ZeDouble(DriverDouble):
         "stream completes); 2,888 events after 3,000 waits")}
     env_devices = "FAKE_ZE_DEVICES"
     kinds = {"stream": "list"}
-    live_kinds = ("list", "event", "pool", "context")
+    live_kinds = ("list", "event", "pool", "context", "alloc", "host_alloc",
+                  "bad_access", "guard_damage")
     pooled_kinds = ("event", "pool")
     fail_env = "FAKE_ZE_FAIL"
     library_env = "ACCELERATOR_ZE_LIBRARY"

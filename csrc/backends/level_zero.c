@@ -533,7 +533,7 @@ lz_create_list(int device, int priority, ze_command_list_handle_t *out,
 {
     lz_device *dev = &lz.devices[device];
     lz_driver *drv = &lz.drivers[dev->driver];
-    ze_context_handle_t ctx;
+    ze_context_handle_t ctx = NULL;
     pthread_mutex_lock(&lz.lock);
     acc_status st = lz_context_locked(dev->driver, &ctx, err);
     int in_order = drv->in_order;
@@ -1392,15 +1392,250 @@ lz_device_properties(int device, acc_device_properties *props,
  * Free memory would need sysman (zesMemoryGetState) or an Intel-specific
  * extension; the core API only knows the total.  Report free == total.
  */
+/* Memory ------------------------------------------------------------------ */
+
+/*
+ * Level Zero has no stream-ordered free: zeMemFree frees at once, and
+ * memory that queued work still uses must not be freed.  The allocator
+ * and the host blocks (allocator.c, memory.c) call mem_free and host_free
+ * only once the events recorded behind that work have signaled, so these
+ * free directly.  Allocations are remembered with their sizes, so that
+ * memory_info reports the device memory this process took as used (the
+ * core API has no free-memory query; Sysman's is optional).
+ */
+typedef struct lz_alloc {
+    void *ptr;
+    size_t size;
+    int device;            /* -1: host memory */
+    struct lz_alloc *next;
+} lz_alloc;
+
+static struct {
+    pthread_mutex_t lock;  /* a leaf: no other lock is taken under it */
+    lz_alloc *head;
+    unsigned long long used[ACC_MAX_DEVICES];
+} lz_mem = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
 static acc_status
 lz_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
                acc_error *err)
 {
+    unsigned long long total = lz.devices[device].total_memory, used;
+
     (void)err;
-    *total_bytes = (size_t)lz.devices[device].total_memory;
-    *free_bytes = *total_bytes;
+    pthread_mutex_lock(&lz_mem.lock);
+    used = lz_mem.used[device];
+    pthread_mutex_unlock(&lz_mem.lock);
+    *total_bytes = (size_t)total;
+    *free_bytes = (size_t)(total > used ? total - used : 0);
     return ACC_OK;
 }
+
+static acc_status
+lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err)
+{
+    pthread_mutex_lock(&lz.lock);
+    acc_status status = lz_context_locked(lz_driver_of(device), ctx, err);
+    pthread_mutex_unlock(&lz.lock);
+    return status;
+}
+
+/* Remember an allocation; on failure (no host memory) free it again. */
+static acc_status
+lz_remember(ze_context_handle_t ctx, void *ptr, size_t size, int device,
+            acc_error *err)
+{
+    lz_alloc *a = malloc(sizeof(*a));
+    if (a == NULL) {
+        (void)fn.zeMemFree(ctx, ptr);
+        return lz_no_memory(err);
+    }
+    a->ptr = ptr;
+    a->size = size;
+    a->device = device;
+    pthread_mutex_lock(&lz_mem.lock);
+    a->next = lz_mem.head;
+    lz_mem.head = a;
+    if (device >= 0) {
+        lz_mem.used[device] += size;
+    }
+    pthread_mutex_unlock(&lz_mem.lock);
+    return ACC_OK;
+}
+
+static void
+lz_forget(void *ptr)
+{
+    lz_alloc *a = NULL;
+    pthread_mutex_lock(&lz_mem.lock);
+    for (lz_alloc **p = &lz_mem.head; *p != NULL; p = &(*p)->next) {
+        if ((*p)->ptr == ptr) {
+            a = *p;
+            *p = a->next;
+            if (a->device >= 0) {
+                lz_mem.used[a->device] -= a->size;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lz_mem.lock);
+    free(a);
+}
+
+static acc_status
+lz_mem_alloc(int device, size_t nbytes, uintptr_t *ptr, acc_error *err)
+{
+    ze_device_mem_alloc_desc_t desc = {
+        ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, NULL, 0, 0,
+    };
+    ze_context_handle_t ctx = NULL;
+    void *p = NULL;
+    acc_status status = lz_context_of(device, &ctx, err);
+    if (status != ACC_OK) {
+        return status;
+    }
+    ze_result_t r = fn.zeMemAllocDevice(ctx, &desc, nbytes, 256,
+                                        lz.devices[device].handle, &p);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeMemAllocDevice", r, lz_driver_of(device));
+    }
+    status = lz_remember(ctx, p, nbytes, device, err);
+    if (status == ACC_OK) {
+        *ptr = (uintptr_t)p;
+    }
+    return status;
+}
+
+static acc_status
+lz_free(int device, void *ptr, acc_error *err)
+{
+    ze_context_handle_t ctx = NULL;
+    acc_status status = lz_context_of(device, &ctx, err);
+    if (status != ACC_OK) {
+        return status;
+    }
+    ze_result_t r = fn.zeMemFree(ctx, ptr);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeMemFree", r, lz_driver_of(device));
+    }
+    lz_forget(ptr);
+    return ACC_OK;
+}
+
+static acc_status
+lz_mem_free(int device, uintptr_t ptr, acc_error *err)
+{
+    return lz_free(device, (void *)ptr, err);
+}
+
+static acc_status
+lz_host_alloc(int device, size_t nbytes, void **ptr, acc_error *err)
+{
+    ze_host_mem_alloc_desc_t desc = {
+        ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, NULL, 0,
+    };
+    ze_context_handle_t ctx = NULL;
+    void *p = NULL;
+    acc_status status = lz_context_of(device, &ctx, err);
+    if (status != ACC_OK) {
+        return status;
+    }
+    ze_result_t r = fn.zeMemAllocHost(ctx, &desc, nbytes, 64, &p);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeMemAllocHost", r, lz_driver_of(device));
+    }
+    status = lz_remember(ctx, p, nbytes, -1, err);
+    if (status == ACC_OK) {
+        *ptr = p;
+    }
+    return status;
+}
+
+static acc_status
+lz_host_free(int device, void *ptr, acc_error *err)
+{
+    return lz_free(device, ptr, err);
+}
+
+/* Lists that are not in order run a command as soon as it is appended:
+ * a barrier first makes it follow the earlier work (t->lock held). */
+static acc_status
+lz_order(lz_target *t, acc_error *err)
+{
+    if (lz.drivers[t->driver].in_order) {
+        return ACC_OK;
+    }
+    ze_result_t r = fn.zeCommandListAppendBarrier(t->list, NULL, 0, NULL);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeCommandListAppendBarrier", r, t->driver);
+    }
+    if (t->st != NULL) {
+        t->st->seq++;
+    }
+    return ACC_OK;
+}
+
+static acc_status
+lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
+{
+    if (c->kind == ACC_COPY_PEER
+        && lz_driver_of(c->dst_device) != lz_driver_of(c->src_device)) {
+        acc_error_set(err, ACC_ERR_UNSUPPORTED,
+                      "backend xpu does not support copies between devices "
+                      "of different Level Zero drivers (devices %d and %d)",
+                      c->src_device, c->dst_device);
+        return ACC_ERR_UNSUPPORTED;
+    }
+    lz_target t = lz_target_of(s);
+    pthread_mutex_lock(t.lock);
+    acc_status status = lz_order(&t, err);
+    if (status == ACC_OK) {
+        ze_result_t r = fn.zeCommandListAppendMemoryCopy(
+            t.list, (void *)c->dst, (const void *)c->src, c->nbytes, NULL, 0,
+            NULL);
+        if (r != ZE_RESULT_SUCCESS) {
+            status = lz_fail(err, "zeCommandListAppendMemoryCopy", r,
+                             t.driver);
+        }
+        else if (t.st != NULL) {
+            t.st->seq++;
+        }
+    }
+    pthread_mutex_unlock(t.lock);
+    /* Level Zero reads and writes ordinary host memory when the copy
+     * runs (no staging): wait for it before the caller reuses it. */
+    if (status == ACC_OK && (c->flags & ACC_COPY_PAGEABLE)) {
+        status = lz_synchronize_target(t, err);
+    }
+    lz_target_done(&t);
+    return status;
+}
+
+static acc_status
+lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
+            size_t nbytes, acc_error *err)
+{
+    lz_target t = lz_target_of(s);
+    pthread_mutex_lock(t.lock);
+    acc_status status = lz_order(&t, err);
+    if (status == ACC_OK) {
+        ze_result_t r = fn.zeCommandListAppendMemoryFill(
+            t.list, (void *)dst, &value, 1, nbytes, NULL, 0, NULL);
+        if (r != ZE_RESULT_SUCCESS) {
+            status = lz_fail(err, "zeCommandListAppendMemoryFill", r,
+                             t.driver);
+        }
+        else if (t.st != NULL) {
+            t.st->seq++;
+        }
+    }
+    pthread_mutex_unlock(t.lock);
+    lz_target_done(&t);
+    return status;
+}
+
 
 /* Probe ------------------------------------------------------------------ */
 
@@ -1849,4 +2084,10 @@ const acc_backend acc_level_zero_backend = {
     .event_synchronize = lz_event_synchronize,
     .event_elapsed_ms = lz_event_elapsed_ms,
     .memory_info = lz_memory_info,
+    .mem_alloc = lz_mem_alloc,
+    .mem_free = lz_mem_free,
+    .host_alloc = lz_host_alloc,
+    .host_free = lz_host_free,
+    .mem_copy = lz_mem_copy,
+    .mem_fill = lz_mem_fill,
 };

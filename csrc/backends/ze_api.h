@@ -99,6 +99,8 @@
     X(ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, 0xe)                \
     X(ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, 0x10)                  \
     X(ZE_STRUCTURE_TYPE_EVENT_DESC, 0x11)                       \
+    X(ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, 0x15)            \
+    X(ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, 0x16)              \
     X(ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2, 0x00020006)
 
 #define ACC_ZE_DEVICE_TYPES(X)    \
@@ -107,6 +109,12 @@
     X(ZE_DEVICE_TYPE_FPGA, 3)     \
     X(ZE_DEVICE_TYPE_MCA, 4)      \
     X(ZE_DEVICE_TYPE_VPU, 5)
+
+#define ACC_ZE_MEMORY_TYPES(X)           \
+    X(ZE_MEMORY_TYPE_UNKNOWN, 0)         \
+    X(ZE_MEMORY_TYPE_HOST, 1)            \
+    X(ZE_MEMORY_TYPE_DEVICE, 2)          \
+    X(ZE_MEMORY_TYPE_SHARED, 3)
 
 #define ACC_ZE_COMMAND_QUEUE_MODES(X)          \
     X(ZE_COMMAND_QUEUE_MODE_DEFAULT, 0)        \
@@ -150,7 +158,9 @@
     X(ze_context_flags_t, uint32_t)                          \
     X(ze_command_queue_flags_t, uint32_t)                    \
     X(ze_event_pool_flags_t, uint32_t)                       \
-    X(ze_event_scope_flags_t, uint32_t)
+    X(ze_event_scope_flags_t, uint32_t)                      \
+    X(ze_device_mem_alloc_flags_t, uint32_t)                 \
+    X(ze_host_mem_alloc_flags_t, uint32_t)
 
 /*
  * Structs, each as a list of F(struct, type, name, array suffix), so that
@@ -241,6 +251,17 @@
     F(S, ze_event_scope_flags_t, signal, )    \
     F(S, ze_event_scope_flags_t, wait, )
 
+#define ACC_ZE_DEVICE_MEM_ALLOC_DESC_FIELDS(F, S) \
+    F(S, ze_structure_type_t, stype, )            \
+    F(S, const void *, pNext, )                   \
+    F(S, ze_device_mem_alloc_flags_t, flags, )    \
+    F(S, uint32_t, ordinal, )
+
+#define ACC_ZE_HOST_MEM_ALLOC_DESC_FIELDS(F, S)   \
+    F(S, ze_structure_type_t, stype, )            \
+    F(S, const void *, pNext, )                   \
+    F(S, ze_host_mem_alloc_flags_t, flags, )
+
 #define ACC_ZE_KERNEL_TIMESTAMP_DATA_FIELDS(F, S) \
     F(S, uint64_t, kernelStart, )                 \
     F(S, uint64_t, kernelEnd, )
@@ -263,6 +284,8 @@
     X(ze_command_queue_desc_t, ACC_ZE_COMMAND_QUEUE_DESC_FIELDS)          \
     X(ze_event_pool_desc_t, ACC_ZE_EVENT_POOL_DESC_FIELDS)                \
     X(ze_event_desc_t, ACC_ZE_EVENT_DESC_FIELDS)                          \
+    X(ze_device_mem_alloc_desc_t, ACC_ZE_DEVICE_MEM_ALLOC_DESC_FIELDS)    \
+    X(ze_host_mem_alloc_desc_t, ACC_ZE_HOST_MEM_ALLOC_DESC_FIELDS)        \
     X(ze_kernel_timestamp_data_t, ACC_ZE_KERNEL_TIMESTAMP_DATA_FIELDS)    \
     X(ze_kernel_timestamp_result_t, ACC_ZE_KERNEL_TIMESTAMP_RESULT_FIELDS)
 
@@ -285,6 +308,10 @@ typedef enum _ze_device_type_t {
     ACC_ZE_DEVICE_TYPES(ACC_ZE_ENUM_ENTRY)
     ZE_DEVICE_TYPE_FORCE_UINT32 = 0x7fffffff
 } ze_device_type_t;
+typedef enum _ze_memory_type_t {
+    ACC_ZE_MEMORY_TYPES(ACC_ZE_ENUM_ENTRY)
+    ZE_MEMORY_TYPE_FORCE_UINT32 = 0x7fffffff
+} ze_memory_type_t;
 typedef enum _ze_command_queue_mode_t {
     ACC_ZE_COMMAND_QUEUE_MODES(ACC_ZE_ENUM_ENTRY)
     ZE_COMMAND_QUEUE_MODE_FORCE_UINT32 = 0x7fffffff
@@ -376,7 +403,25 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
     X(zeEventQueryStatus, (ze_event_handle_t hEvent))                      \
     X(zeEventHostReset, (ze_event_handle_t hEvent))                        \
     X(zeEventQueryKernelTimestamp,                                         \
-      (ze_event_handle_t hEvent, ze_kernel_timestamp_result_t *dstptr))
+      (ze_event_handle_t hEvent, ze_kernel_timestamp_result_t *dstptr))   \
+    X(zeMemAllocDevice,                                                    \
+      (ze_context_handle_t hContext,                                       \
+       const ze_device_mem_alloc_desc_t *device_desc, size_t size,         \
+       size_t alignment, ze_device_handle_t hDevice, void **pptr))         \
+    X(zeMemAllocHost,                                                      \
+      (ze_context_handle_t hContext,                                       \
+       const ze_host_mem_alloc_desc_t *host_desc, size_t size,             \
+       size_t alignment, void **pptr))                                     \
+    X(zeMemFree, (ze_context_handle_t hContext, void *ptr))                \
+    X(zeCommandListAppendMemoryCopy,                                       \
+      (ze_command_list_handle_t hCommandList, void *dstptr,                \
+       const void *srcptr, size_t size, ze_event_handle_t hSignalEvent,    \
+       uint32_t numWaitEvents, ze_event_handle_t *phWaitEvents))           \
+    X(zeCommandListAppendMemoryFill,                                       \
+      (ze_command_list_handle_t hCommandList, void *ptr,                   \
+       const void *pattern, size_t pattern_size, size_t size,              \
+       ze_event_handle_t hSignalEvent, uint32_t numWaitEvents,             \
+       ze_event_handle_t *phWaitEvents))
 
 /*
  * Optional functions: X(name, spec version, parameters).  Newer than

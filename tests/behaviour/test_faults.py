@@ -221,15 +221,20 @@ def with_buffers() -> State:
 
 
 def drop_buffer(state: State) -> None:
-    """A buffer used on a stream, dropped: freed once the work is done."""
-    state["b"].fill(1)
-    state.clear()
+    """A buffer used on a stream and dropped: the only free of the action
+    (the others are freed after the fault is gone)."""
+    buffer = state.pop("b")
+    buffer.fill(1)
+    buffer.stream.synchronize()
+    del buffer
     gc.collect()
 
 
 def drop_host_buffer(state: State) -> None:
-    state["b"].copy_from(state["h"])
-    state.clear()
+    host = state.pop("h")
+    state["b"].copy_from(host)
+    state["b"].stream.synchronize()
+    del host
     gc.collect()
 
 
@@ -483,6 +488,25 @@ XPU_SITES = [
     Site("zeEventQueryStatus", RAISE, "event.query()"),
     Site("zeEventHostReset", SILENT, "event.record() after completion"),
     Site("zeEventQueryKernelTimestamp", RAISE, "elapsed_time()"),
+    Site("zeMemAllocDevice", RAISE, "Buffer()"),
+    Site("zeMemAllocDevice", RAISE, "Buffer(1) from device 0"),
+    Site("zeMemAllocHost", RAISE, "HostBuffer()"),
+    Site("zeMemFree", SILENT, "drop a buffer", refused=(("alloc", 1),)),
+    Site("zeMemFree", SILENT, "drop a host buffer",
+         refused=(("host_alloc", 1),)),
+    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(bytes)"),
+    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(HostBuffer)"),
+    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_to(bytearray)"),
+    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_to(HostBuffer)"),
+    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(Buffer)"),
+    Site("zeCommandListAppendMemoryCopy", RAISE,
+         "copy_from(Buffer of device 1)"),
+    Site("zeCommandListAppendMemoryFill", RAISE, "fill()"),
+    # The barrier that orders a copy or fill on a list that is not in
+    # order, and the wait that makes a pageable copy synchronous.
+    Site("zeCommandListAppendBarrier", RAISE, "fill()"),
+    Site("zeCommandListAppendBarrier", RAISE, "copy_from(bytes)"),
+    Site("zeEventHostSynchronize", RAISE, "copy_to(bytearray)"),
     Site("zeCommandListHostSynchronize", OPTIONAL,
          note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
     Site("zeDriverGetLastErrorDescription", OPTIONAL,

@@ -247,6 +247,19 @@ dm_host_side(const void *p, size_t bytes)
     return side;
 }
 
+dm_side
+dm_classify(const void *p, size_t bytes)
+{
+    unsigned long long addr = (unsigned long long)(uintptr_t)p;
+
+    if (addr >= DM_DEVICE_BASE) {
+        dm_side side = {DM_DEVICE, addr};
+
+        return side;
+    }
+    return dm_host_side(p, bytes);
+}
+
 int
 dm_lookup(unsigned long long addr, int *device)
 {

@@ -75,6 +75,10 @@ bool dm_check_device(const char *api, unsigned long long addr, size_t bytes,
                      int device);
 /* A host side: DM_PINNED when it lies in one page-locked allocation. */
 dm_side dm_host_side(const void *p, size_t bytes);
+/* Any pointer a driver API takes for either side (Level Zero's unified
+ * addresses): DM_DEVICE in the device address range (checked when used),
+ * DM_PINNED in a page-locked allocation, else DM_HOST. */
+dm_side dm_classify(const void *p, size_t bytes);
 /* What addr is: 0 unknown, 1 device memory (*device set), 2 page-locked
  * host memory (*device: the allocating device). */
 int dm_lookup(unsigned long long addr, int *device);

@@ -15,7 +15,9 @@
  *   FAKE_ZE_DEVICES         GPU devices in the one driver (default 2)
  *   FAKE_ZE_API_VERSION     0x10004 (default) or "1.7"; >= 1.7 honours
  *                           ZE_COMMAND_QUEUE_FLAG_IN_ORDER (1 << 1)
- *   FAKE_ZE_TOTAL_MEM       bytes of device memory (default 64 GiB)
+ *   FAKE_ZE_TOTAL_MEM       bytes of device memory (default 64 GiB);
+ *                           zeMemAllocDevice fails with
+ *                           ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY beyond it
  *   FAKE_ZE_TIMER_RESOLUTION  ns per timestamp tick (default 1)
  *   FAKE_ZE_TIMESTAMP_BITS  kernelTimestampValidBits (default 32)
  *   FAKE_ZE_TIMESTAMP_BASE  tick value at load time, e.g. just below
@@ -38,7 +40,11 @@
  *   int fake_ze_fail(const char *name, int nth, int code)
  *   void fake_ze_clear_faults(void)
  *   long long fake_ze_live(const char *kind)  "context", "list", "pool",
- *                                             "event"; -1: unknown kind
+ *                                             "event", and the memory
+ *                                             kinds of double_memory.h
+ *                                             ("alloc", "host_alloc",
+ *                                             "bad_access", ...); -1:
+ *                                             unknown kind
  *   int fake_ze_enqueue_sleep(unsigned long long command_list, double ms)
  *   int fake_ze_enqueue_sleep_default(int device, double ms)
  * Load this library with ctypes by the same absolute path as in
@@ -61,6 +67,7 @@
 #include <unistd.h>
 
 #include "double_control.h"
+#include "double_memory.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -107,7 +114,7 @@ typedef struct fake_event {
     uint64_t ts_start, ts_end;
 } fake_event;
 
-enum cmd_kind { CMD_SLEEP, CMD_BARRIER, CMD_SIGNAL, CMD_WAIT };
+enum cmd_kind { CMD_SLEEP, CMD_BARRIER, CMD_SIGNAL, CMD_WAIT, CMD_MEMORY };
 
 typedef struct fake_cmd {
     enum cmd_kind kind;
@@ -116,6 +123,7 @@ typedef struct fake_cmd {
     fake_event *signal;
     uint32_t nwait;
     fake_event **wait;
+    dm_op mem;              /* CMD_MEMORY: a copy or fill */
     struct fake_cmd *next;
 } fake_cmd;
 
@@ -148,7 +156,9 @@ typedef struct fake_device {
     X(zeEventPoolCreate) X(zeEventPoolDestroy)                          \
     X(zeEventCreate) X(zeEventDestroy) X(zeEventHostSynchronize)        \
     X(zeEventQueryStatus) X(zeEventHostReset) X(zeEventHostSignal)      \
-    X(zeEventQueryKernelTimestamp)
+    X(zeEventQueryKernelTimestamp)                                      \
+    X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemFree)                  \
+    X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)
 
 #define FAKE_ENUM(name) F_##name,
 enum { FAKE_FUNCTIONS(FAKE_ENUM) F_COUNT };
@@ -165,6 +175,7 @@ static atomic_llong g_live[K_KINDS];
 static dc_control g_ctl = {
     DC_CONTROL_INIT("ze_test_driver", function_names, g_calls, kind_names,
                     g_live),
+    .live_extra = dm_live, /* "alloc", "host_alloc", ... */
 };
 
 static struct {
@@ -351,6 +362,7 @@ fake_configure(void)
     g.integrated = env_ull("FAKE_ZE_INTEGRATED", 0) != 0;
     g.init_fail = env_ull("FAKE_ZE_INIT_FAIL", 0) != 0;
     g.t0 = mono_ns();
+    dm_configure("ze_test_driver", g.total_mem);
     dc_env_faults(&g_ctl, "FAKE_ZE_FAIL");
 }
 
@@ -602,6 +614,7 @@ cmd_finish(fake_cmd *c, uint64_t now)
     for (uint32_t i = 0; i < c->nwait; i++) {
         c->wait[i]->refs--;
     }
+    dm_op_release(&c->mem);
     free(c->wait);
     free(c);
     pthread_cond_broadcast(&g.cond);
@@ -636,6 +649,9 @@ list_worker(void *arg)
                     l->tail = NULL;
                 }
                 c->start = now;
+                if (c->kind == CMD_MEMORY) {
+                    dm_op_run(&c->mem);
+                }
                 if (c->kind == CMD_SLEEP && c->ns > 0) {
                     c->deadline = now + c->ns;
                     c->next = l->running;
@@ -738,9 +754,9 @@ fake_zeCommandListDestroy(ze_command_list_handle_t h)
 
 /* Queue a command on l.  Call with g.lock held; validates the events. */
 static ze_result_t
-append_locked(fake_list *l, enum cmd_kind kind, uint64_t ns,
-              ze_event_handle_t signal, uint32_t nwait,
-              ze_event_handle_t *wait)
+append_locked_op(fake_list *l, enum cmd_kind kind, uint64_t ns,
+                 const dm_op *mem, ze_event_handle_t signal, uint32_t nwait,
+                 ze_event_handle_t *wait)
 {
     fake_event *sev = NULL;
     if (signal != NULL) {
@@ -767,6 +783,9 @@ append_locked(fake_list *l, enum cmd_kind kind, uint64_t ns,
     }
     c->kind = kind;
     c->ns = ns;
+    if (mem != NULL) {
+        c->mem = *mem;
+    }
     c->signal = sev;
     if (sev != NULL) {
         sev->refs++;
@@ -786,6 +805,14 @@ append_locked(fake_list *l, enum cmd_kind kind, uint64_t ns,
     l->tail = c;
     pthread_cond_broadcast(&g.cond);
     return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+append_locked(fake_list *l, enum cmd_kind kind, uint64_t ns,
+              ze_event_handle_t signal, uint32_t nwait,
+              ze_event_handle_t *wait)
+{
+    return append_locked_op(l, kind, ns, NULL, signal, nwait, wait);
 }
 
 static ze_result_t
@@ -1079,6 +1106,168 @@ fake_zeEventQueryKernelTimestamp(ze_event_handle_t h,
     return r;
 }
 
+/* Memory --------------------------------------------------------------- */
+
+/* Device and host memory are double_memory.c's (shared with the CUDA
+ * double).  As in Level Zero, a copy reads and writes ordinary host
+ * memory when it runs, not when it is appended (nothing is staged), and
+ * zeMemFree frees at once whatever still uses the memory. */
+
+static ze_result_t
+mem_result(enum dm_result r)
+{
+    return r == DM_OK ? ZE_RESULT_SUCCESS
+           : r == DM_OUT_OF_MEMORY ? ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
+                                   : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+}
+
+static ze_result_t
+check_alloc(ze_context_handle_t hc, const void *desc, size_t size,
+            size_t alignment, void **pptr)
+{
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (desc == NULL || pptr == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (size == 0) {
+        return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+    }
+    if (alignment & (alignment - 1)) {
+        return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+    }
+    pthread_mutex_lock(&g.lock);
+    if (obj_find(hc, K_CONTEXT) == NULL) {
+        r = bad_handle(hc);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeMemAllocDevice(ze_context_handle_t hc,
+                      const ze_device_mem_alloc_desc_t *desc, size_t size,
+                      size_t alignment, ze_device_handle_t hd, void **pptr)
+{
+    ENTER(zeMemAllocDevice);
+    ze_result_t r = check_alloc(hc, desc, size, alignment, pptr);
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    if (desc->stype != ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC) {
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_device *d = device_of(hd);
+    pthread_mutex_unlock(&g.lock);
+    if (d == NULL) {
+        return bad_handle(hd);
+    }
+    unsigned long long addr;
+    r = mem_result(dm_alloc(d->index, size, false, &addr));
+    if (r == ZE_RESULT_SUCCESS) {
+        *pptr = (void *)(uintptr_t)addr;
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeMemAllocHost(ze_context_handle_t hc,
+                    const ze_host_mem_alloc_desc_t *desc, size_t size,
+                    size_t alignment, void **pptr)
+{
+    ENTER(zeMemAllocHost);
+    ze_result_t r = check_alloc(hc, desc, size, alignment, pptr);
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    if (desc->stype != ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC) {
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    unsigned long long addr;
+    r = dm_alloc(0, size, true, &addr) == DM_OK
+            ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    if (r == ZE_RESULT_SUCCESS) {
+        *pptr = (void *)(uintptr_t)addr;
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeMemFree(ze_context_handle_t hc, void *ptr)
+{
+    ENTER(zeMemFree);
+    if (ptr == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    int known = obj_find(hc, K_CONTEXT) != NULL;
+    pthread_mutex_unlock(&g.lock);
+    if (!known) {
+        return bad_handle(hc);
+    }
+    int device;
+    int host = dm_lookup((uintptr_t)ptr, &device) == 2;
+    return mem_result(dm_free("zeMemFree", (uintptr_t)ptr, host));
+}
+
+/* Queue a copy or fill on list h (after checking its device sides). */
+static ze_result_t
+append_memory(const char *api, ze_command_list_handle_t h, dm_op *op,
+              ze_event_handle_t signal, uint32_t nwait,
+              ze_event_handle_t *wait)
+{
+    if ((op->dst.kind == DM_DEVICE
+         && !dm_check_device(api, op->dst.addr, op->bytes, -1))
+        || (!op->fill && op->src.kind == DM_DEVICE
+            && !dm_check_device(api, op->src.addr, op->bytes, -1))) {
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_list *l = obj_find(h, K_LIST);
+    ze_result_t r = l == NULL ? bad_handle(h)
+                              : append_locked_op(l, CMD_MEMORY, 0, op,
+                                                 signal, nwait, wait);
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeCommandListAppendMemoryCopy(ze_command_list_handle_t h, void *dst,
+                                   const void *src, size_t size,
+                                   ze_event_handle_t signal, uint32_t nwait,
+                                   ze_event_handle_t *wait)
+{
+    ENTER(zeCommandListAppendMemoryCopy);
+    if (dst == NULL || src == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    dm_op op = {.api = "zeCommandListAppendMemoryCopy",
+                .dst = dm_classify(dst, size), .src = dm_classify(src, size),
+                .bytes = size};
+    return append_memory(op.api, h, &op, signal, nwait, wait);
+}
+
+static ze_result_t
+fake_zeCommandListAppendMemoryFill(ze_command_list_handle_t h, void *ptr,
+                                   const void *pattern, size_t pattern_size,
+                                   size_t size, ze_event_handle_t signal,
+                                   uint32_t nwait, ze_event_handle_t *wait)
+{
+    ENTER(zeCommandListAppendMemoryFill);
+    if (ptr == NULL || pattern == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    /* Real drivers take patterns up to maxMemoryFillPatternSize; the
+     * backend uses one byte. */
+    if (pattern_size != 1) {
+        return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+    }
+    dm_op op = {.api = "zeCommandListAppendMemoryFill", .fill = true,
+                .dst = dm_classify(ptr, size), .bytes = size,
+                .value = *(const unsigned char *)pattern};
+    return append_memory(op.api, h, &op, signal, nwait, wait);
+}
+
 /* DDI table getters ---------------------------------------------------- */
 
 /* Tables only grow by appending, so any 1.x table holds the 1.0 fields
@@ -1151,6 +1340,8 @@ zeGetCommandListProcAddrTable(ze_api_version_t version,
         t->pfnAppendBarrier = fake_zeCommandListAppendBarrier;
         t->pfnAppendSignalEvent = fake_zeCommandListAppendSignalEvent;
         t->pfnAppendWaitOnEvents = fake_zeCommandListAppendWaitOnEvents;
+        t->pfnAppendMemoryCopy = fake_zeCommandListAppendMemoryCopy;
+        t->pfnAppendMemoryFill = fake_zeCommandListAppendMemoryFill;
     }
     return r;
 }
@@ -1183,6 +1374,18 @@ zeGetEventProcAddrTable(ze_api_version_t version, ze_event_dditable_t *t)
     return r;
 }
 
+EXPORT ze_result_t
+zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnAllocDevice = fake_zeMemAllocDevice;
+        t->pfnAllocHost = fake_zeMemAllocHost;
+        t->pfnFree = fake_zeMemFree;
+    }
+    return r;
+}
+
 /* The loader refuses a driver that lacks any of these, even though it
  * never calls them here: left empty (a NULL entry makes the loader answer
  * ZE_RESULT_ERROR_UNSUPPORTED_FEATURE). */
@@ -1201,7 +1404,6 @@ EMPTY_GETTER(zeGetModuleBuildLogProcAddrTable,
 EMPTY_GETTER(zeGetKernelProcAddrTable, ze_kernel_dditable_t)
 EMPTY_GETTER(zeGetSamplerProcAddrTable, ze_sampler_dditable_t)
 EMPTY_GETTER(zeGetPhysicalMemProcAddrTable, ze_physical_mem_dditable_t)
-EMPTY_GETTER(zeGetMemProcAddrTable, ze_mem_dditable_t)
 EMPTY_GETTER(zeGetVirtualMemProcAddrTable, ze_virtual_mem_dditable_t)
 
 EMPTY_GETTER(zetGetDeviceProcAddrTable, zet_device_dditable_t)
