@@ -2,16 +2,26 @@
 # gpu_check.sh - the project on a real NVIDIA GPU, in under 4 minutes.
 #
 #   bench/gpu_check.sh          (PYTHON=... picks the interpreter)
+#   bench/gpu_check.sh --double (a dry run on the CUDA driver double)
 #
 # On a machine with an NVIDIA GPU and its driver: installs the project with
-# `pip install --no-build-isolation .` (downloads nothing), builds it in place
-# too (the suite runs from the source tree and imports src/, pytest's
-# pythonpath), runs the behaviour suite on the real driver, then the
-# benchmark side by side with torch.accelerator / torch.cuda, cuda.core and
-# CuPy where installed, and writes bench/results/<date>-<gpu>.md and .json.
-# It prints a short table last.  Exit status: 0, or 1 when the suite failed
-# or the benchmark did not run (the results are written either way).
-# Without a GPU or driver it says so and exits 0.
+# `pip install --no-build-isolation .` (downloads nothing) into a throwaway
+# venv (never into the interpreter the tests use, where an installed copy
+# would shadow the source tree), builds it in place too (the suite runs from
+# the source tree and imports src/, pytest's pythonpath), runs the behaviour
+# suite on the real driver, then the benchmark side by side with
+# torch.accelerator / torch.cuda, cuda.core and CuPy where installed, and
+# accelerator beside cuda.core in one process (bench_peers.py), and writes
+# bench/results/<date>-<gpu>.md and .json.  It prints a short table last.
+# Exit status: 0, or 1 when the install or the suite failed or the
+# benchmark did not run (the results are written either way).  Without a
+# GPU or driver it says so and exits 0.
+#
+# --double: the same steps with tests/drivers/build first on
+# LD_LIBRARY_PATH, so libcuda.so.1 is the CUDA double (tests/test_gpu_check.py
+# runs this).  GPU_CHECK_TESTS (default tests/behaviour) and
+# GPU_CHECK_RESULTS (default bench/results) change what the suite runs and
+# where the results go.
 set -euo pipefail
 
 repo="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +31,14 @@ deadline=$((SECONDS + 235))
 # The real driver only: nothing may point the package at a double.
 unset ACCELERATOR_BACKEND ACCELERATOR_CUDA_LIBRARY ACCELERATOR_ZE_LIBRARY \
     FAKE_CUDA_DEVICES FAKE_ZE_DEVICES
+double=0
+if [[ "${1:-}" == "--double" ]]; then
+    # A dry run: the double stands in for libcuda.so.1, found the way the
+    # real one is (dlopen by name), so every step below runs unchanged.
+    double=1
+    make -s -C "$repo/tests/drivers" >/dev/null
+    export LD_LIBRARY_PATH="$repo/tests/drivers/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 
 no_gpu() {
     echo "no NVIDIA GPU/driver found; nothing to check ($1)"
@@ -61,7 +79,7 @@ echo "GPU: $gpu x$count, driver $driver"
 stamp="$(date -u +%Y-%m-%d)"
 slug="$(tr '[:upper:]' '[:lower:]' <<<"$gpu" | tr -cs 'a-z0-9' '-' \
     | sed 's/^-*//; s/-*$//')"
-results="$repo/bench/results"
+results="${GPU_CHECK_RESULTS:-$repo/bench/results}"
 base="$results/$stamp-${slug:-gpu}"
 work="$(mktemp -d)"
 trap 'rm -rf -- "$work"' EXIT
@@ -71,17 +89,47 @@ cd -- "$repo"
 left() { echo $((deadline - SECONDS)); }
 
 status=0
-echo "== install (pip install --no-build-isolation ., no network)"
-if "$py" -m pip install --no-build-isolation --no-deps --no-index -q . \
-    >"$work/install.log" 2>&1; then
+# Into a throwaway venv that sees this interpreter's packages (setuptools):
+# installing into the interpreter itself would shadow the source tree for
+# the suite below and for every other checkout.
+echo "== install (pip install --no-build-isolation ., no network, in a venv)"
+venv="$work/venv"
+how=""
+pip_install() {
+    "$venv/bin/python" -m pip install --no-build-isolation --no-deps \
+        --no-index -q . >>"$work/install.log" 2>&1
+}
+if ! "$py" -m venv --system-site-packages "$venv" >"$work/install.log" 2>&1; then
+    how="FAILED (python -m venv)"
+elif pip_install; then
+    how="pip install --no-build-isolation ."
+elif grep -q "invalid command 'bdist_wheel'" "$work/install.log"; then
+    # setuptools older than 70.1 builds wheels only with the `wheel`
+    # package: take it from a local wheel directory if pip has one, else
+    # build with setup.py (which needs no wheel) and copy the package in.
+    if "$venv/bin/python" -m pip install --no-index -q wheel \
+            >>"$work/install.log" 2>&1 && pip_install; then
+        how="pip install --no-build-isolation . (after installing wheel)"
+    elif "$py" setup.py -q build --build-base "$work/build" \
+            >>"$work/install.log" 2>&1; then
+        site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+        cp -R "$work"/build/lib*/accelerator "$site/"
+        how="setup.py build, copied into the venv (pip could not build a wheel: setuptools $("$py" -c 'import setuptools; print(setuptools.__version__)') without the wheel package; no entry points)"
+    else
+        how="FAILED (pip install, then setup.py build)"
+    fi
+else
+    how="FAILED (pip install)"
+fi
+if [[ "$how" == FAILED* ]]; then
+    tail -n 20 "$work/install.log"
+    installed="$how; see above"
+    status=1
+else
     # From outside the tree, so that this is the installed copy.
     installed="$(cd -- "$work" || exit 1
-        "$py" -c 'import accelerator as a; print(a.__file__, a.is_available())' \
-            2>&1 || true)"
-else
-    tail -n 20 "$work/install.log"
-    installed="FAILED (pip install; see above)"
-    status=1
+        "$venv/bin/python" -c 'import accelerator as a; print(a.__file__, a.is_available())' \
+            2>&1 || true) [$how]"
 fi
 echo "installed: $installed"
 "$py" setup.py -q build_ext --inplace >>"$work/install.log" 2>&1 \
@@ -105,7 +153,7 @@ if [[ -d tests/behaviour ]]; then
     else
         rc=0
         ACCELERATOR_TEST_BACKEND=real timeout "$budget" \
-            "$py" -m pytest tests/behaviour -q -p no:cacheprovider \
+            "$py" -m pytest ${GPU_CHECK_TESTS:-tests/behaviour} -q -p no:cacheprovider \
             >"$work/tests.log" 2>&1 || rc=$?
         tail -n 25 "$work/tests.log"
         tests="$(grep -E '(passed|failed|error|skipped|no tests ran)' \
@@ -132,6 +180,11 @@ if ((bench_rc != 0)); then
     status=1
     echo "benchmark: FAILED (exit $bench_rc)" >"$work/summary.md"
 fi
+echo "== accelerator beside cuda.core, one process"
+budget=$(($(left) - 5))
+((budget < 30)) && budget=30
+timeout "$budget" "$py" bench/bench_peers.py --quick --no-install \
+    --markdown "$work/peers.md" || true
 
 host="$(uname -srm)"
 versions="$("$py" - <<'EOF'
@@ -158,6 +211,10 @@ EOF
         cat -- "$work/bench.md"
     else
         echo "benchmark: FAILED (exit $bench_rc)"
+    fi
+    if [[ -s "$work/peers.md" ]]; then
+        echo
+        cat -- "$work/peers.md"
     fi
 } >"$base.md"
 

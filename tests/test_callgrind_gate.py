@@ -24,12 +24,10 @@ from types import ModuleType
 
 import pytest
 
-import accelerator
+from build_info import instrumented_extension
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench" / "bench_api.py"
-INSTRUMENTED = (b"__asan_init", b"__ubsan_handle", b"__gcov_",
-                b"__llvm_gcov")
 
 
 def bench_module() -> ModuleType:
@@ -39,13 +37,6 @@ def bench_module() -> ModuleType:
     sys.modules["bench_api"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
-
-
-def instrumented_extension() -> str | None:
-    """The instrumentation in the extension under test, if any."""
-    data = Path(accelerator._accelerator.__file__).read_bytes()
-    found = [m.decode() for m in INSTRUMENTED if m in data]
-    return ", ".join(found) or None
 
 
 def test_comparison_flags_growth_over_ten_percent() -> None:

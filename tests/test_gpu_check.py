@@ -1,0 +1,50 @@
+"""bench/gpu_check.sh, dry-run on the CUDA driver double before a GPU is lent.
+
+``gpu_check.sh --double`` puts tests/drivers/build first on LD_LIBRARY_PATH,
+so ``libcuda.so.1`` is the double and every step runs as on a GPU machine:
+the probe, the install into a throwaway venv (with its fallback where
+setuptools is older than 70.1 and ``wheel`` is missing), the behaviour
+suite (here one file of it, to keep the run short), the benchmark and the
+results file with its table.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from build_info import instrumented_extension
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_runs_through_to_its_results_table(tmp_path: Path) -> None:
+    if shutil.which("bash") is None or shutil.which("make") is None:
+        pytest.skip("needs bash and make")
+    marks = instrumented_extension()
+    if marks is not None:
+        pytest.skip(f"the extension is instrumented ({marks}): the dry run "
+                    "checks the script on the plain build (tests/run.sh)")
+    env = dict(os.environ, GPU_CHECK_RESULTS=str(tmp_path),
+               GPU_CHECK_TESTS="tests/behaviour/test_device_api.py")
+    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu_check.sh"),
+                           "--double"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "GPU: Fake CUDA Device 0 x2" in out
+    installed = next(line for line in out.splitlines()
+                     if line.startswith("installed: "))
+    assert "FAILED" not in installed and " True [" in installed, installed
+    # The installed copy, not the source tree, answered.
+    assert "/venv/" in installed, installed
+    results = list(tmp_path.glob("*-fake-cuda-device-0.md"))
+    assert len(results) == 1, out[-2000:]
+    text = results[0].read_text()
+    assert "behaviour suite (ACCELERATOR_TEST_BACKEND=real): " in text
+    assert " passed" in text and "failed" not in text.split("###")[0]
+    assert "| current_stream()" in text      # the benchmark's table
+    assert out.rstrip().splitlines()[-1].startswith("| ")  # printed last
