@@ -764,7 +764,7 @@ PyDoc_STRVAR(copy_from_doc,
 "(asynchronous) or a C-contiguous object with the buffer protocol of\n"
 "exactly nbytes bytes (returns when src may be reused).  A copy between\n"
 "devices is ordered after the work queued on both devices' current\n"
-"streams, and later work there waits for it (torch's copy_).");
+"streams, and later work there waits for it (as torch's Tensor copy does).");
 PyDoc_STRVAR(copy_to_doc,
 "copy_to($self, dst, /, *, stream=None)\n--\n\n"
 "Copy this buffer into dst: a Buffer (any device), a HostBuffer\n"
