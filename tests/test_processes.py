@@ -108,6 +108,25 @@ def test_without_nvml_the_questions_run_cuinit() -> None:
     assert [error for error in got["devices"]] == [None] * 3
 
 
+def test_report_no_init_leaves_cuda_uninitialised() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "accelerator", "--no-init", "--json"],
+        env=environment(**CUDA), capture_output=True, text=True,
+        timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    cuda = report["backends"][0]
+    assert report["device_count"] == 2 and cuda["initialized"] is False
+    assert cuda["counted_by"].startswith("NVML (")
+    assert [d["name"] for d in report["devices"]] == [None, None]
+    text = subprocess.run(
+        [sys.executable, "-m", "accelerator", "--no-init"],
+        env=environment(**CUDA), capture_output=True, text=True,
+        timeout=120).stdout
+    assert "counted by: NVML (" in text and "(driver not initialised)" in text
+    assert "not read: the driver is not initialised" in text
+
+
 def test_nvml_library_override_and_a_missing_one() -> None:
     code = """
     import accelerator as a

@@ -211,3 +211,21 @@ def test_available():
     result = pytester.runpytest_subprocess(*plugin_arguments(), "-rfEs")
     result.assert_outcomes(passed=1, skipped=1)
     assert out.read_text() == "0"
+
+
+@needs_double
+def test_worker_shares_compose_with_the_controllers_visible_devices(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller sees the backend's devices 2 and 0 (in that order):
+    gw0 gets the backend's 2, gw1 its 0."""
+    use_double(monkeypatch, 3)
+    monkeypatch.setenv("ACCELERATOR_VISIBLE_DEVICES", "2,0")
+    result, records = run_xdist(pytester, "-n", "2")
+    result.assert_outcomes(passed=14)
+    result.stdout.fnmatch_lines([
+        "  gw0: cuda:0 (ACCELERATOR_VISIBLE_DEVICES=2)",
+        "  gw1: cuda:1 (ACCELERATOR_VISIBLE_DEVICES=0)",
+    ])
+    physical = {"gw0": "2", "gw1": "0"}
+    for record in records:
+        assert record["uuid"].endswith(physical[record["worker"]]), record
