@@ -679,8 +679,9 @@ probe_once(void)
         }
         if (found_first != NULL) {
             /* Probed later, for the report only (acc_probe_all). */
-            acc_trace("backend %s not probed: %s was found first",
-                      registry[i]->name, found_first);
+            acc_trace("backend %s not probed: %s was %s first",
+                      registry[i]->name, found_first,
+                      g.selected != NULL ? "selected" : "found");
             continue;
         }
         probe_backend(i);
