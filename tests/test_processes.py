@@ -141,6 +141,11 @@ def test_nvml_library_override_and_a_missing_one() -> None:
                                ACCELERATOR_NVML_LIBRARY="/nonexistent/nvml"))
     assert count == 2
     assert how == "cuInit (NVML not used: cannot open /nonexistent/nvml)"
+    # A library that is not NVML (the CUDA double itself).
+    count, how = last_json(run(code, **CUDA,
+                               ACCELERATOR_NVML_LIBRARY=str(CUDA_DOUBLE)))
+    assert count == 2
+    assert how == f"cuInit (NVML not used: {CUDA_DOUBLE} lacks nvmlInit_v2)"
 
 
 def test_first_use_initialises_once_and_the_count_follows_cuda() -> None:
@@ -298,6 +303,7 @@ def test_visible_devices_restrict_and_reorder(config: str) -> None:
     ("-1", "ACCELERATOR_VISIBLE_DEVICES='-1': '-1' is not a device index"),
     ("0,,1", "ACCELERATOR_VISIBLE_DEVICES='0,,1': '' is not a device index"),
     ("", "ACCELERATOR_VISIBLE_DEVICES is empty: no device is visible"),
+    (",".join(map(str, range(65))), "names more than 64 devices"),
 ])
 @pytest.mark.parametrize("config", config_params())
 def test_bad_visible_devices_fail_clearly(config: str, value: str,
