@@ -805,6 +805,7 @@ static PyMethodDef module_methods[] = {
     {"empty_cache", empty_cache, METH_NOARGS, empty_cache_doc},
     {"_visible_devices", visible_devices, METH_NOARGS, visible_devices_doc},
     {"_probed", probed, METH_NOARGS, probed_doc},
+    {"from_dlpack", acc_from_dlpack, METH_O, acc_from_dlpack_doc},
     {"_noop", noop, METH_NOARGS, noop_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -325,6 +325,8 @@ acc_status acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
 void *acc_host_block_ptr(const acc_host_block *h);
 acc_status acc_host_block_record_stream(acc_host_block *h, acc_stream *s,
                                         acc_error *err);
+/* Wait for the work queued so far on each recorded stream (blocking). */
+acc_status acc_host_block_synchronize(acc_host_block *h, acc_error *err);
 void acc_host_free(acc_host_block *h);
 
 /* What a foreign pointer is (pointer_info slot). */

@@ -439,6 +439,17 @@ acc_host_block_record_stream(acc_host_block *h, acc_stream *s,
     return acc_stream_list_add(&h->streams, &h->nstreams, &h->cap, s, err);
 }
 
+acc_status
+acc_host_block_synchronize(acc_host_block *h, acc_error *err)
+{
+    acc_status st = ACC_OK;
+
+    for (int i = 0; i < h->nstreams && st == ACC_OK; i++) {
+        st = acc_stream_synchronize(h->streams[i], err);
+    }
+    return st;
+}
+
 void
 acc_host_free(acc_host_block *h)
 {

@@ -19,8 +19,8 @@
 #include <string.h>
 
 /* A Buffer's memory is usable: it is open and so is its root. */
-static int
-buffer_check_open(BufferObject *self, const char *what)
+int
+acc_buffer_check_open(BufferObject *self, const char *what)
 {
     if (self->closed) {
         PyErr_Format(PyExc_ValueError, "%s on a closed Buffer", what);
@@ -234,6 +234,7 @@ buffer_traverse(BufferObject *self, visitproc visit, void *arg)
     Py_VISIT(self->stream);
     Py_VISIT((PyObject *)self->root);
     Py_VISIT(self->owner);
+    Py_VISIT(self->keep);
     return 0;
 }
 
@@ -243,6 +244,7 @@ buffer_clear(BufferObject *self)
     Py_CLEAR(self->stream);
     Py_CLEAR(self->root);
     Py_CLEAR(self->owner);
+    Py_CLEAR(self->keep);
     return 0;
 }
 
@@ -424,7 +426,7 @@ copy_buffers(acc_state *st, BufferObject *self, BufferObject *other,
         .nbytes = self->nbytes,
     };
 
-    if (buffer_check_open(other, what) < 0
+    if (acc_buffer_check_open(other, what) < 0
         || check_size(self->nbytes, other->nbytes, what, "other Buffer") < 0
         || run_copy(st, s, &c, buffer_root(self), buffer_root(other)) < 0) {
         return -1;
@@ -550,7 +552,7 @@ buffer_transfer(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
 
     if (acc_parse_args(args, nargs, kwnames, to_self ? from_kw : to_kw, 1,
                        what, &other, &stream_arg) < 0
-        || buffer_check_open(self, what) < 0
+        || acc_buffer_check_open(self, what) < 0
         || acc_parse_stream(st, stream_arg, self->device, what, &s) < 0) {
         return NULL;
     }
@@ -615,7 +617,7 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
         int_error(st, value_arg, overflow < 0, NULL);
         return NULL;
     }
-    if (buffer_check_open(self, "Buffer.fill()") < 0
+    if (acc_buffer_check_open(self, "Buffer.fill()") < 0
         || acc_parse_stream(st, stream_arg, self->device, "Buffer.fill()",
                             &s) < 0) {
         return NULL;
@@ -646,7 +648,7 @@ buffer_record_stream(BufferObject *self, PyObject *stream)
     acc_state *st = buffer_state((PyObject *)self);
     acc_stream *s;
 
-    if (buffer_check_open(self, "Buffer.record_stream()") < 0) {
+    if (acc_buffer_check_open(self, "Buffer.record_stream()") < 0) {
         return NULL;
     }
     if (!PyObject_TypeCheck(stream, st->stream_type)) {
@@ -691,9 +693,16 @@ buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (self->closed) {
         Py_RETURN_NONE;
     }
+    if (self->root == NULL && self->exports > 0) {
+        PyErr_Format(PyExc_BufferError, "cannot close a Buffer while %zd "
+                     "DLPack export(s) of it are alive (another library "
+                     "may still use the memory)", self->exports);
+        return NULL;
+    }
     self->closed = 1;
     buffer_release(self);
     Py_CLEAR(self->owner);
+    Py_CLEAR(self->keep);
     Py_RETURN_NONE;
 }
 
@@ -701,7 +710,7 @@ static PyObject *
 buffer_enter_ctx(BufferObject *self, PyObject *unused)
 {
     (void)unused;
-    if (buffer_check_open(self, "with Buffer") < 0) {
+    if (acc_buffer_check_open(self, "with Buffer") < 0) {
         return NULL;
     }
     return Py_NewRef((PyObject *)self);
@@ -739,7 +748,7 @@ buffer_subscript(BufferObject *self, PyObject *key)
     }
     length = PySlice_AdjustIndices((Py_ssize_t)self->nbytes, &start, &stop,
                                    step);
-    if (buffer_check_open(self, "slicing") < 0) {
+    if (acc_buffer_check_open(self, "slicing") < 0) {
         return NULL;
     }
     return acc_buffer_new_raw(st, self->device,

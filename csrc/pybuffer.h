@@ -19,6 +19,11 @@ typedef struct BufferObject {
     int device;
     int closed;
     int busy;                  /* calls using the memory without the GIL */
+    Py_ssize_t exports;        /* live DLPack exports of the memory (on
+                                * the root) */
+    PyObject *keep;            /* from_dlpack: holds the producer's
+                                * managed tensor (its deleter runs when
+                                * this goes) */
     PyObject *weakreflist;
 } BufferObject;
 
@@ -48,6 +53,8 @@ int acc_parse_stream(acc_state *st, PyObject *obj, int device,
 int acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
                      size_t *nbytes);
 int acc_buffer_check(acc_state *st, PyObject *obj);
+/* The memory is usable (open, and its root too); ValueError if not. */
+int acc_buffer_check_open(BufferObject *self, const char *what);
 /* A Buffer object on memory it does not own: a view (root) or foreign
  * memory (owner). */
 PyObject *acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr,
@@ -70,8 +77,21 @@ PyObject *acc_host_dlpack_device(PyObject *self, PyObject *unused);
 PyObject *acc_from_dlpack(PyObject *module, PyObject *obj);
 extern const char acc_from_dlpack_doc[];
 
-#define ACC_BUFFER_DLPACK_METHODS
-#define ACC_HOST_DLPACK_METHODS
+extern const char acc_dlpack_doc[];
+extern const char acc_dlpack_device_doc[];
+extern const char acc_host_dlpack_doc[];
+extern const char acc_host_dlpack_device_doc[];
+
+#define ACC_BUFFER_DLPACK_METHODS                                        \
+    {"__dlpack__", (PyCFunction)(void (*)(void))acc_buffer_dlpack,       \
+     METH_FASTCALL | METH_KEYWORDS, acc_dlpack_doc},                     \
+    {"__dlpack_device__", (PyCFunction)acc_buffer_dlpack_device,         \
+     METH_NOARGS, acc_dlpack_device_doc},
+#define ACC_HOST_DLPACK_METHODS                                          \
+    {"__dlpack__", (PyCFunction)(void (*)(void))acc_host_dlpack,         \
+     METH_FASTCALL | METH_KEYWORDS, acc_host_dlpack_doc},                \
+    {"__dlpack_device__", (PyCFunction)acc_host_dlpack_device,           \
+     METH_NOARGS, acc_host_dlpack_device_doc},
 
 extern PyType_Spec acc_buffer_spec;
 extern PyType_Spec acc_host_buffer_spec;

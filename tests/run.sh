@@ -56,6 +56,41 @@ if ! command -v mpirun >/dev/null; then
     fi
 fi
 
+# Debian's DLPack 0.6 header, and a current (1.x) dlpack.h from the
+# cuda-core wheel, for tests/test_dlpack_header.py (each check is skipped,
+# with the reason, where its header cannot be had).
+if [ ! -f /usr/include/dlpack/dlpack.h ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing Debian's dlpack.h (libdlpack-dev)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq libdlpack-dev >/dev/null || true
+    fi
+fi
+dlpack_dir=tests/drivers/build/dlpack-include
+if [ ! -f "$dlpack_dir/dlpack/dlpack.h" ]; then
+    say "fetching a current dlpack.h (the cuda-core wheel's)"
+    wheels=$(mktemp -d)
+    if "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps \
+            --only-binary=:all: -d "$wheels" "cuda-core==1.2.2" >/dev/null 2>&1; then
+        "$PYTHON" - "$wheels" "$dlpack_dir" <<'PY'
+import pathlib, sys, zipfile
+wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]) / "dlpack"
+for wheel in wheels.glob("*.whl"):
+    with zipfile.ZipFile(wheel) as z:
+        names = sorted(n for n in z.namelist() if n.endswith("/dlpack.h"))
+        if names:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "dlpack.h").write_bytes(z.read(names[0]))
+            break
+PY
+    fi
+    rm -rf "$wheels"
+fi
+if [ -f "$dlpack_dir/dlpack/dlpack.h" ]; then
+    export ACCELERATOR_DLPACK_INCLUDE="$PWD/$dlpack_dir"
+fi
+
 say "installing test requirements"
 "$PYTHON" -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 

@@ -587,6 +587,43 @@ cuda_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
     return cuda_leave(pushed, st, err);
 }
 
+static acc_status
+cuda_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
+{
+    unsigned int type = 0;
+    int ordinal = -1;
+    CUresult rc;
+
+    info->kind = ACC_POINTER_UNKNOWN;
+    info->device = -1;
+    rc = cu.fn.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                     (CUdeviceptr)ptr);
+    if (rc == CUDA_ERROR_INVALID_VALUE) {
+        /* Memory the driver never saw: not an error here. */
+        return ACC_OK;
+    }
+    if (rc != CUDA_SUCCESS) {
+        return cuda_fail("cuPointerGetAttribute", rc, err);
+    }
+    if (type == CU_MEMORYTYPE_HOST) {
+        info->kind = ACC_POINTER_HOST;
+        return ACC_OK;
+    }
+    if (CU(cuPointerGetAttribute, (&ordinal,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   (CUdeviceptr)ptr)) != ACC_OK) {
+        return ACC_ERR_DRIVER;
+    }
+    for (int i = 0; i < cu.count; i++) {
+        if (cu.devices[i] == ordinal) {
+            info->device = i;
+        }
+    }
+    info->kind = type == CU_MEMORYTYPE_UNIFIED ? ACC_POINTER_SHARED
+                                               : ACC_POINTER_DEVICE;
+    return ACC_OK;
+}
+
 /* Streams ---------------------------------------------------------------- */
 
 static inline CUstream
@@ -844,4 +881,5 @@ const acc_backend acc_cuda_backend = {
     .host_free = cuda_host_free,
     .mem_copy = cuda_mem_copy,
     .mem_fill = cuda_mem_fill,
+    .pointer_info = cuda_pointer_info,
 };

@@ -187,7 +187,9 @@ typedef struct CUuuid_st {
       (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,  \
        CUcontext srcContext, size_t ByteCount, CUstream hStream))           \
     X(cuMemsetD8Async, cuMemsetD8Async, 3020,                               \
-      (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream))
+      (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)) \
+    X(cuPointerGetAttribute, cuPointerGetAttribute, 4000,                   \
+      (void *data, CUpointer_attribute attribute, CUdeviceptr ptr))
 
 /* Function pointer types: acc_pfn_<base name>. */
 #define ACC_CUDA_PFN_TYPEDEF(name, symbol, version, params) \

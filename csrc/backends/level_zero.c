@@ -2057,6 +2057,49 @@ lz_shutdown(void)
     acc_trace("xpu: shut down");
 }
 
+/* What a foreign pointer is: asked of each driver's context (memory of
+ * a context other than ours is unknown: dpctl and torch use their own
+ * contexts, so from_dlpack of their memory reports it as not the
+ * driver's). */
+static acc_status
+lz_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
+{
+    info->kind = ACC_POINTER_UNKNOWN;
+    info->device = -1;
+    for (int d = 0; d < lz.ndrivers; d++) {
+        ze_memory_allocation_properties_t props = {
+            ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES, NULL,
+            ZE_MEMORY_TYPE_UNKNOWN, 0, 0,
+        };
+        ze_device_handle_t dev = NULL;
+        ze_context_handle_t ctx = NULL;
+        pthread_mutex_lock(&lz.lock);
+        acc_status status = lz_context_locked(d, &ctx, err);
+        pthread_mutex_unlock(&lz.lock);
+        if (status != ACC_OK) {
+            return status;
+        }
+        ze_result_t r = fn.zeMemGetAllocProperties(ctx, (const void *)ptr,
+                                                   &props, &dev);
+        if (r != ZE_RESULT_SUCCESS) {
+            return lz_fail(err, "zeMemGetAllocProperties", r, d);
+        }
+        if (props.type == ZE_MEMORY_TYPE_UNKNOWN) {
+            continue;
+        }
+        info->kind = props.type == ZE_MEMORY_TYPE_HOST ? ACC_POINTER_HOST
+                     : props.type == ZE_MEMORY_TYPE_SHARED
+                         ? ACC_POINTER_SHARED : ACC_POINTER_DEVICE;
+        for (int i = 0; i < lz.ndevices; i++) {
+            if (lz.devices[i].handle == dev) {
+                info->device = i;
+            }
+        }
+        return ACC_OK;
+    }
+    return ACC_OK;
+}
+
 const acc_backend acc_level_zero_backend = {
     .name = LZ_BACKEND,
     .device_type = LZ_BACKEND,
@@ -2090,4 +2133,5 @@ const acc_backend acc_level_zero_backend = {
     .host_free = lz_host_free,
     .mem_copy = lz_mem_copy,
     .mem_fill = lz_mem_fill,
+    .pointer_info = lz_pointer_info,
 };

@@ -101,6 +101,7 @@
     X(ZE_STRUCTURE_TYPE_EVENT_DESC, 0x11)                       \
     X(ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, 0x15)            \
     X(ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, 0x16)              \
+    X(ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES, 0x17)     \
     X(ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2, 0x00020006)
 
 #define ACC_ZE_DEVICE_TYPES(X)    \
@@ -262,6 +263,13 @@
     F(S, const void *, pNext, )                   \
     F(S, ze_host_mem_alloc_flags_t, flags, )
 
+#define ACC_ZE_MEMORY_ALLOCATION_PROPERTIES_FIELDS(F, S) \
+    F(S, ze_structure_type_t, stype, )                   \
+    F(S, void *, pNext, )                                \
+    F(S, ze_memory_type_t, type, )                       \
+    F(S, uint64_t, id, )                                 \
+    F(S, uint64_t, pageSize, )
+
 #define ACC_ZE_KERNEL_TIMESTAMP_DATA_FIELDS(F, S) \
     F(S, uint64_t, kernelStart, )                 \
     F(S, uint64_t, kernelEnd, )
@@ -286,6 +294,8 @@
     X(ze_event_desc_t, ACC_ZE_EVENT_DESC_FIELDS)                          \
     X(ze_device_mem_alloc_desc_t, ACC_ZE_DEVICE_MEM_ALLOC_DESC_FIELDS)    \
     X(ze_host_mem_alloc_desc_t, ACC_ZE_HOST_MEM_ALLOC_DESC_FIELDS)        \
+    X(ze_memory_allocation_properties_t,                                  \
+      ACC_ZE_MEMORY_ALLOCATION_PROPERTIES_FIELDS)                         \
     X(ze_kernel_timestamp_data_t, ACC_ZE_KERNEL_TIMESTAMP_DATA_FIELDS)    \
     X(ze_kernel_timestamp_result_t, ACC_ZE_KERNEL_TIMESTAMP_RESULT_FIELDS)
 
@@ -413,6 +423,10 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
        const ze_host_mem_alloc_desc_t *host_desc, size_t size,             \
        size_t alignment, void **pptr))                                     \
     X(zeMemFree, (ze_context_handle_t hContext, void *ptr))                \
+    X(zeMemGetAllocProperties,                                             \
+      (ze_context_handle_t hContext, const void *ptr,                      \
+       ze_memory_allocation_properties_t *pMemAllocProperties,             \
+       ze_device_handle_t *phDevice))                                      \
     X(zeCommandListAppendMemoryCopy,                                       \
       (ze_command_list_handle_t hCommandList, void *dstptr,                \
        const void *srcptr, size_t size, ze_event_handle_t hSignalEvent,    \

@@ -299,6 +299,8 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "fill()": lambda st: st["b"].fill(7),
     "drop a buffer": drop_buffer,
     "drop a host buffer": drop_host_buffer,
+    "from_dlpack(capsule)":
+        lambda st: acc.from_dlpack(st["b"].__dlpack__(max_version=(1, 0))),
 }
 
 #: the state each action needs
@@ -332,6 +334,7 @@ PREPARE: dict[str, Callable[[], State]] = {
     "fill()": with_buffers,
     "drop a buffer": with_buffers,
     "drop a host buffer": with_buffers,
+    "from_dlpack(capsule)": with_buffers,
 }
 
 
@@ -444,6 +447,7 @@ CUDA_SITES = [
     Site("cuMemcpyDtoDAsync", RAISE, "copy_from(Buffer)"),
     Site("cuMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
     Site("cuMemsetD8Async", RAISE, "fill()"),
+    Site("cuPointerGetAttribute", RAISE, "from_dlpack(capsule)"),
 ]
 
 XPU_SITES = [
@@ -502,6 +506,7 @@ XPU_SITES = [
     Site("zeCommandListAppendMemoryCopy", RAISE,
          "copy_from(Buffer of device 1)"),
     Site("zeCommandListAppendMemoryFill", RAISE, "fill()"),
+    Site("zeMemGetAllocProperties", RAISE, "from_dlpack(capsule)"),
     # The barrier that orders a copy or fill on a list that is not in
     # order, and the wait that makes a pageable copy synchronous.
     Site("zeCommandListAppendBarrier", RAISE, "fill()"),

@@ -1930,6 +1930,36 @@ cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
     return mem_enqueue(hStream, &op, false);
 }
 
+CUresult
+cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+                      CUdeviceptr ptr)
+{
+    int device = -1, kind;
+
+    FAKE_ENTER(cuPointerGetAttribute, true);
+    if (data == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    kind = dm_lookup(ptr, &device);
+    if (kind == 0) {
+        return CUDA_ERROR_INVALID_VALUE; /* memory the driver never saw */
+    }
+    switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = kind == 2 ? CU_MEMORYTYPE_HOST
+                                          : CU_MEMORYTYPE_DEVICE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = device;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = &g_ctx[device];
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
 /* Driver API: memory -------------------------------------------------- */
 
 static CUresult

@@ -158,6 +158,7 @@ typedef struct fake_device {
     X(zeEventQueryStatus) X(zeEventHostReset) X(zeEventHostSignal)      \
     X(zeEventQueryKernelTimestamp)                                      \
     X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemFree)                  \
+    X(zeMemGetAllocProperties)                                          \
     X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)
 
 #define FAKE_ENUM(name) F_##name,
@@ -1210,6 +1211,34 @@ fake_zeMemFree(ze_context_handle_t hc, void *ptr)
     return mem_result(dm_free("zeMemFree", (uintptr_t)ptr, host));
 }
 
+static ze_result_t
+fake_zeMemGetAllocProperties(ze_context_handle_t hc, const void *ptr,
+                             ze_memory_allocation_properties_t *props,
+                             ze_device_handle_t *phDevice)
+{
+    ENTER(zeMemGetAllocProperties);
+    if (ptr == NULL || props == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    int known = obj_find(hc, K_CONTEXT) != NULL;
+    pthread_mutex_unlock(&g.lock);
+    if (!known) {
+        return bad_handle(hc);
+    }
+    int device = -1;
+    int kind = dm_lookup((uintptr_t)ptr, &device);
+    props->type = kind == 1 ? ZE_MEMORY_TYPE_DEVICE
+                  : kind == 2 ? ZE_MEMORY_TYPE_HOST : ZE_MEMORY_TYPE_UNKNOWN;
+    props->id = (uint64_t)(uintptr_t)ptr;
+    props->pageSize = 4096;
+    if (phDevice != NULL) {
+        *phDevice = kind == 1 ? (ze_device_handle_t)&g.devices[device]
+                              : NULL;
+    }
+    return ZE_RESULT_SUCCESS;
+}
+
 /* Queue a copy or fill on list h (after checking its device sides). */
 static ze_result_t
 append_memory(const char *api, ze_command_list_handle_t h, dm_op *op,
@@ -1382,6 +1411,7 @@ zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_dditable_t *t)
         t->pfnAllocDevice = fake_zeMemAllocDevice;
         t->pfnAllocHost = fake_zeMemAllocHost;
         t->pfnFree = fake_zeMemFree;
+        t->pfnGetAllocProperties = fake_zeMemGetAllocProperties;
     }
     return r;
 }

@@ -1,0 +1,322 @@
+"""DLPack both ways: Buffer/HostBuffer.__dlpack__ and from_dlpack.
+
+Device capsules are read through their fields (ctypes on the DLPack ABI);
+host ones through numpy.  Capsules for from_dlpack are made here, over
+device memory of a Buffer, with a deleter the test watches.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import numpy as np
+import pytest
+
+import accelerator as acc
+
+from test_memory import _memory_supported, memory_checks, no_allocation_left  # noqa: F401 (autouse fixtures)
+
+pytestmark = pytest.mark.skipif(
+    not _memory_supported(), reason="the backend has no device memory slots")
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice),
+                ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+LEGACY_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor),
+                            ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", LEGACY_DELETER)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+VERSIONED_DELETER = ctypes.CFUNCTYPE(
+    None, ctypes.POINTER(DLManagedTensorVersioned))
+DLManagedTensorVersioned._fields_ = [
+    ("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+    ("manager_ctx", ctypes.c_void_p), ("deleter", VERSIONED_DELETER),
+    ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+api = ctypes.pythonapi
+api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+api.PyCapsule_GetName.restype = ctypes.c_char_p
+api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+api.PyCapsule_New.restype = ctypes.py_object
+api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                              ctypes.c_void_p]
+
+
+def tensor_of(capsule: object) -> tuple[str, object, DLTensor]:
+    name = api.PyCapsule_GetName(capsule).decode()
+    address = api.PyCapsule_GetPointer(capsule, name.encode())
+    cls = DLManagedTensorVersioned if "versioned" in name \
+        else DLManagedTensor
+    managed = cls.from_address(address)
+    return name, managed, managed.dl_tensor
+
+
+# Export -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_device_capsule_fields(driver, versioned: bool) -> None:
+    b = acc.Buffer(4096, 1 if acc.device_count() > 1 else 0)
+    assert b.__dlpack_device__() == (driver.dlpack_device_type,
+                                     b.device.index)
+    capsule = b.__dlpack__(max_version=(1, 0) if versioned else None)
+    name, managed, t = tensor_of(capsule)
+    assert name == ("dltensor_versioned" if versioned else "dltensor")
+    if versioned:
+        assert (managed.major, managed.minor) == (1, 0)
+        assert managed.flags == 0
+    assert t.data == b.ptr
+    assert (t.device.device_type, t.device.device_id) == (
+        driver.dlpack_device_type, b.device.index)
+    assert t.ndim == 1
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (1, 8, 1)
+    assert t.shape[0] == 4096 and t.strides[0] == 1
+    assert t.byte_offset == 0
+    with pytest.raises(BufferError, match="DLPack export"):
+        b.close()
+    del capsule, managed, t  # never consumed: the capsule frees it
+    gc.collect()
+    b.close()
+
+
+def test_view_exports_its_range() -> None:
+    b = acc.Buffer(100)
+    capsule = b[10:30].__dlpack__()
+    _, _, t = tensor_of(capsule)
+    assert t.data == b.ptr + 10 and t.shape[0] == 20
+
+
+def test_copy_true_exports_a_copy() -> None:
+    b = acc.Buffer(64)
+    b.fill(9)
+    capsule = b.__dlpack__(max_version=(1, 1), copy=True)
+    _, managed, t = tensor_of(capsule)
+    assert managed.flags == 2  # IS_COPIED
+    assert t.data != b.ptr
+    copy = acc.from_dlpack(capsule)
+    out = bytearray(64)
+    copy.copy_to(out)
+    assert out == b"\x09" * 64
+
+
+def test_export_waits_for_the_work_on_the_current_stream(driver) -> None:
+    producer, consumer = acc.Stream(0), acc.Stream(0)
+    b = acc.Buffer(64)
+    with producer:
+        driver.enqueue_sleep(producer, 150)
+        b.fill(3)
+        b.__dlpack__(stream=consumer.handle)
+    assert not consumer.query()  # waits for the fill behind 150 ms
+    consumer.synchronize()
+    assert producer.query()
+
+
+def test_export_with_stream_minus_one_does_not_wait(driver) -> None:
+    producer, consumer = acc.Stream(0), acc.Stream(0)
+    b = acc.Buffer(64)
+    with producer:
+        driver.enqueue_sleep(producer, 100)
+        b.__dlpack__(stream=-1)
+    assert consumer.query()
+    producer.synchronize()
+
+
+def test_bad_export_arguments() -> None:
+    b = acc.Buffer(8)
+    with pytest.raises(ValueError, match="stream 0"):
+        b.__dlpack__(stream=0)
+    with pytest.raises(TypeError, match="int"):
+        b.__dlpack__(stream="1")
+    with pytest.raises(BufferError, match="cannot export"):
+        b.__dlpack__(dl_device=(1, 0))
+    with pytest.raises(TypeError, match="two ints"):
+        b.__dlpack__(max_version=1)
+    with pytest.raises(TypeError, match="copy"):
+        b.__dlpack__(copy=1)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        b.__dlpack__(steam=None)
+    b.close()
+    with pytest.raises(ValueError, match="closed Buffer"):
+        b.__dlpack__()
+
+
+def test_host_buffer_to_numpy() -> None:
+    h = acc.HostBuffer(16)
+    assert h.__dlpack_device__() == (1, 0)
+    memoryview(h)[:] = bytes(range(16))
+    a = np.from_dlpack(h)
+    assert a.dtype == np.uint8 and a.shape == (16,)
+    assert a.tolist() == list(range(16))
+    a[0] = 99  # shares the memory, writable
+    assert memoryview(h)[0] == 99
+    with pytest.raises(BufferError):
+        h.close()
+    del a
+    gc.collect()
+    h.close()
+
+
+def test_host_buffer_export_waits_for_its_copies(driver) -> None:
+    s = acc.Stream(0)
+    b = acc.Buffer(32, stream=s)
+    h = acc.HostBuffer(32)
+    b.fill(7, stream=s)
+    driver.enqueue_sleep(s, 150)
+    b.copy_to(h, stream=s)
+    a = np.from_dlpack(h)  # waits for the copy queued with h
+    assert a.tolist() == [7] * 32
+
+
+def test_host_buffer_bad_stream() -> None:
+    h = acc.HostBuffer(8)
+    with pytest.raises(ValueError, match="no stream"):
+        h.__dlpack__(stream=1)
+    with pytest.raises(BufferError, match="cannot export"):
+        h.__dlpack__(dl_device=(2, 0))
+    capsule = h.__dlpack__(max_version=(1, 0), copy=True)
+    _, managed, t = tensor_of(capsule)
+    assert managed.flags == 2 and t.data != h.ptr
+
+
+# Import -----------------------------------------------------------------------
+
+
+class Made:
+    """A DLPack tensor made here over some memory, in a capsule."""
+
+    def __init__(self, ptr: int, shape: list[int], *, device: tuple,
+                 versioned: bool = True, strides: list[int] | None = None,
+                 flags: int = 0, major: int = 1, bits: int = 8,
+                 offset: int = 0) -> None:
+        self.deleted = 0
+        self.shape = (ctypes.c_int64 * len(shape))(*shape)
+        self.strides = (ctypes.c_int64 * len(strides))(*strides) \
+            if strides else None
+        cls = DLManagedTensorVersioned if versioned else DLManagedTensor
+        self.managed = cls()
+        t = self.managed.dl_tensor
+        t.data = ptr
+        t.device = DLDevice(*device)
+        t.ndim = len(shape)
+        t.dtype = DLDataType(1, bits, 1)
+        t.shape = self.shape
+        t.strides = self.strides
+        t.byte_offset = offset
+        deleter_type = VERSIONED_DELETER if versioned else LEGACY_DELETER
+
+        def deleter(_: object) -> None:
+            self.deleted += 1
+
+        self.deleter = deleter_type(deleter)
+        self.managed.deleter = self.deleter
+        if versioned:
+            self.managed.major, self.managed.minor = major, 0
+            self.managed.flags = flags
+        name = b"dltensor_versioned" if versioned else b"dltensor"
+        self.capsule = api.PyCapsule_New(ctypes.addressof(self.managed),
+                                         name, None)
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_from_dlpack_of_a_capsule_made_here(driver, versioned) -> None:
+    b = acc.Buffer(256)
+    b.fill(0)
+    made = Made(b.ptr, [4, 8], device=(driver.dlpack_device_type, 0),
+                versioned=versioned, bits=64 if versioned else 8,
+                offset=0)
+    wrapped = acc.from_dlpack(made.capsule)
+    size = 4 * 8 * (8 if versioned else 1)
+    assert wrapped.nbytes == size and wrapped.ptr == b.ptr
+    assert wrapped.device == b.device and wrapped.owner is made.capsule
+    assert api.PyCapsule_GetName(made.capsule).startswith(b"used_")
+    wrapped.fill(5)
+    out = bytearray(256)
+    b.copy_to(out)
+    assert out == b"\x05" * size + bytes(256 - size)
+    assert made.deleted == 0
+    wrapped.close()  # closing the view frees nothing of the producer's
+    assert made.deleted == 1
+    with pytest.raises(ValueError, match="consumed once"):
+        acc.from_dlpack(made.capsule)
+
+
+def test_from_dlpack_keeps_the_producer(driver) -> None:
+    b = acc.Buffer(64)
+    wrapped = acc.from_dlpack(b)  # through __dlpack__ / __dlpack_device__
+    assert wrapped.owner is b and wrapped.ptr == b.ptr
+    del b
+    gc.collect()
+    wrapped.fill(1)  # b's memory is alive
+    out = bytearray(64)
+    wrapped.copy_to(out)
+    assert out == b"\x01" * 64
+
+
+def test_from_dlpack_byte_offset_and_strides(driver) -> None:
+    b = acc.Buffer(64)
+    made = Made(b.ptr, [2, 3], device=(driver.dlpack_device_type, 0),
+                strides=[3, 1], offset=10)
+    wrapped = acc.from_dlpack(made.capsule)
+    assert wrapped.ptr == b.ptr + 10 and wrapped.nbytes == 6
+
+
+def test_from_dlpack_refuses_what_it_cannot_wrap(driver) -> None:
+    b = acc.Buffer(64)
+    ours = (driver.dlpack_device_type, 0)
+    cases = [
+        (Made(b.ptr, [8], device=(1, 0)), BufferError, "device type"),
+        (Made(b.ptr, [4, 4], device=ours, strides=[1, 4]), BufferError,
+         "C-contiguous"),
+        (Made(b.ptr, [8], device=ours, flags=1), BufferError, "read-only"),
+        (Made(b.ptr, [8], device=ours, major=2), BufferError, "DLPack 2"),
+        (Made(b.ptr, [8], device=ours, bits=4), BufferError, "whole number"),
+        (Made(b.ptr, [8], device=(ours[0], 99)), acc.DeviceIndexError,
+         "out of index range"),
+        (Made(0x1234000, [8], device=ours), BufferError, "not device memory"),
+        (Made(b.ptr, [-1], device=ours), BufferError, "negative"),
+    ]
+    for made, exc, text in cases:
+        with pytest.raises(exc, match=text):
+            acc.from_dlpack(made.capsule)
+        # Not consumed: the capsule still owns its tensor.
+        assert not api.PyCapsule_GetName(made.capsule).startswith(b"used_")
+    with pytest.raises(TypeError, match="__dlpack__"):
+        acc.from_dlpack(bytearray(8))
+    with pytest.raises(BufferError, match="DLPack device type 1"):
+        acc.from_dlpack(np.zeros(8, dtype=np.uint8))
+    with pytest.raises(ValueError, match="capsule"):
+        acc.from_dlpack(api.PyCapsule_New(1, b"something else", None))
+
+
+def test_from_dlpack_of_empty(driver) -> None:
+    made = Made(0, [0], device=(driver.dlpack_device_type, 0))
+    wrapped = acc.from_dlpack(made.capsule)
+    assert wrapped.nbytes == 0
+    wrapped.copy_from(b"")
