@@ -267,6 +267,9 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUctx_st g_ctx[FAKE_MAX_DEVICES];
 static struct CUstream_st *g_streams;
 static struct CUevent_st *g_events;
+/* The same objects as sets, so that each lookup is O(1) in the number of
+ * live objects (the lists serve walks by context). */
+static dc_handles g_stream_set, g_event_set;
 
 static pthread_mutex_t g_mark_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_mark_cv = PTHREAD_COND_INITIALIZER;
@@ -652,7 +655,8 @@ stream_create(struct CUctx_st *ctx, unsigned int flags, int priority,
     sigset_t all, old;
     int err;
 
-    if (s == NULL) {
+    if (s == NULL || (!legacy && !dc_handles_add(&g_stream_set, s))) {
+        free(s);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     s->ctx = ctx;
@@ -671,6 +675,9 @@ stream_create(struct CUctx_st *ctx, unsigned int flags, int priority,
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err != 0) {
+        if (!legacy) {
+            dc_handles_remove(&g_stream_set, s);
+        }
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
         free(s);
@@ -703,6 +710,7 @@ stream_retire(struct CUstream_st *s)
         if (s->next != NULL) {
             s->next->prev = s->prev;
         }
+        dc_handles_remove(&g_stream_set, s);
         dc_live_add(&g_ctl, LIVE_STREAM, -1);
     }
     pthread_mutex_lock(&s->mu);
@@ -716,13 +724,10 @@ stream_retire(struct CUstream_st *s)
 static struct CUstream_st *
 stream_lookup(CUstream h)
 {
-    for (struct CUstream_st *s = g_streams; s != NULL; s = s->next) {
-        if (s == h) {
-            return s;
-        }
-    }
-    return NULL;
+    return dc_handles_has(&g_stream_set, h) ? h : NULL;
 }
+
+static struct CUevent_st *event_lookup(CUevent h);
 
 /* Under g_mu. */
 static CUresult
@@ -797,6 +802,7 @@ event_free(struct CUevent_st *e)
     if (e->next != NULL) {
         e->next->prev = e->prev;
     }
+    dc_handles_remove(&g_event_set, e);
     dc_live_add(&g_ctl, LIVE_EVENT, -1);
     mark_unref(e->last);
     free(e);
@@ -1428,8 +1434,7 @@ cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     pthread_mutex_lock(&g_mu);
     rc = stream_resolve(hStream, &s);
     if (rc == CUDA_SUCCESS) {
-        for (e = g_events; e != NULL && e != hEvent; e = e->next) {
-        }
+        e = event_lookup(hEvent);
         if (e == NULL) {
             rc = CUDA_ERROR_INVALID_HANDLE;
         }
@@ -1473,12 +1478,7 @@ CUresult cuStreamDestroy(CUstream hStream)
 static struct CUevent_st *
 event_lookup(CUevent h)
 {
-    for (struct CUevent_st *e = g_events; e != NULL; e = e->next) {
-        if (e == h) {
-            return e;
-        }
-    }
-    return NULL;
+    return dc_handles_has(&g_event_set, h) ? h : NULL;
 }
 
 CUresult
@@ -1503,8 +1503,9 @@ cuEventCreate(CUevent *phEvent, unsigned int Flags)
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     e = calloc(1, sizeof(*e));
-    if (e == NULL) {
+    if (e == NULL || !dc_handles_add(&g_event_set, e)) {
         pthread_mutex_unlock(&g_mu);
+        free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     e->ctx = c;

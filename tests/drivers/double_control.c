@@ -270,3 +270,102 @@ dc_env_faults(dc_control *ctl, const char *var)
     }
     free(copy);
 }
+
+/* Handle sets ------------------------------------------------------------ */
+
+#define SLOT_EMPTY ((uintptr_t)0)
+#define SLOT_REMOVED ((uintptr_t)1)
+
+static size_t
+slot_of(uintptr_t key, size_t cap)
+{
+    /* Fibonacci hashing: heap pointers share their low bits. */
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+}
+
+static bool
+handles_resize(dc_handles *h, size_t cap)
+{
+    uintptr_t *old = h->slots, *slots = calloc(cap, sizeof(*slots));
+    size_t old_cap = h->cap;
+
+    if (slots == NULL) {
+        return false;
+    }
+    h->slots = slots;
+    h->cap = cap;
+    h->used = 0;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old[i] > SLOT_REMOVED) {
+            size_t j = slot_of(old[i], cap);
+
+            while (slots[j] != SLOT_EMPTY) {
+                j = (j + 1) & (cap - 1);
+            }
+            slots[j] = old[i];
+            h->used++;
+        }
+    }
+    free(old);
+    return true;
+}
+
+bool
+dc_handles_add(dc_handles *h, const void *p)
+{
+    uintptr_t key = (uintptr_t)p;
+    size_t j;
+
+    /* Rehash at half full; grow only if live handles fill a quarter. */
+    if (2 * (h->used + 1) > h->cap
+        && !handles_resize(h, h->cap == 0 ? 64
+                              : 4 * (h->live + 1) > h->cap ? 2 * h->cap
+                              : h->cap)) {
+        return false;
+    }
+    j = slot_of(key, h->cap);
+    while (h->slots[j] > SLOT_REMOVED) {
+        j = (j + 1) & (h->cap - 1);
+    }
+    if (h->slots[j] == SLOT_EMPTY) {
+        h->used++;
+    }
+    h->slots[j] = key;
+    h->live++;
+    return true;
+}
+
+static size_t
+handles_find(const dc_handles *h, uintptr_t key)
+{
+    size_t j;
+
+    if (h->cap == 0 || key <= SLOT_REMOVED) {
+        return (size_t)-1;
+    }
+    j = slot_of(key, h->cap);
+    while (h->slots[j] != SLOT_EMPTY) {
+        if (h->slots[j] == key) {
+            return j;
+        }
+        j = (j + 1) & (h->cap - 1);
+    }
+    return (size_t)-1;
+}
+
+void
+dc_handles_remove(dc_handles *h, const void *p)
+{
+    size_t j = handles_find(h, (uintptr_t)p);
+
+    if (j != (size_t)-1) {
+        h->slots[j] = SLOT_REMOVED;
+        h->live--;
+    }
+}
+
+bool
+dc_handles_has(const dc_handles *h, const void *p)
+{
+    return handles_find(h, (uintptr_t)p) != (size_t)-1;
+}

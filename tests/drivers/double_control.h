@@ -31,6 +31,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
 
 #define DC_MAX_FAULTS 64
 #define DC_EXPORT __attribute__((visibility("default")))
@@ -95,6 +97,21 @@ void dc_clear_faults(dc_control *ctl);
 void dc_live_add(dc_control *ctl, int kind, long long delta);
 long long dc_live_get(dc_control *ctl, int kind);
 long long dc_live(dc_control *ctl, const char *kind);
+
+/* A set of live handles: a double looks up every handle it is given (an
+ * unknown one is compared, never dereferenced), and a list walk would
+ * make each call cost O(live objects).  Open addressing on the pointer
+ * value; not locked (the double's own lock guards it). */
+typedef struct dc_handles {
+    uintptr_t *slots;  /* 0: empty; 1: removed */
+    size_t cap, used;  /* used counts removed slots too */
+    size_t live;
+} dc_handles;
+
+/* false when out of memory (h unchanged). */
+bool dc_handles_add(dc_handles *h, const void *p);
+void dc_handles_remove(dc_handles *h, const void *p);
+bool dc_handles_has(const dc_handles *h, const void *p);
 
 /* fork(): hold the fault lock across it, so a child finds it usable. */
 void dc_fork_prepare(dc_control *ctl);

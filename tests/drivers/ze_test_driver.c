@@ -89,6 +89,7 @@ typedef struct fake_obj {
     unsigned magic;
     enum fake_kind kind;
     struct fake_obj *next; /* in the live list of its kind */
+    struct fake_obj *prev;
 } fake_obj;
 
 typedef struct fake_context {
@@ -194,6 +195,9 @@ static struct {
     char driver;            /* its address is the driver handle */
     fake_device devices[FAKE_MAX_DEVICES];
     fake_obj *live[K_KINDS];
+    /* The same objects as sets: every handle passed in is looked up, in
+     * O(1) whatever the number of live objects. */
+    dc_handles handles[K_KINDS];
     long long serial;
     int probe_pipe[2];      /* to test whether memory is readable */
 } g = {
@@ -257,9 +261,18 @@ enter(int fn)
 static void
 obj_add(fake_obj *o, enum fake_kind kind)
 {
+    if (!dc_handles_add(&g.handles[kind], o)) {
+        /* A few bytes of table; callers have already started threads. */
+        fprintf(stderr, "ze_test_driver: out of memory for a handle\n");
+        abort();
+    }
     o->magic = FAKE_MAGIC;
     o->kind = kind;
+    o->prev = NULL;
     o->next = g.live[kind];
+    if (o->next != NULL) {
+        o->next->prev = o;
+    }
     g.live[kind] = o;
     dc_live_add(&g_ctl, kind, 1);
 }
@@ -267,14 +280,21 @@ obj_add(fake_obj *o, enum fake_kind kind)
 static void
 obj_remove(fake_obj *o)
 {
-    for (fake_obj **p = &g.live[o->kind]; *p != NULL; p = &(*p)->next) {
-        if (*p == o) {
-            *p = o->next;
-            dc_live_add(&g_ctl, o->kind, -1);
-            o->magic = 0;
-            return;
-        }
+    if (!dc_handles_has(&g.handles[o->kind], o)) {
+        return;
     }
+    dc_handles_remove(&g.handles[o->kind], o);
+    if (o->prev != NULL) {
+        o->prev->next = o->next;
+    }
+    else {
+        g.live[o->kind] = o->next;
+    }
+    if (o->next != NULL) {
+        o->next->prev = o->prev;
+    }
+    dc_live_add(&g_ctl, o->kind, -1);
+    o->magic = 0;
 }
 
 /* The live object `h` of `kind`, or NULL; never dereferences h unless it
@@ -282,12 +302,7 @@ obj_remove(fake_obj *o)
 static void *
 obj_find(const void *h, enum fake_kind kind)
 {
-    for (fake_obj *o = g.live[kind]; o != NULL; o = o->next) {
-        if ((const void *)o == h) {
-            return o;
-        }
-    }
-    return NULL;
+    return dc_handles_has(&g.handles[kind], h) ? (void *)h : NULL;
 }
 
 /* ZE_RESULT_ERROR_INVALID_NULL_HANDLE for NULL, as the validation layer
