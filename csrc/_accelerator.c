@@ -33,6 +33,20 @@ acc_state_from_type(PyTypeObject *type)
     return NULL;
 }
 
+PyObject *
+acc_call_aio(const char *name, PyObject *obj)
+{
+    PyObject *module = PyImport_ImportModule("accelerator._aio");
+    PyObject *result;
+
+    if (module == NULL) {
+        return NULL;
+    }
+    result = PyObject_CallMethod(module, name, "O", obj);
+    Py_DECREF(module);
+    return result;
+}
+
 const char *
 acc_type_name(PyObject *obj)
 {

@@ -251,6 +251,19 @@ event_elapsed_time(EventObject *self, PyObject *end)
 }
 
 static PyObject *
+event_await(PyObject *self)
+{
+    return acc_call_aio("event_await", self);
+}
+
+static PyObject *
+event_wait_async(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return acc_call_aio("wait_event", self);
+}
+
+static PyObject *
 event_reduce(EventObject *self, PyObject *unused)
 {
     (void)unused;
@@ -348,6 +361,9 @@ PyDoc_STRVAR(esync_doc,
 PyDoc_STRVAR(elapsed_doc,
 "elapsed_time($self, end, /)\n--\n\nMilliseconds from this event to end; "
 "both timing events, recorded and completed.");
+PyDoc_STRVAR(wait_async_doc,
+"wait_async($self, /)\n--\n\nA coroutine that completes when the recorded "
+"work is done,\nwithout blocking the event loop; the same as await event.");
 PyDoc_STRVAR(ereduce_doc,
 "__reduce__($self, /)\n--\n\nEvents cannot be pickled.");
 
@@ -359,6 +375,8 @@ static PyMethodDef event_methods[] = {
     {"query", (PyCFunction)event_query, METH_NOARGS, equery_doc},
     {"synchronize", (PyCFunction)event_synchronize, METH_NOARGS, esync_doc},
     {"elapsed_time", (PyCFunction)event_elapsed_time, METH_O, elapsed_doc},
+    {"wait_async", (PyCFunction)event_wait_async, METH_NOARGS,
+     wait_async_doc},
     {"__reduce__", (PyCFunction)event_reduce, METH_NOARGS, ereduce_doc},
     {NULL},
 };
@@ -394,6 +412,7 @@ static PyType_Slot event_slots[] = {
     {Py_tp_methods, event_methods},
     {Py_tp_getset, event_getset},
     {Py_tp_members, event_members},
+    {Py_am_await, (void *)event_await},
     {0, NULL},
 };
 

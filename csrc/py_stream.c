@@ -273,6 +273,19 @@ stream_query(StreamObject *self, PyObject *unused)
 }
 
 static PyObject *
+stream_await(PyObject *self)
+{
+    return acc_call_aio("stream_await", self);
+}
+
+static PyObject *
+stream_synchronize_async(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return acc_call_aio("synchronize_stream", self);
+}
+
+static PyObject *
 stream_synchronize(StreamObject *self, PyObject *unused)
 {
     acc_error err;
@@ -633,6 +646,10 @@ PyDoc_STRVAR(query_doc,
 PyDoc_STRVAR(synchronize_doc,
 "synchronize($self, /)\n--\n\nWait until all work queued on the stream is "
 "done.");
+PyDoc_STRVAR(synchronize_async_doc,
+"synchronize_async($self, /)\n--\n\nA coroutine that completes when all "
+"work queued on the stream so\nfar is done, without blocking the event "
+"loop; the same as await stream.");
 PyDoc_STRVAR(wait_event_doc,
 "wait_event($self, event, /)\n--\n\nMake future work on this stream wait "
 "for event.");
@@ -662,6 +679,8 @@ static PyMethodDef stream_methods[] = {
     {"query", (PyCFunction)stream_query, METH_NOARGS, query_doc},
     {"synchronize", (PyCFunction)stream_synchronize, METH_NOARGS,
      synchronize_doc},
+    {"synchronize_async", (PyCFunction)stream_synchronize_async,
+     METH_NOARGS, synchronize_async_doc},
     {"wait_event", (PyCFunction)stream_wait_event, METH_O, wait_event_doc},
     {"wait_stream", (PyCFunction)stream_wait_stream, METH_O,
      wait_stream_doc},
@@ -713,6 +732,7 @@ static PyType_Slot stream_slots[] = {
     {Py_tp_methods, stream_methods},
     {Py_tp_getset, stream_getset},
     {Py_tp_members, stream_members},
+    {Py_am_await, (void *)stream_await},
     {0, NULL},
 };
 

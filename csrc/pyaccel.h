@@ -146,6 +146,10 @@ acc_stream *acc_stream_of(PyObject *stream);
 /* The core event of an Event object (type already checked). */
 acc_event *acc_event_of(PyObject *event);
 
+/* Call accelerator._aio.<name>(obj): the asyncio support, written in
+ * Python (Event/Stream __await__ and the *_async methods).  New reference. */
+PyObject *acc_call_aio(const char *name, PyObject *obj);
+
 extern PyType_Spec acc_device_spec;
 extern PyType_Spec acc_stream_spec;
 extern PyType_Spec acc_event_spec;

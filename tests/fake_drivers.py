@@ -57,7 +57,7 @@ class DriverDouble:
     #: the driver function behind an operation: "stream_create",
     #: "event_create", "event_record" (the first record's driver call that
     #: makes the record), "query" (what Stream.query() and Event.query()
-    #: call)
+    #: call), "event_synchronize" (what Event.synchronize() blocks in)
     functions: dict[str, str] = {}
     #: tests/behaviour/test_leaks.py cycles known to grow -> why
     known_leaks: dict[str, str] = {}
@@ -172,7 +172,8 @@ class CudaDouble(DriverDouble):
                     ("csrc/backends/nvml_api.h", "ACC_NVML_FUNCTIONS"))
     functions = {"stream_create": "cuStreamCreateWithPriority",
                  "event_create": "cuEventCreate",
-                 "event_record": "cuEventRecord", "query": "cuStreamQuery"}
+                 "event_record": "cuEventRecord", "query": "cuStreamQuery",
+                 "event_synchronize": "cuEventSynchronize"}
     env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage")
@@ -254,7 +255,8 @@ class ZeDouble(DriverDouble):
     functions = {"stream_create": "zeCommandListCreateImmediate",
                  "event_create": "zeEventCreate",
                  "event_record": "zeCommandListAppendBarrier",
-                 "query": "zeEventQueryStatus"}
+                 "query": "zeEventQueryStatus",
+                 "event_synchronize": "zeEventHostSynchronize"}
     known_leaks = {"events": (
         "xpu: each Event.wait() on a device's default stream keeps "
         "a new driver event until that device is synchronized "
