@@ -143,7 +143,9 @@ struct acc_backend {
 
     /* OPTIONAL (NULL: the handle alone is enough for every other slot).
      * Adopt a native handle made elsewhere (s->handle is set, s->device
-     * validated).  Fill s->native; must not take ownership. */
+     * validated).  Fill s->native; must not take ownership.
+     * ACC_ERR_INVALID_ARGUMENT (no message needed: the dispatcher words
+     * it) when the handle is not a stream of that device. */
     acc_status (*stream_wrap)(acc_stream *s, acc_error *err);
 
     /* REQUIRED.  Destroy a stream made by stream_create (never a default
@@ -263,6 +265,7 @@ struct acc_backend {
 /* The backends, in probe order (defined in backends/<name>.c). */
 extern const acc_backend acc_cuda_backend;
 extern const acc_backend acc_level_zero_backend;
+extern const acc_backend acc_opencl_backend;
 
 /* The selected backend (NULL when none); for the core files (allocator.c,
  * memory.c) that forward to it. */

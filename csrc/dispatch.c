@@ -21,6 +21,7 @@
 static const acc_backend *const registry[] = {
     &acc_cuda_backend,
     &acc_level_zero_backend,
+    &acc_opencl_backend,
 };
 #define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
 
@@ -815,13 +816,32 @@ acc_check_usable(acc_error *err)
         acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
                       "Cannot access accelerator device when none is "
                       "available.");
+        /* Each reason once, after the backends that share it (a wrong
+         * ACCELERATOR_BACKEND is every backend's reason), so that they
+         * fit the message. */
         for (int i = 0; i < N_BACKENDS; i++) {
-            n = strlen(err->message);
-            if (g.info[i].reason[0] == '\0') {
+            const char *reason = g.info[i].reason;
+            int seen = 0;
+
+            for (int j = 0; j < i && !seen; j++) {
+                seen = strcmp(g.info[j].reason, reason) == 0;
+            }
+            if (reason[0] == '\0' || seen) {
                 continue;
             }
+            n = strlen(err->message);
+            acc_format(err->message + n, sizeof(err->message) - n, " [%s",
+                       g.info[i].name);
+            for (int j = i + 1; j < N_BACKENDS; j++) {
+                if (strcmp(g.info[j].reason, reason) == 0) {
+                    n = strlen(err->message);
+                    acc_format(err->message + n, sizeof(err->message) - n,
+                               ", %s", g.info[j].name);
+                }
+            }
+            n = strlen(err->message);
             acc_format(err->message + n, sizeof(err->message) - n,
-                       " [%s: %s]", g.info[i].name, g.info[i].reason);
+                       ": %s]", reason);
         }
         return ACC_ERR_NO_ACCELERATOR;
     }
@@ -1321,6 +1341,13 @@ acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,
     s->handle = handle;
     if (g.selected->stream_wrap != NULL) {
         st = g.selected->stream_wrap(s, err);
+        if (st == ACC_ERR_INVALID_ARGUMENT) {
+            acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                          "%#llx is not the handle of a live stream of "
+                          "%s:%d; expected the handle of a stream of that "
+                          "device", (unsigned long long)handle,
+                          g.selected->device_type, device);
+        }
         if (st != ACC_OK) {
             free(s);
             return st;

@@ -16,9 +16,9 @@ typedef struct {
 
 /* Device types we parse, as torch spells them. */
 static const char *const known_types[] = {
-    "cpu", "cuda", "xpu", "mps", "hip", "meta", NULL,
+    "cpu", "cuda", "xpu", "opencl", "mps", "hip", "meta", NULL,
 };
-#define KNOWN_TYPES_TEXT "cpu, cuda, xpu, mps, hip, meta"
+#define KNOWN_TYPES_TEXT "cpu, cuda, xpu, opencl, mps, hip, meta"
 
 static int
 is_known_type(const char *type, Py_ssize_t len)

@@ -26,6 +26,7 @@ CUDA_DOUBLE = DRIVERS / "libcuda.so.1"
 CUDA_DOUBLE_NOPROC = DRIVERS / "noproc" / "libcuda.so.1"
 NVML_DOUBLE = DRIVERS / "libnvidia-ml.so.1"
 ZE_DRIVER = DRIVERS / "libze_test_driver.so"
+OPENCL_INTERPOSER = DRIVERS / "libopencl_interposer.so"
 
 
 #: what the behaviour suite runs on (tests/behaviour/conftest.py)
@@ -300,9 +301,78 @@ class ZeDouble(DriverDouble):
         assert rc == 0, f"fake_ze_enqueue_sleep failed: {rc:#x}"
 
 
+def opencl_runtime() -> str | None:
+    """Why no OpenCL runtime with CPU devices (PoCL) is usable, or None."""
+    import ctypes.util
+    if ctypes.util.find_library("OpenCL") is None:
+        return "no OpenCL ICD loader (apt-get install ocl-icd-libopencl1)"
+    vendors = pathlib.Path(os.environ.get("OCL_ICD_VENDORS",
+                                          "/etc/OpenCL/vendors"))
+    if not any(vendors.glob("*pocl*")):
+        return f"no PoCL in {vendors} (apt-get install pocl-opencl-icd)"
+    return None
+
+
+class OpenCLDouble(DriverDouble):
+    """tests/drivers/build/libopencl_interposer.so over PoCL: a real
+    OpenCL runtime on the CPU, with counters and faults on every call."""
+
+    device_type = "opencl"
+    torch_device_type = 4
+    dlpack_device_type = 4
+    lacks = {
+        "cuda_stream_protocol": "OpenCL queues are not CUDA streams",
+        "blocking_sync": "OpenCL has no blocking-synchronization flag",
+        "priorities": "core OpenCL queues have no priorities",
+        "set_total_memory": ("PoCL's device memory size cannot be set "
+                             "to the sizes a test needs"),
+        "driver_events": ("an OpenCL event is a host object holding the "
+                          "marker of its latest record: there is no "
+                          "driver event to create or reuse"),
+    }
+    symbol_lists = (("csrc/backends/opencl_api.h", "ACC_OPENCL_FUNCTIONS"),)
+    library_env = "ACCELERATOR_OPENCL_LIBRARY"
+    stream_create_api = "clCreateCommandQueueWithProperties"
+    functions = {"stream_create": "clCreateCommandQueueWithProperties",
+                 "event_record": "clEnqueueMarkerWithWaitList",
+                 "query": "clGetEventInfo"}
+    env_devices = "POCL_DEVICES"
+    kinds = {"stream": "queue"}
+    live_kinds = ("queue", "event", "context")
+    fail_env = "FAKE_OCL_FAIL"
+    unknown_error = (-59, "CL_INVALID_OPERATION")
+    oom_error = (-4, "CL_MEM_OBJECT_ALLOCATION_FAILURE")
+
+    def __init__(self, path: pathlib.Path = OPENCL_INTERPOSER) -> None:
+        super().__init__(path, "ocl")
+        self.lib.fake_ocl_enqueue_sleep.argtypes = [
+            ctypes.c_ulonglong, ctypes.c_double]
+        self.lib.fake_ocl_enqueue_sleep.restype = ctypes.c_int
+
+    @classmethod
+    def environment(cls, devices: int) -> dict[str, str]:
+        # PoCL's pthread driver, once per device, on the CPU.
+        return {"ACCELERATOR_BACKEND": cls.device_type,
+                "ACCELERATOR_OPENCL_LIBRARY": str(OPENCL_INTERPOSER),
+                "ACCELERATOR_OPENCL_DEVICE_TYPE": "all",
+                "POCL_DEVICES": " ".join(["pthread"] * devices)}
+
+    @classmethod
+    def missing(cls) -> str | None:
+        if not OPENCL_INTERPOSER.exists():
+            return (f"{OPENCL_INTERPOSER} is missing: run make -C "
+                    "tests/drivers")
+        return opencl_runtime()
+
+    def enqueue_sleep(self, stream: object, ms: float) -> None:
+        rc = self.lib.fake_ocl_enqueue_sleep(
+            stream.handle, ms)  # type: ignore[attr-defined]
+        assert rc == 0, f"fake_ocl_enqueue_sleep failed: {rc}"
+
+
 #: device type -> the double class of that backend
 DOUBLES: dict[str, type[DriverDouble]] = {
-    cls.device_type: cls for cls in (CudaDouble, ZeDouble)}
+    cls.device_type: cls for cls in (CudaDouble, ZeDouble, OpenCLDouble)}
 
 
 def under_test() -> type[DriverDouble]:
@@ -318,6 +388,7 @@ def under_test() -> type[DriverDouble]:
 
 def clean_environment() -> dict[str, str]:
     """os.environ without the variables that configure backends or doubles."""
-    prefixes = ("ACCELERATOR_", "FAKE_CUDA_", "FAKE_NVML_", "FAKE_ZE_", "ZE_",
-                "ZEL_", "CUDA_VISIBLE_DEVICES")
+    prefixes = ("ACCELERATOR_", "FAKE_CUDA_", "FAKE_NVML_", "FAKE_ZE_",
+                "FAKE_OCL_", "ZE_", "ZEL_", "CUDA_VISIBLE_DEVICES", "POCL_",
+                "OCL_ICD_")
     return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}

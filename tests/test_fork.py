@@ -24,35 +24,30 @@ import textwrap
 import pytest
 
 import fake_drivers
-from fake_drivers import CUDA_DOUBLE, REPO, ZE_DRIVER
+from fake_drivers import REPO
 
-CUDA = dict(ACCELERATOR_BACKEND="cuda",
-            ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="2")
-#: configuration -> its environment
-BACKENDS = {
-    "cuda": CUDA,
-    "cuda-without-nvml": dict(CUDA, ACCELERATOR_NVML_LIBRARY="none"),
-    "xpu": dict(ACCELERATOR_BACKEND="xpu",
-                ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER),
-                FAKE_ZE_DEVICES="2"),
-}
-#: configuration -> the double underneath
-DOUBLES = {"cuda": "CudaDouble", "cuda-without-nvml": "CudaDouble",
-           "xpu": "ZeDouble"}
-#: configuration -> does answering is_available() initialise the driver
-PROBE_INITIALISES = {"cuda": False, "cuda-without-nvml": True, "xpu": True}
+#: configuration -> its environment: each backend's double (for OpenCL,
+#: the interposer over PoCL), and CUDA without NVML
+BACKENDS = {name: cls.environment(2)
+            for name, cls in fake_drivers.DOUBLES.items()}
+BACKENDS["cuda-without-nvml"] = dict(BACKENDS["cuda"],
+                                     ACCELERATOR_NVML_LIBRARY="none")
 #: configuration -> device type
-TYPES = {"cuda": "cuda", "cuda-without-nvml": "cuda", "xpu": "xpu"}
+TYPES = {name: name for name in fake_drivers.DOUBLES}
+TYPES["cuda-without-nvml"] = "cuda"
+#: configuration -> the double underneath
+DOUBLES = {name: fake_drivers.DOUBLES[t].__name__ for name, t in TYPES.items()}
+#: configuration -> does answering is_available() initialise the driver
+#: (all but CUDA, which counts devices through NVML)
+PROBE_INITIALISES = {name: name != "cuda" for name in BACKENDS}
 
 
 def backend_params() -> list:
-    return [
-        pytest.param(name, marks=pytest.mark.skipif(
-            not (CUDA_DOUBLE if TYPES[name] == "cuda" else ZE_DRIVER).exists(),
-            reason="run make -C tests/drivers (the Level Zero driver needs "
-                   "libze-dev)"))
-        for name in BACKENDS
-    ]
+    """Every configuration whose double (or runtime) is here."""
+    return [pytest.param(name, marks=pytest.mark.skipif(
+                fake_drivers.DOUBLES[TYPES[name]].missing() is not None,
+                reason=fake_drivers.DOUBLES[TYPES[name]].missing() or ""))
+            for name in BACKENDS]
 
 
 PRELUDE = """
@@ -115,7 +110,8 @@ CALLS = {
     "synchronize(1)": lambda: a.synchronize(1),
     "Stream()": a.Stream,
     "Stream(1, priority=-1)": lambda: a.Stream(1, priority=-1),
-    "Stream.from_handle(s.handle)": lambda: a.Stream.from_handle(s.handle),
+    "Stream.from_handle(s.handle, 1)":
+        lambda: a.Stream.from_handle(s.handle, 1),
     "Event()": a.Event,
     "get_memory_info()": a.get_memory_info,
     "get_device_properties(0)": lambda: a.get_device_properties(0),
@@ -189,7 +185,7 @@ def test_every_call_in_a_child_forked_after_use_names_spawn(
     assert "crash" not in child, child
     # Queries answer from memory, without the driver.
     backend = TYPES[backend]
-    assert child["answers"] == [True, 2, backend, ["cuda", "xpu"]]
+    assert child["answers"] == [True, 2, backend, list(fake_drivers.DOUBLES)]
     assert child["query_calls"] == 0
     assert len(child["calls"]) == 31
     for name, result in child["calls"].items():

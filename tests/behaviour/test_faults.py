@@ -518,7 +518,50 @@ XPU_SITES = [
          note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
 ]
 
-SITES = {"cuda": CUDA_SITES, "xpu": XPU_SITES}
+OPENCL_SITES = [
+    Site("clGetPlatformIDs", PROBE),
+    Site("clGetPlatformInfo", TOLERATED,
+         note="only the version text is lost"),
+    Site("clGetDeviceIDs", PROBE),
+    Site("clGetDeviceInfo", FRESH, "get_device_properties(0)"),
+    Site("clGetDeviceInfo", RAISE, "get_memory_info(0)"),
+    Site("clCreateContext", FRESH, "Stream()", prepare=nothing),
+    Site("clCreateContext", FRESH, "default stream query()"),
+    Site("clReleaseContext", EXIT),
+    Site("clCreateCommandQueueWithProperties", RAISE, "Stream()"),
+    Site("clCreateCommandQueueWithProperties", FRESH,
+         "default stream query()"),
+    Site("clGetCommandQueueInfo", RAISE, "wrapped stream.query()"),
+    Site("clRetainCommandQueue", RAISE, "synchronize(0)"),
+    Site("clReleaseCommandQueue", SILENT, "drop the objects",
+         refused=(("queue", 1),)),
+    Site("clFlush", RAISE, "first event.record()"),
+    Site("clFlush", RAISE, "stream.query()"),
+    Site("clFlush", RAISE, "stream.wait_event()"),
+    Site("clFinish", RAISE, "stream.synchronize()"),
+    Site("clFinish", RAISE, "default stream synchronize()"),
+    Site("clFinish", RAISE, "wrapped stream.synchronize()"),
+    Site("clFinish", RAISE, "synchronize(0)"),
+    Site("clEnqueueMarkerWithWaitList", RAISE, "first event.record()"),
+    Site("clEnqueueMarkerWithWaitList", RAISE, "event.record() again"),
+    Site("clEnqueueMarkerWithWaitList", RAISE, "stream.query()"),
+    Site("clEnqueueMarkerWithWaitList", RAISE, "stream.wait_stream()"),
+    Site("clEnqueueBarrierWithWaitList", RAISE, "stream.wait_event()"),
+    Site("clEnqueueBarrierWithWaitList", RAISE, "event.wait(stream)"),
+    Site("clEnqueueBarrierWithWaitList", RAISE, "stream.wait_stream()"),
+    Site("clGetEventInfo", RAISE, "event.query()"),
+    Site("clGetEventInfo", RAISE, "stream.query()"),
+    Site("clGetEventInfo", RAISE, "elapsed_time()"),
+    Site("clGetEventProfilingInfo", RAISE, "elapsed_time()"),
+    Site("clWaitForEvents", RAISE, "event.synchronize()"),
+    Site("clRetainEvent", RAISE, "event.query()"),
+    Site("clRetainEvent", RAISE, "event.synchronize()"),
+    Site("clRetainEvent", RAISE, "stream.wait_event()"),
+    Site("clReleaseEvent", SILENT, "event.record() after completion",
+         refused=(("event", 1),)),
+]
+
+SITES = {"cuda": CUDA_SITES, "xpu": XPU_SITES, "opencl": OPENCL_SITES}
 CODES = ["unknown", "oom"]
 
 pytestmark = pytest.mark.skipif(

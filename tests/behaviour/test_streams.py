@@ -32,7 +32,11 @@ def test_stream_on_the_current_device() -> None:
 
 def test_priorities_map_onto_the_driver_range(driver) -> None:
     high = acc.Stream(priority=-1)
-    assert high.priority < acc.Stream().priority
+    if driver.has("priorities"):
+        assert high.priority < acc.Stream().priority
+    else:
+        # Accepted, and every stream runs at the one priority there is.
+        assert high.priority == acc.Stream().priority == 0
     clamped = acc.Stream(priority=-1000)
     assert clamped.priority <= high.priority
     assert acc.Stream(priority=-10**30).priority == clamped.priority
@@ -406,10 +410,12 @@ def test_dropped_streams_are_reused_without_driver_calls(driver) -> None:
     calls = driver.calls()
     again = acc.Stream(priority=-1)
     assert driver.calls() == calls, "a pooled stream was not reused"
-    assert again.handle == handle and again.priority < 0
-    other = acc.Stream()  # another priority: a new driver stream
-    assert other.handle != handle
-    assert driver.calls() > calls
+    assert again.handle == handle
+    if driver.has("priorities"):
+        assert again.priority < 0
+        other = acc.Stream()  # another priority: a new driver stream
+        assert other.handle != handle
+        assert driver.calls() > calls
 
 
 def test_streams_cannot_be_pickled_but_can_be_weakly_referenced() -> None:

@@ -1,0 +1,860 @@
+/*
+ * opencl.c - the OpenCL backend (device type "opencl").
+ *
+ * The ICD loader (libOpenCL.so.1, or ACCELERATOR_OPENCL_LIBRARY) is opened
+ * at run time and every entry point resolved with dlsym.  The devices are
+ * those of every platform, in platform order, whose type is in
+ * ACCELERATOR_OPENCL_DEVICE_TYPE (default "gpu,accelerator": a CPU is
+ * not an accelerator unless asked for with "cpu" or "all").
+ *
+ * One context per platform, made on first use (probing creates none).  A
+ * stream is an in-order command queue with profiling enabled; each device
+ * has a default queue, made on first use.  An event is a marker
+ * (clEnqueueMarkerWithWaitList) whose completion time comes from its
+ * profiling information; re-recording replaces the marker.  Waits are
+ * barriers on the marker; device synchronization finishes every live queue
+ * of the device.  Every command we enqueue is flushed at once, so that
+ * work another queue waits for is never left unsubmitted.
+ *
+ * OpenCL cannot ask a queue whether it is idle: stream_query enqueues a
+ * marker and looks at it.  A runtime may take a moment to complete even a
+ * marker on an idle queue, so the look is repeated: for up to
+ * OCL_QUERY_QUEUED_NS while the marker is still queued (behind work: the
+ * queue is busy), for up to OCL_QUERY_SUBMITTED_NS once it was submitted
+ * (PoCL submits a command only when the commands before it are done, so
+ * it is about to complete; a runtime that submits earlier makes a query of
+ * a busy queue take that long).
+ *
+ * Not supported: stream priorities (every stream has priority 0), the CUDA
+ * stream protocol, blocking-synchronization events (waits are the
+ * runtime's), free device memory (see ocl_memory_info).
+ */
+#define _GNU_SOURCE
+#include "../backend.h"
+#include "opencl_api.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OCL_DEFAULT_LIBRARY "libOpenCL.so.1"
+#define OCL_MAX_PLATFORMS 16
+#define OCL_DEFAULT_TYPES (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)
+/* How long stream_query watches its marker (see ocl_stream_query). */
+#define OCL_QUERY_QUEUED_NS 1000000LL
+#define OCL_QUERY_SUBMITTED_NS 50000000LL
+
+/* A command queue we made: linked into its device's list, so that device
+ * synchronization reaches every live one. */
+typedef struct ocl_queue {
+    struct ocl_queue *prev, *next;
+    cl_command_queue queue;
+    int device;
+} ocl_queue;
+
+/* An event: the marker of its latest record (NULL before the first). */
+typedef struct ocl_event {
+    cl_event marker;
+} ocl_event;
+
+#define OCL_FN_FIELD(name, ret, params) acc_pfn_##name name;
+
+static struct {
+    void *library;
+    struct {
+        ACC_OPENCL_FUNCTIONS(OCL_FN_FIELD)
+    } fn;
+    int count;
+    cl_device_id devices[ACC_MAX_DEVICES];
+    int platform_of[ACC_MAX_DEVICES];
+    int nplatforms;
+    cl_platform_id platforms[OCL_MAX_PLATFORMS];
+    cl_context contexts[OCL_MAX_PLATFORMS]; /* under lock; NULL until used */
+    ocl_queue *queues[ACC_MAX_DEVICES];     /* live queues, under lock */
+    pthread_mutex_t lock;
+} ocl = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+#undef OCL_FN_FIELD
+
+/* Errors ----------------------------------------------------------------- */
+
+static const char *
+ocl_error_name(cl_int code)
+{
+    switch (code) {
+#define OCL_NAME_CASE(n, value) \
+    case value:                 \
+        return #n;
+        ACC_OPENCL_ERRORS(OCL_NAME_CASE)
+#undef OCL_NAME_CASE
+    default:
+        return "CL_UNKNOWN_ERROR";
+    }
+}
+
+static acc_status
+ocl_fail(const char *api, cl_int code, acc_error *err)
+{
+    acc_status st = code == CL_MEM_OBJECT_ALLOCATION_FAILURE
+                        ? ACC_ERR_OUT_OF_MEMORY
+                        : ACC_ERR_DRIVER;
+
+    acc_error_driver(err, "opencl", api, code, ocl_error_name(code), st);
+    return st;
+}
+
+static inline acc_status
+ocl_check(cl_int code, const char *api, acc_error *err)
+{
+    return code == CL_SUCCESS ? ACC_OK : ocl_fail(api, code, err);
+}
+
+/* Every driver call that returns a cl_int goes through CL(name, (args)). */
+#define CL(name, args) ocl_check(ocl.fn.name args, #name, err)
+
+/* Release paths: nobody to tell, so only trace a failure. */
+static void
+ocl_quiet(cl_int code, const char *api)
+{
+    if (code != CL_SUCCESS) {
+        acc_trace("opencl: %s() failed: %s (%d)", api, ocl_error_name(code),
+                  (int)code);
+    }
+}
+
+/* Probe ------------------------------------------------------------------ */
+
+/* ACCELERATOR_OPENCL_DEVICE_TYPE: "all", or a comma list of gpu, cpu and
+ * accelerator.  0 (and err filled) for a bad value. */
+static cl_device_type
+ocl_device_types(acc_error *err)
+{
+    static const struct {
+        const char *name;
+        cl_device_type bits;
+    } names[] = {
+        {"all", CL_DEVICE_TYPE_ALL},
+        {"gpu", CL_DEVICE_TYPE_GPU},
+        {"cpu", CL_DEVICE_TYPE_CPU},
+        {"accelerator", CL_DEVICE_TYPE_ACCELERATOR},
+    };
+    const char *value = getenv("ACCELERATOR_OPENCL_DEVICE_TYPE");
+    cl_device_type types = 0;
+    const char *p;
+
+    if (value == NULL || value[0] == '\0') {
+        return OCL_DEFAULT_TYPES;
+    }
+    for (p = value;;) {
+        size_t len = strcspn(p, ",");
+        size_t i;
+
+        for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+            if (strlen(names[i].name) == len
+                && strncmp(p, names[i].name, len) == 0) {
+                types |= names[i].bits;
+                break;
+            }
+        }
+        if (i == sizeof(names) / sizeof(names[0])) {
+            size_t shown = acc_utf8_whole(value, strnlen(value, 64));
+
+            acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                          "ACCELERATOR_OPENCL_DEVICE_TYPE=%.*s%s names no "
+                          "OpenCL device type (expected all, or a comma "
+                          "list of gpu, cpu and accelerator)",
+                          (int)shown, value, value[shown] ? "..." : "");
+            return 0;
+        }
+        if (p[len] == '\0') {
+            return types;
+        }
+        p += len + 1;
+    }
+}
+
+static acc_status
+ocl_resolve(acc_error *err)
+{
+    void *p;
+
+#define OCL_RESOLVE(name, ret, params)                                      \
+    p = dlsym(ocl.library, #name);                                         \
+    if (p == NULL) {                                                       \
+        acc_error_set(err, ACC_ERR_NO_ACCELERATOR,                         \
+                      "the OpenCL library lacks %s (an OpenCL 2.0 ICD "    \
+                      "loader is needed)", #name);                         \
+        return ACC_ERR_NO_ACCELERATOR;                                     \
+    }                                                                      \
+    memcpy(&ocl.fn.name, &p, sizeof(p));
+    ACC_OPENCL_FUNCTIONS(OCL_RESOLVE)
+#undef OCL_RESOLVE
+    return ACC_OK;
+}
+
+/* The devices of one platform that we use, appended to ocl.devices. */
+static acc_status
+ocl_platform_devices(int platform, cl_device_type types, acc_error *err)
+{
+    cl_platform_id id = ocl.platforms[platform];
+    cl_device_id found[ACC_MAX_DEVICES];
+    cl_uint n = 0;
+    cl_int rc;
+
+    rc = ocl.fn.clGetDeviceIDs(id, types, ACC_MAX_DEVICES, found, &n);
+    if (rc == CL_DEVICE_NOT_FOUND) {
+        return ACC_OK;
+    }
+    if (rc != CL_SUCCESS) {
+        return ocl_fail("clGetDeviceIDs", rc, err);
+    }
+    for (cl_uint i = 0; i < n && i < ACC_MAX_DEVICES
+                        && ocl.count < ACC_MAX_DEVICES; i++) {
+        ocl.devices[ocl.count] = found[i];
+        ocl.platform_of[ocl.count] = platform;
+        ocl.count++;
+    }
+    return ACC_OK;
+}
+
+static acc_status
+ocl_probe(acc_probe_result *out, acc_error *err)
+{
+    const char *path = getenv("ACCELERATOR_OPENCL_LIBRARY");
+    cl_device_type types;
+    cl_uint n = 0;
+    cl_int rc;
+    acc_status st;
+
+    if (path == NULL || path[0] == '\0') {
+        path = OCL_DEFAULT_LIBRARY;
+    }
+    out->library = path;
+    types = ocl_device_types(err);
+    if (types == 0) {
+        return ACC_ERR_NO_ACCELERATOR;
+    }
+    ocl.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (ocl.library == NULL) {
+        acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                      "cannot load the OpenCL ICD loader: %s", dlerror());
+        return ACC_ERR_NO_ACCELERATOR;
+    }
+    out->loaded = 1;
+    st = ocl_resolve(err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    rc = ocl.fn.clGetPlatformIDs(OCL_MAX_PLATFORMS, ocl.platforms, &n);
+    if (rc == CL_PLATFORM_NOT_FOUND_KHR || (rc == CL_SUCCESS && n == 0)) {
+        acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                      "no OpenCL platform is installed (the ICD loader "
+                      "found no vendor in /etc/OpenCL/vendors or "
+                      "OCL_ICD_VENDORS)");
+        return ACC_ERR_NO_ACCELERATOR;
+    }
+    if (rc != CL_SUCCESS) {
+        return ocl_fail("clGetPlatformIDs", rc, err);
+    }
+    ocl.nplatforms = n < OCL_MAX_PLATFORMS ? (int)n : OCL_MAX_PLATFORMS;
+    for (int p = 0; p < ocl.nplatforms; p++) {
+        st = ocl_platform_devices(p, types, err);
+        if (st != ACC_OK) {
+            return st;
+        }
+    }
+    if (ocl.count == 0) {
+        acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                      "no OpenCL device of the types asked for (%s; set "
+                      "ACCELERATOR_OPENCL_DEVICE_TYPE=all to include CPUs)",
+                      getenv("ACCELERATOR_OPENCL_DEVICE_TYPE")
+                          ? getenv("ACCELERATOR_OPENCL_DEVICE_TYPE")
+                          : "gpu,accelerator");
+        return ACC_ERR_NO_ACCELERATOR;
+    }
+    /* The first device's platform version ("OpenCL 3.0 PoCL 3.1+debian",
+     * up to the details after two spaces) names the driver; only the
+     * report loses it when this fails. */
+    {
+        char version[1024] = "";
+        char *details;
+
+        rc = ocl.fn.clGetPlatformInfo(ocl.platforms[ocl.platform_of[0]],
+                                      CL_PLATFORM_VERSION, sizeof(version),
+                                      version, NULL);
+        ocl_quiet(rc, "clGetPlatformInfo");
+        version[sizeof(version) - 1] = '\0';
+        details = strstr(version, "  ");
+        if (rc != CL_SUCCESS) {
+            version[0] = '\0';
+        }
+        else if (details != NULL) {
+            *details = '\0';
+        }
+        acc_format(out->driver_version_text,
+                   sizeof(out->driver_version_text), "%s", version);
+    }
+    out->device_count = ocl.count;
+    return ACC_OK;
+}
+
+static void
+ocl_shutdown(void)
+{
+    for (int d = 0; d < ocl.count; d++) {
+        while (ocl.queues[d] != NULL) {
+            ocl_queue *q = ocl.queues[d];
+
+            ocl.queues[d] = q->next;
+            ocl_quiet(ocl.fn.clReleaseCommandQueue(q->queue),
+                      "clReleaseCommandQueue");
+            free(q);
+        }
+    }
+    for (int p = 0; p < ocl.nplatforms; p++) {
+        if (ocl.contexts[p] != NULL) {
+            ocl_quiet(ocl.fn.clReleaseContext(ocl.contexts[p]),
+                      "clReleaseContext");
+            ocl.contexts[p] = NULL;
+        }
+    }
+}
+
+/* Contexts and queues ---------------------------------------------------- */
+
+/* The context of device's platform, made on first use.  Under lock. */
+static acc_status
+ocl_context_locked(int device, cl_context *out, acc_error *err)
+{
+    int p = ocl.platform_of[device];
+    cl_device_id members[ACC_MAX_DEVICES];
+    cl_uint n = 0;
+    cl_int rc = CL_SUCCESS;
+
+    if (ocl.contexts[p] == NULL) {
+        cl_context_properties props[] = {
+            CL_CONTEXT_PLATFORM, (cl_context_properties)ocl.platforms[p], 0,
+        };
+
+        for (int d = 0; d < ocl.count; d++) {
+            if (ocl.platform_of[d] == p) {
+                members[n++] = ocl.devices[d];
+            }
+        }
+        ocl.contexts[p] = ocl.fn.clCreateContext(props, n, members, NULL,
+                                                 NULL, &rc);
+        if (rc != CL_SUCCESS || ocl.contexts[p] == NULL) {
+            ocl.contexts[p] = NULL;
+            return ocl_fail("clCreateContext",
+                            rc != CL_SUCCESS ? rc : CL_OUT_OF_RESOURCES, err);
+        }
+    }
+    *out = ocl.contexts[p];
+    return ACC_OK;
+}
+
+/* A new in-order queue with profiling on device, linked into its list. */
+static acc_status
+ocl_queue_new(int device, acc_stream *s, acc_error *err)
+{
+    cl_queue_properties props[] = {
+        CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0,
+    };
+    ocl_queue *q = calloc(1, sizeof(*q));
+    cl_context ctx;
+    cl_int rc = CL_SUCCESS;
+    acc_status st;
+
+    if (q == NULL) {
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&ocl.lock);
+    st = ocl_context_locked(device, &ctx, err);
+    if (st == ACC_OK) {
+        q->queue = ocl.fn.clCreateCommandQueueWithProperties(
+            ctx, ocl.devices[device], props, &rc);
+        if (rc != CL_SUCCESS || q->queue == NULL) {
+            st = ocl_fail("clCreateCommandQueueWithProperties",
+                          rc != CL_SUCCESS ? rc : CL_OUT_OF_RESOURCES, err);
+        }
+    }
+    if (st == ACC_OK) {
+        q->device = device;
+        q->next = ocl.queues[device];
+        if (q->next != NULL) {
+            q->next->prev = q;
+        }
+        ocl.queues[device] = q;
+    }
+    pthread_mutex_unlock(&ocl.lock);
+    if (st != ACC_OK) {
+        free(q);
+        return st;
+    }
+    s->handle = (uintptr_t)q->queue;
+    s->native = q;
+    return ACC_OK;
+}
+
+static inline cl_command_queue
+ocl_queue_of(const acc_stream *s)
+{
+    return (cl_command_queue)s->handle;
+}
+
+/* Devices ---------------------------------------------------------------- */
+
+static acc_status
+ocl_device_synchronize(int device, acc_error *err)
+{
+    cl_command_queue *held;
+    acc_status st = ACC_OK;
+    int n = 0, size = 0;
+
+    /* Finish every live queue: hold a reference to each (so that a
+     * concurrent destroy cannot free it) and wait outside the lock. */
+    pthread_mutex_lock(&ocl.lock);
+    for (ocl_queue *q = ocl.queues[device]; q != NULL; q = q->next) {
+        size++;
+    }
+    held = malloc((size_t)(size > 0 ? size : 1) * sizeof(*held));
+    for (ocl_queue *q = ocl.queues[device]; held != NULL && q != NULL;
+         q = q->next) {
+        st = CL(clRetainCommandQueue, (q->queue));
+        if (st != ACC_OK) {
+            break;
+        }
+        held[n++] = q->queue;
+    }
+    pthread_mutex_unlock(&ocl.lock);
+    if (held == NULL) {
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
+    }
+    for (int i = 0; i < n; i++) {
+        if (st == ACC_OK) {
+            st = CL(clFinish, (held[i]));
+        }
+        ocl_quiet(ocl.fn.clReleaseCommandQueue(held[i]),
+                  "clReleaseCommandQueue");
+    }
+    free(held);
+    return st;
+}
+
+static acc_status
+ocl_device_properties(int device, acc_device_properties *p, acc_error *err)
+{
+    cl_device_id dev = ocl.devices[device];
+    cl_ulong total = 0;
+    cl_uint units = 0, vendor = 0;
+    cl_bool unified = 0;
+    acc_status st;
+
+    st = CL(clGetDeviceInfo, (dev, CL_DEVICE_NAME, sizeof(p->name), p->name,
+                              NULL));
+    p->name[sizeof(p->name) - 1] = '\0';
+    if (st == ACC_OK) {
+        st = CL(clGetDeviceInfo, (dev, CL_DEVICE_GLOBAL_MEM_SIZE,
+                                  sizeof(total), &total, NULL));
+    }
+    if (st == ACC_OK) {
+        st = CL(clGetDeviceInfo, (dev, CL_DEVICE_MAX_COMPUTE_UNITS,
+                                  sizeof(units), &units, NULL));
+    }
+    if (st == ACC_OK) {
+        st = CL(clGetDeviceInfo, (dev, CL_DEVICE_VENDOR_ID, sizeof(vendor),
+                                  &vendor, NULL));
+    }
+    if (st == ACC_OK) {
+        st = CL(clGetDeviceInfo, (dev, CL_DEVICE_HOST_UNIFIED_MEMORY,
+                                  sizeof(unified), &unified, NULL));
+    }
+    if (st == ACC_OK) {
+        p->total_memory = total;
+        p->multi_processor_count = (int)units;
+        p->vendor_id = vendor;
+        p->integrated = unified != 0;
+        /* No compute capability, UUID or PCI address in core OpenCL. */
+        p->major = p->minor = -1;
+    }
+    return st;
+}
+
+/* OpenCL cannot say how much device memory is free: total is the device's
+ * global memory, free that less what this process allocated through this
+ * backend (none yet: the backend has no memory slots). */
+static acc_status
+ocl_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
+                acc_error *err)
+{
+    cl_ulong total = 0;
+    acc_status st = CL(clGetDeviceInfo, (ocl.devices[device],
+                                         CL_DEVICE_GLOBAL_MEM_SIZE,
+                                         sizeof(total), &total, NULL));
+
+    if (st == ACC_OK) {
+        *total_bytes = (size_t)total;
+        *free_bytes = (size_t)total;
+    }
+    return st;
+}
+
+/* Streams ---------------------------------------------------------------- */
+
+static acc_status
+ocl_stream_default(int device, acc_stream *s, acc_error *err)
+{
+    s->priority = 0;
+    return ocl_queue_new(device, s, err);
+}
+
+static acc_status
+ocl_stream_create(acc_stream *s, acc_error *err)
+{
+    return ocl_queue_new(s->device, s, err);
+}
+
+/* Nonzero when the 8 bytes at addr can be read without a fault. */
+static int
+ocl_readable(uintptr_t addr)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned char vec;
+
+    if (addr == 0 || addr % sizeof(void *) != 0 || page <= 0) {
+        return 0;
+    }
+    return mincore((void *)(addr & ~((uintptr_t)page - 1)), 1, &vec) == 0;
+}
+
+/* A handle made elsewhere: a command queue of this runtime (every ICD
+ * object begins with its vendor's dispatch table) on this device. */
+static acc_status
+ocl_stream_wrap(acc_stream *s, acc_error *err)
+{
+    cl_device_id dev = NULL;
+    acc_status st;
+
+    if (!ocl_readable(s->handle)
+        || *(void *const *)s->handle != *(void *const *)ocl.devices[s->device]) {
+        err->status = ACC_ERR_INVALID_ARGUMENT;
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    st = CL(clGetCommandQueueInfo, (ocl_queue_of(s), CL_QUEUE_DEVICE,
+                                    sizeof(dev), &dev, NULL));
+    if (st == ACC_OK && dev != ocl.devices[s->device]) {
+        err->status = ACC_ERR_INVALID_ARGUMENT;
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    s->native = NULL;
+    return st;
+}
+
+static void
+ocl_stream_destroy(acc_stream *s)
+{
+    ocl_queue *q = s->native;
+
+    pthread_mutex_lock(&ocl.lock);
+    if (q->prev != NULL) {
+        q->prev->next = q->next;
+    }
+    else {
+        ocl.queues[q->device] = q->next;
+    }
+    if (q->next != NULL) {
+        q->next->prev = q->prev;
+    }
+    pthread_mutex_unlock(&ocl.lock);
+    /* Releasing flushes; queued work still completes. */
+    ocl_quiet(ocl.fn.clReleaseCommandQueue(q->queue),
+              "clReleaseCommandQueue");
+    free(q);
+}
+
+/* A marker after the work queued on queue so far, submitted. */
+static acc_status
+ocl_marker(cl_command_queue queue, cl_event *out, acc_error *err)
+{
+    acc_status st = CL(clEnqueueMarkerWithWaitList, (queue, 0, NULL, out));
+
+    if (st == ACC_OK) {
+        st = CL(clFlush, (queue));
+        if (st != ACC_OK) {
+            ocl_quiet(ocl.fn.clReleaseEvent(*out), "clReleaseEvent");
+            *out = NULL;
+        }
+    }
+    return st;
+}
+
+/* ACC_OK when event completed, ACC_NOT_READY when not; a failed command
+ * reports its (negative) status as an error of clGetEventInfo. */
+static acc_status
+ocl_event_status(cl_event event, acc_error *err)
+{
+    cl_int status = CL_COMPLETE;
+    acc_status st = CL(clGetEventInfo, (event,
+                                        CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                        sizeof(status), &status, NULL));
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if (status < 0) {
+        return ocl_fail("clGetEventInfo", status, err);
+    }
+    return status == CL_COMPLETE ? ACC_OK : ACC_NOT_READY;
+}
+
+static long long
+ocl_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static acc_status
+ocl_stream_query(acc_stream *s, acc_error *err)
+{
+    cl_event marker = NULL;
+    cl_int status = CL_COMPLETE;
+    acc_status st = ocl_marker(ocl_queue_of(s), &marker, err);
+    long long start = ocl_now_ns(), waited;
+
+    while (st == ACC_OK) {
+        st = CL(clGetEventInfo, (marker, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                 sizeof(status), &status, NULL));
+        if (st != ACC_OK || status <= CL_COMPLETE) {
+            break;
+        }
+        /* Still queued behind other work: busy.  Submitted or running:
+         * nothing is ahead of the marker on runtimes that submit in
+         * dependency order (PoCL), so give it time to complete. */
+        waited = ocl_now_ns() - start;
+        if (waited >= OCL_QUERY_SUBMITTED_NS
+            || (status == CL_QUEUED && waited >= OCL_QUERY_QUEUED_NS)) {
+            st = ACC_NOT_READY;
+            break;
+        }
+        sched_yield();
+    }
+    if (st == ACC_OK && status < 0) {
+        st = ocl_fail("clGetEventInfo", status, err);
+    }
+    if (marker != NULL) {
+        ocl_quiet(ocl.fn.clReleaseEvent(marker), "clReleaseEvent");
+    }
+    return st;
+}
+
+static acc_status
+ocl_stream_synchronize(acc_stream *s, acc_error *err)
+{
+    return CL(clFinish, (ocl_queue_of(s)));
+}
+
+/* The marker of e's latest record, with a reference the caller drops. */
+static acc_status
+ocl_marker_of(acc_event *e, cl_event *out, acc_error *err)
+{
+    ocl_event *ev = e->native;
+    acc_status st = ACC_OK;
+
+    pthread_mutex_lock(&ocl.lock);
+    *out = ev->marker;
+    if (*out != NULL) {
+        st = CL(clRetainEvent, (*out));
+        if (st != ACC_OK) {
+            *out = NULL;
+        }
+    }
+    pthread_mutex_unlock(&ocl.lock);
+    return st;
+}
+
+static acc_status
+ocl_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
+{
+    cl_command_queue queue = ocl_queue_of(s);
+    cl_event marker;
+    acc_status st = ocl_marker_of(e, &marker, err);
+
+    if (st != ACC_OK || marker == NULL) {
+        return st;
+    }
+    if (ocl.platform_of[e->device] != ocl.platform_of[s->device]) {
+        /* Events of another platform's context cannot be waited on by
+         * this queue: wait on the host instead. */
+        st = CL(clWaitForEvents, (1, &marker));
+    }
+    else {
+        st = CL(clEnqueueBarrierWithWaitList, (queue, 1, &marker, NULL));
+        if (st == ACC_OK) {
+            st = CL(clFlush, (queue));
+        }
+    }
+    ocl_quiet(ocl.fn.clReleaseEvent(marker), "clReleaseEvent");
+    return st;
+}
+
+/* Events ----------------------------------------------------------------- */
+
+static acc_status
+ocl_event_create(acc_event *e, acc_error *err)
+{
+    ocl_event *ev = calloc(1, sizeof(*ev));
+
+    if (ev == NULL) {
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
+    }
+    e->native = ev;
+    e->handle = (uintptr_t)ev;
+    return ACC_OK;
+}
+
+static void
+ocl_event_destroy(acc_event *e)
+{
+    ocl_event *ev = e->native;
+
+    if (ev->marker != NULL) {
+        ocl_quiet(ocl.fn.clReleaseEvent(ev->marker), "clReleaseEvent");
+    }
+    free(ev);
+}
+
+static acc_status
+ocl_event_record(acc_event *e, acc_stream *s, acc_error *err)
+{
+    ocl_event *ev = e->native;
+    cl_event marker = NULL, old;
+    acc_status st = ocl_marker(ocl_queue_of(s), &marker, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    pthread_mutex_lock(&ocl.lock);
+    old = ev->marker;
+    ev->marker = marker;
+    pthread_mutex_unlock(&ocl.lock);
+    if (old != NULL) {
+        ocl_quiet(ocl.fn.clReleaseEvent(old), "clReleaseEvent");
+    }
+    return ACC_OK;
+}
+
+static acc_status
+ocl_event_query(acc_event *e, acc_error *err)
+{
+    cl_event marker;
+    acc_status st = ocl_marker_of(e, &marker, err);
+
+    if (st != ACC_OK || marker == NULL) {
+        return st;
+    }
+    st = ocl_event_status(marker, err);
+    ocl_quiet(ocl.fn.clReleaseEvent(marker), "clReleaseEvent");
+    return st;
+}
+
+static acc_status
+ocl_event_synchronize(acc_event *e, acc_error *err)
+{
+    cl_event marker;
+    acc_status st = ocl_marker_of(e, &marker, err);
+
+    if (st != ACC_OK || marker == NULL) {
+        return st;
+    }
+    st = CL(clWaitForEvents, (1, &marker));
+    ocl_quiet(ocl.fn.clReleaseEvent(marker), "clReleaseEvent");
+    return st;
+}
+
+/* When the marker completed, in the device's nanoseconds. */
+static acc_status
+ocl_event_end(cl_event marker, cl_ulong *ns, acc_error *err)
+{
+    acc_status st = ocl_event_status(marker, err);
+
+    if (st == ACC_OK) {
+        st = CL(clGetEventProfilingInfo, (marker, CL_PROFILING_COMMAND_END,
+                                          sizeof(*ns), ns, NULL));
+    }
+    return st;
+}
+
+static acc_status
+ocl_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
+                     acc_error *err)
+{
+    cl_event a = NULL, b = NULL;
+    cl_ulong t0 = 0, t1 = 0;
+    acc_status st = ocl_marker_of(start, &a, err);
+
+    if (st == ACC_OK) {
+        st = ocl_marker_of(end, &b, err);
+    }
+    if (st == ACC_OK && (a == NULL || b == NULL)) {
+        st = ACC_NOT_READY; /* not reached: the dispatcher checked */
+    }
+    if (st == ACC_OK) {
+        st = ocl_event_end(a, &t0, err);
+    }
+    if (st == ACC_OK) {
+        st = ocl_event_end(b, &t1, err);
+    }
+    if (st == ACC_OK) {
+        *ms = (float)(((double)t1 - (double)t0) / 1e6);
+    }
+    if (a != NULL) {
+        ocl_quiet(ocl.fn.clReleaseEvent(a), "clReleaseEvent");
+    }
+    if (b != NULL) {
+        ocl_quiet(ocl.fn.clReleaseEvent(b), "clReleaseEvent");
+    }
+    return st;
+}
+
+const acc_backend acc_opencl_backend = {
+    .name = "opencl",
+    .device_type = "opencl",
+    .torch_device_type = 4,  /* c10::DeviceType::OPENCL */
+    .dlpack_device_type = 4, /* kDLOpenCL */
+    .caps = 0,
+    .probe = ocl_probe,
+    .shutdown = ocl_shutdown,
+    .device_activate = NULL,
+    .device_synchronize = ocl_device_synchronize,
+    .device_properties = ocl_device_properties,
+    .stream_default = ocl_stream_default,
+    .stream_priority_range = NULL,
+    .stream_create = ocl_stream_create,
+    .stream_wrap = ocl_stream_wrap,
+    .stream_destroy = ocl_stream_destroy,
+    .stream_query = ocl_stream_query,
+    .stream_synchronize = ocl_stream_synchronize,
+    .stream_wait_event = ocl_stream_wait_event,
+    .event_create = ocl_event_create,
+    .event_destroy = ocl_event_destroy,
+    .event_record = ocl_event_record,
+    .event_query = ocl_event_query,
+    .event_synchronize = ocl_event_synchronize,
+    .event_elapsed_ms = ocl_event_elapsed_ms,
+    .memory_info = ocl_memory_info,
+};
