@@ -72,6 +72,8 @@ APIS = [
     Api("Event.record()", "Event.record() (current)"),
     Api("Event.query", "Event.query()", "driver150"),
     Api("synchronize", "synchronize() (idle)"),
+    Api("Buffer(4096)", "Buffer(4096) (+free)"),
+    Api("copy_from_4k", "Buffer.copy_from(4 KiB bytes)"),
 ]
 BUDGETS = {"noop2": "<= 2x no-op", "driver150": "<= driver+150ns",
            "report": "report"}
@@ -88,16 +90,23 @@ CUDA_CALLS: dict[str, dict[str, float]] = {
     "Event.record()": {"cuCtxGetCurrent": 1, "cuEventRecord": 1},
     "Event.query": {"cuEventQuery": 1},
     "synchronize": {"cuCtxGetCurrent": 1, "cuCtxSynchronize": 1},
+    # The free: one query of the (idle, legacy) stream, then cuMemFree at
+    # once; each of the three enters the device's context.
+    "Buffer(4096)": {"cuCtxGetCurrent": 3, "cuMemAlloc": 1,
+                     "cuStreamQuery": 1, "cuMemFree": 1},
+    "copy_from_4k": {"cuCtxGetCurrent": 1, "cuMemcpyHtoDAsync": 1},
 }
 COUNTED = ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxPushCurrent",
            "cuCtxPopCurrent", "cuStreamCreateWithPriority", "cuStreamDestroy",
            "cuStreamQuery", "cuStreamSynchronize", "cuStreamWaitEvent",
            "cuEventCreate", "cuEventDestroy", "cuEventRecord", "cuEventQuery",
-           "cuEventSynchronize", "cuCtxSynchronize")
+           "cuEventSynchronize", "cuCtxSynchronize", "cuMemAlloc",
+           "cuMemFree", "cuMemcpyHtoDAsync")
 # Where an API's driver call is a variant that driver_calls.c times apart.
 VARIANTS = {
     "Event.record()": {"cuEventRecord": "cuEventRecord(legacy stream)"}}
 PAIRS = ("cuStreamCreateWithPriority+cuStreamDestroy",
+         "cuMemAlloc+cuMemFree",
          "cuEventCreate+cuEventDestroy", "cuCtxPushCurrent+cuCtxPopCurrent")
 
 
@@ -144,7 +153,8 @@ def suite_accelerator() -> Suite:
         current_stream=A.current_stream, set_stream=A.set_stream,
         set_device_index=A.set_device_index, device_index=A.device_index,
         Stream=A.Stream, Event=A.Event, synchronize=A.synchronize,
-        s=s, e=A.Event(), done=done, default=A.current_stream(0))
+        s=s, e=A.Event(), done=done, default=A.current_stream(0),
+        Buffer=A.Buffer, buf=A.Buffer(4096), page=bytes(4096))
     stmts = {
         "is_available": ["is_available()"],
         "device_count": ["device_count()"],
@@ -163,6 +173,8 @@ def suite_accelerator() -> Suite:
         "Event.record()": ["e.record()"],
         "Event.query": ["done.query()"],
         "synchronize": ["synchronize()"],
+        "Buffer(4096)": ["Buffer(4096)"],
+        "copy_from_4k": ["buf.copy_from(page)"],
     }
     info = {"library": "accelerator", "backend": backend["name"],
             "driver_version": backend["driver_version"],
@@ -650,6 +662,65 @@ def measure_import(env: dict[str, str], repeats: int) -> dict[str, Any]:
     return result
 
 
+BANDWIDTH_PROBE = r'''
+import json, sys
+import accelerator as A
+n, repeats = int(sys.argv[1]), int(sys.argv[2])
+h, d, d2 = A.HostBuffer(n), A.Buffer(n, 0), A.Buffer(n, 0)
+page = bytearray(n)
+s = A.current_stream(0)
+copies = {
+    "host to device (HostBuffer)": lambda: d.copy_from(h),
+    "device to host (HostBuffer)": lambda: d.copy_to(h),
+    "host to device (pageable bytearray)": lambda: d.copy_from(page),
+    "device to host (pageable bytearray)": lambda: d.copy_to(page),
+    "device to device": lambda: d2.copy_from(d),
+}
+if A.device_count() > 1:
+    other = A.Buffer(n, 1)
+    copies["device 0 to device 1"] = lambda: other.copy_from(d, stream=s)
+out = {}
+for name, copy in copies.items():
+    copy()
+    A.synchronize(0)
+    best = None
+    for _ in range(repeats):
+        start, end = A.Event(enable_timing=True), A.Event(enable_timing=True)
+        start.record(s)
+        copy()
+        end.record(s)
+        end.synchronize()
+        ms = start.elapsed_time(end)
+        best = ms if best is None or ms < best else best
+    out[name] = {"ms": best, "gb_per_s": n / (best / 1e3) / 1e9}
+print(json.dumps(out))
+'''
+
+
+def measure_bandwidth(env: dict[str, str], quick: bool) -> dict[str, Any]:
+    """GB/s per copy direction, timed with events on the copy's stream
+    (the best of the repeats), in a fresh process."""
+    size = (16 if quick else 64) << 20
+    proc = subprocess.run(
+        [sys.executable, "-c", BANDWIDTH_PROBE, str(size),
+         "5" if quick else "10"], env=env, capture_output=True, text=True,
+        timeout=600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1:]}
+    return {"bytes": size,
+            "copies": json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def bandwidth_table(bw: dict[str, Any]) -> str:
+    if "error" in bw:
+        return f"bandwidth: failed: {bw['error']}"
+    rows = [[name, fmt(v["ms"], 3), fmt(v["gb_per_s"], 2)]
+            for name, v in bw["copies"].items()]
+    return (f"Copy bandwidth, {bw['bytes'] >> 20} MiB, timed with events "
+            "(best of the repeats)\n\n"
+            + table(["copy", "ms", "GB/s"], rows))
+
+
 def driver_ns(key: str, calls: dict[str, float], c_ns: dict[str, Any]
               ) -> float | None:
     """The driver time of one API call: its driver calls at C cost."""
@@ -1040,8 +1111,12 @@ def orchestrate(args: argparse.Namespace) -> int:
             text.append(f"{head}\n\n{body}" + (f"\n\n{check}" if check
                                                  else ""))
             print(text[-1] + "\n", flush=True)
+            bandwidth = measure_bandwidth(env, args.quick)
+            text.append(bandwidth_table(bandwidth))
+            print(text[-1] + "\n", flush=True)
             report["backends"][chosen] = {
-                "worker": result, "driver_c_ns": c_ns, "table": rows}
+                "worker": result, "driver_c_ns": c_ns, "table": rows,
+                "bandwidth": bandwidth}
             measured += 1
             if args.callgrind:
                 cg_text, cg_data = run_callgrind(

@@ -49,6 +49,8 @@ static struct {
     CUstream stream;        /* non-blocking, idle */
     CUevent recorded;       /* timing disabled, recorded and complete */
     CUevent record_target;  /* timing disabled, recorded over and over */
+    CUdeviceptr dev;        /* 4 KiB of device memory */
+    unsigned char host[4096];  /* pageable host memory */
 } obj;
 
 static int
@@ -112,6 +114,7 @@ setup(int device)
     CHECK(cu.cuEventCreate(&obj.record_target, CU_EVENT_DISABLE_TIMING));
     CHECK(cu.cuEventRecord(obj.recorded, obj.stream));
     CHECK(cu.cuStreamSynchronize(obj.stream));
+    CHECK(cu.cuMemAlloc(&obj.dev, sizeof(obj.host)));
     return 0;
 }
 
@@ -191,6 +194,23 @@ op_event_create_destroy(void)
     return rc != CUDA_SUCCESS ? rc : cu.cuEventDestroy(e);
 }
 
+static CUresult
+op_mem_alloc_free(void)
+{
+    CUdeviceptr p;
+    CUresult rc = cu.cuMemAlloc(&p, 4096);
+
+    return rc != CUDA_SUCCESS ? rc : cu.cuMemFree(p);
+}
+
+/* 4 KiB from pageable memory on the legacy default stream, as
+ * Buffer.copy_from(bytes) with the default stream current. */
+static CUresult
+op_memcpy_htod(void)
+{
+    return cu.cuMemcpyHtoDAsync(obj.dev, obj.host, sizeof(obj.host), NULL);
+}
+
 static const struct {
     const char *name;
     CUresult (*fn)(void);
@@ -205,6 +225,8 @@ static const struct {
     {"cuCtxSynchronize", op_ctx_synchronize},
     {"cuStreamCreateWithPriority+cuStreamDestroy", op_stream_create_destroy},
     {"cuEventCreate+cuEventDestroy", op_event_create_destroy},
+    {"cuMemAlloc+cuMemFree", op_mem_alloc_free},
+    {"cuMemcpyHtoDAsync", op_memcpy_htod},
 };
 
 static double
