@@ -9,7 +9,9 @@
 #   run_suites DIR MODES...    the suite on the CUDA double, then the
 #                              behaviour suite on Level Zero in each MODE
 #                              (direct, intercept, validation) when the
-#                              loader, headers and test driver are there;
+#                              loader, headers and test driver are there,
+#                              then on OpenCL (PoCL) when the ICD loader,
+#                              PoCL and the interposer are there;
 #                              sets status=1 on any failure
 # Expects PYTHON and say() from the caller.
 
@@ -38,11 +40,25 @@ run_pytest() {
         || status=1
 }
 
+run_opencl() {
+    local dir=$1
+    if ! ldconfig -p | grep -q 'libOpenCL.so.1 ' \
+            || ! ls /etc/OpenCL/vendors/*pocl* >/dev/null 2>&1 \
+            || [ ! -f "$dir/tests/drivers/build/libopencl_interposer.so" ]; then
+        say "SKIPPED the OpenCL run: no ICD loader, PoCL or interposer"
+        return
+    fi
+    say "the behaviour suite on OpenCL (PoCL)"
+    ACCELERATOR_TEST_BACKEND=opencl \
+        run_pytest "$dir" tests/behaviour "${PYTEST_ARGS[@]}"
+}
+
 run_suites() {
     local dir=$1 mode
     shift
     say "the suite on the CUDA double"
     run_pytest "$dir" tests "${PYTEST_ARGS[@]}"
+    run_opencl "$dir"
     if [ ! -f /usr/include/level_zero/ze_ddi.h ] \
             || ! ldconfig -p | grep -q 'libze_loader.so.1 ' \
             || [ ! -f "$dir/tests/drivers/build/libze_test_driver.so" ]; then

@@ -14,7 +14,9 @@
 #    warnings as errors, then installed editable (pip install -e .).
 # 3. pytest: the whole suite with the CUDA double, then the behaviour suite
 #    on Level Zero through the real loader, in direct mode, in the loader's
-#    intercept mode and under its validation layer.
+#    intercept mode and under its validation layer, then on OpenCL with
+#    PoCL (ocl-icd-libopencl1, pocl-opencl-icd, opencl-c-headers, installed
+#    when missing as for Level Zero; skipped with the reason otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -31,6 +33,25 @@ if ! have_level_zero; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         apt-get install -y -qq libze1 libze-dev >/dev/null
+    fi
+fi
+
+# OpenCL: the ICD loader, PoCL (two CPU devices with POCL_DEVICES) and
+# Khronos' headers for the header check.
+have_opencl() {
+    ldconfig -p | grep -q 'libOpenCL.so.1 ' \
+        && ls /etc/OpenCL/vendors/*pocl* >/dev/null 2>&1 \
+        && [ -f /usr/include/CL/cl.h ]
+}
+
+if ! have_opencl; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing OpenCL (ocl-icd-libopencl1, pocl-opencl-icd," \
+            "opencl-c-headers, ocl-icd-opencl-dev)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq ocl-icd-libopencl1 pocl-opencl-icd \
+            opencl-c-headers ocl-icd-opencl-dev >/dev/null || true
     fi
 fi
 
@@ -117,4 +138,12 @@ if have_level_zero && [ -f tests/drivers/build/libze_test_driver.so ]; then
 else
     say "SKIPPED the Level Zero runs: Debian's libze1/libze-dev are not" \
         "installed and could not be (needs root and apt-get)"
+fi
+
+if have_opencl && [ -f tests/drivers/build/libopencl_interposer.so ]; then
+    say "the behaviour suite on OpenCL (PoCL, two CPU devices)"
+    ACCELERATOR_TEST_BACKEND=opencl "$PYTHON" -m pytest tests/behaviour "$@"
+else
+    say "SKIPPED the OpenCL run: the ICD loader, PoCL or the OpenCL" \
+        "headers are not installed and could not be (needs root and apt-get)"
 fi

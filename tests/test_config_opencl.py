@@ -1,0 +1,123 @@
+"""OpenCL configurations and backend selection, one process each.
+
+These run the backend on the real ICD loader and PoCL (two CPU devices with
+POCL_DEVICES="pthread pthread"), without the interposer, and skip with the
+reason where PoCL is not installed.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import fake_drivers
+from test_config import UNAVAILABLE, run, with_double
+
+pytestmark = pytest.mark.skipif(
+    fake_drivers.opencl_runtime() is not None,
+    reason=fake_drivers.opencl_runtime() or "")
+
+SUMMARY = """
+import accelerator as a
+print(a.is_available(), a.device_count(), a.current_accelerator())
+"""
+
+BACKENDS = """
+import json
+import accelerator as a
+print(json.dumps(a.backends()))
+"""
+
+BAD_TYPE = ("names no OpenCL device type (expected all, or a comma list of "
+            "gpu, cpu and accelerator)")
+
+
+def pocl(devices: int = 2, **env: str) -> dict[str, str]:
+    return dict(POCL_DEVICES=" ".join(["pthread"] * devices), **env)
+
+
+def opencl_reason(**env: str) -> str:
+    result = run(UNAVAILABLE + BACKENDS, **env)
+    backends = {b["name"]: b for b in json.loads(
+        result.stdout.splitlines()[-1])}
+    assert not backends["opencl"]["available"]
+    return backends["opencl"]["reason"]
+
+
+def test_the_issue_command_line() -> None:
+    out = run(SUMMARY, **pocl(2, ACCELERATOR_BACKEND="opencl",
+                              ACCELERATOR_OPENCL_DEVICE_TYPE="all")).stdout
+    assert out == "True 2 opencl\n"
+
+
+@pytest.mark.parametrize("types", ["all", "cpu", "gpu,cpu",
+                                   "cpu,accelerator,gpu", "all,gpu"])
+def test_device_types_that_include_cpus(types: str) -> None:
+    out = run(SUMMARY, **pocl(3, ACCELERATOR_BACKEND="opencl",
+                              ACCELERATOR_OPENCL_DEVICE_TYPE=types)).stdout
+    assert out.split() == ["True", "3", "opencl"]
+
+
+@pytest.mark.parametrize("types", [None, "", "gpu", "accelerator",
+                                   "gpu,accelerator"])
+def test_a_cpu_runtime_is_no_accelerator_unless_asked(types: str | None
+                                                      ) -> None:
+    env = pocl(2, ACCELERATOR_BACKEND="opencl")
+    if types is not None:
+        env["ACCELERATOR_OPENCL_DEVICE_TYPE"] = types
+    reason = opencl_reason(**env)
+    assert "no OpenCL device of the types asked for" in reason
+    assert "ACCELERATOR_OPENCL_DEVICE_TYPE=all" in reason
+
+
+@pytest.mark.parametrize("types", ["GPU", "gpu,", ",cpu", "cpu gpu", "npu",
+                                   "all;cpu", "é" * 40])
+def test_a_bad_device_type_is_a_clear_reason(types: str) -> None:
+    reason = opencl_reason(**pocl(2, ACCELERATOR_BACKEND="opencl",
+                                  ACCELERATOR_OPENCL_DEVICE_TYPE=types))
+    assert reason.startswith("ACCELERATOR_OPENCL_DEVICE_TYPE=")
+    assert BAD_TYPE in reason
+
+
+def test_a_missing_library() -> None:
+    reason = opencl_reason(**pocl(
+        2, ACCELERATOR_BACKEND="opencl",
+        ACCELERATOR_OPENCL_LIBRARY="/nonexistent/libOpenCL.so.1",
+        ACCELERATOR_OPENCL_DEVICE_TYPE="all"))
+    assert reason.startswith("cannot load the OpenCL ICD loader")
+
+
+def test_no_platform(tmp_path) -> None:
+    reason = opencl_reason(**pocl(
+        2, ACCELERATOR_BACKEND="opencl", ACCELERATOR_OPENCL_DEVICE_TYPE="all",
+        OCL_ICD_VENDORS=str(tmp_path)))
+    assert "no OpenCL platform is installed" in reason
+
+
+def test_probe_order_prefers_cuda_and_reports_opencl() -> None:
+    env = with_double(2, ACCELERATOR_OPENCL_DEVICE_TYPE="all", **pocl(3))
+    assert run(SUMMARY, **env).stdout.split() == ["True", "2", "cuda"]
+    result = run(BACKENDS, **env)
+    backends = {b["name"]: b for b in json.loads(result.stdout)}
+    assert backends["cuda"]["selected"]
+    assert backends["opencl"]["available"] and not backends["opencl"][
+        "selected"]
+    assert backends["opencl"]["device_count"] == 3
+    assert backends["opencl"]["driver_version"].startswith("OpenCL ")
+    chosen = run(SUMMARY, **env, ACCELERATOR_BACKEND="opencl").stdout
+    assert chosen.split() == ["True", "3", "opencl"]
+
+
+def test_facts_and_properties() -> None:
+    out = run("""
+        import json
+        import accelerator as a
+        s = a.Stream(1)
+        p = a.get_device_properties(1)
+        free, total = a.get_memory_info(1)
+        print(json.dumps([s.device_type, str(s.device), p.major, p.minor,
+                          p.multi_processor_count > 0, total == free > 0,
+                          p.total_memory == total]))
+        """, **pocl(2, ACCELERATOR_BACKEND="opencl",
+                    ACCELERATOR_OPENCL_DEVICE_TYPE="all")).stdout
+    assert json.loads(out) == [4, "opencl:1", -1, -1, True, True, True]
