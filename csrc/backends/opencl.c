@@ -329,6 +329,25 @@ ocl_shutdown(void)
     }
 }
 
+/* Keep only the devices order[0..count), in that order (right after the
+ * probe: no context or queue exists yet). */
+static acc_status
+ocl_select_devices(const int *order, int count, acc_error *err)
+{
+    cl_device_id devices[ACC_MAX_DEVICES];
+    int platform_of[ACC_MAX_DEVICES];
+
+    (void)err;
+    memcpy(devices, ocl.devices, sizeof(devices));
+    memcpy(platform_of, ocl.platform_of, sizeof(platform_of));
+    for (int i = 0; i < count; i++) {
+        ocl.devices[i] = devices[order[i]];
+        ocl.platform_of[i] = platform_of[order[i]];
+    }
+    ocl.count = count;
+    return ACC_OK;
+}
+
 /* Contexts and queues ---------------------------------------------------- */
 
 /* The context of device's platform, made on first use.  Under lock. */
@@ -838,6 +857,7 @@ const acc_backend acc_opencl_backend = {
     .dlpack_device_type = 4, /* kDLOpenCL */
     .caps = 0,
     .probe = ocl_probe,
+    .select_devices = ocl_select_devices,
     .shutdown = ocl_shutdown,
     .device_activate = NULL,
     .device_synchronize = ocl_device_synchronize,
