@@ -537,8 +537,9 @@ static PyStructSequence_Field properties_fields[] = {
     {"total_memory", "device memory in bytes"},
     {"pci_bus_id", "domain:bus:device.function, '' if unknown"},
     {"multi_processor_count",
-     "streaming multiprocessors (CUDA) or execution units (Level Zero)"},
-    {"type", "the device type, 'cuda' or 'xpu'"},
+     "streaming multiprocessors (CUDA), execution units (Level Zero) or "
+     "compute units (OpenCL)"},
+    {"type", "the device type, 'cuda', 'xpu' or 'opencl'"},
     {"index", "the device index"},
     {"major", "compute capability major (CUDA), else -1"},
     {"minor", "compute capability minor (CUDA), else -1"},
@@ -992,7 +993,8 @@ static PyModuleDef_Slot module_slots[] = {
 
 PyDoc_STRVAR(module_doc,
 "The C extension behind the accelerator package: one device-agnostic\n"
-"runtime API (torch.accelerator's) over the CUDA Driver API and Level Zero.");
+"runtime API (torch.accelerator's) over the CUDA Driver API, Level Zero\n"
+"and OpenCL.");
 
 PyModuleDef acc_module_def = {
     PyModuleDef_HEAD_INIT,

@@ -30,8 +30,8 @@ JSON document (schema 1; keys are only ever added, under the same number):
   ``python``          the Python version, e.g. ``"3.11.7"``
   ``platform``        ``platform.platform()``
   ``available``       true when an accelerator is usable
-  ``backend``         the selected backend's name (``"cuda"``, ``"xpu"``),
-                      or null
+  ``backend``         the selected backend's name (``"cuda"``, ``"xpu"``,
+                      ``"opencl"``), or null
   ``device_type``     its device type, or null
   ``driver_version``  its driver version as text (``"12.8"``), or null
   ``device_count``    the number of devices, 0 when none
@@ -46,7 +46,8 @@ JSON document (schema 1; keys are only ever added, under the same number):
       ``free_memory``            bytes, or null
       ``compute_capability``     ``[major, minor]`` (CUDA), else null
       ``pci_bus_id``             ``"dddd:bb:dd.f"``, or null if unknown
-      ``multi_processor_count``  SMs (CUDA), execution units (Level Zero)
+      ``multi_processor_count``  SMs (CUDA), execution units (Level Zero),
+                                 compute units (OpenCL)
       ``vendor_id``, ``device_id``  PCI ids as integers, or null
       ``is_integrated``          true when it shares memory with the host
       ``error``                  null, or why a query of this device failed
@@ -75,7 +76,8 @@ SCHEMA_VERSION = 1
 GIB = 1024**3
 
 # What multi_processor_count counts, by device type.
-PROCESSOR_LABELS = {"cuda": "multiprocessors", "xpu": "execution units"}
+PROCESSOR_LABELS = {"cuda": "multiprocessors", "xpu": "execution units",
+                    "opencl": "compute units"}
 
 
 class BackendReport(TypedDict):
