@@ -68,9 +68,8 @@ dl_capsule_destructor(PyObject *capsule)
 
         m->deleter(m);
     }
-    else {
-        PyErr_Clear();
-    }
+    /* Consumed (renamed): the consumer owns the tensor now.  IsValid sets
+     * no error, so an exception in flight survives this destructor. */
 }
 
 static PyObject *
@@ -431,13 +430,14 @@ acc_host_dlpack_device(PyObject *obj, PyObject *unused)
 static void
 holder_destructor(PyObject *holder)
 {
-    void *m = PyCapsule_GetPointer(holder, HOLDER_NAME);
-    int versioned = PyCapsule_GetContext(holder) != NULL;
+    void *m;
+    int versioned;
 
-    if (m == NULL) {
-        PyErr_Clear();
+    if (!PyCapsule_IsValid(holder, HOLDER_NAME)) {
         return;
     }
+    m = PyCapsule_GetPointer(holder, HOLDER_NAME);
+    versioned = PyCapsule_GetContext(holder) != NULL;
     if (versioned) {
         acc_dl_managed_tensor_versioned *v = m;
 
@@ -591,17 +591,25 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
     if (PyCapsule_CheckExact(obj)) {
         capsule = Py_NewRef(obj);
     }
-    else if (PyObject_HasAttrString(obj, "__dlpack__")) {
+    else {
+        /* HasAttr would turn a MemoryError into "no attribute". */
+        PyObject *method = PyObject_GetAttrString(obj, "__dlpack__");
+
+        if (method == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "from_dlpack() expects an "
+                             "object with __dlpack__ (torch, CuPy, dpctl "
+                             "arrays ...) or a DLPack capsule, got %.100s",
+                             acc_type_name(obj));
+            }
+            return NULL;
+        }
+        Py_DECREF(method);
         capsule = producer_capsule(st, obj, &device);
         if (capsule == NULL) {
             return NULL;
         }
-    }
-    else {
-        PyErr_Format(PyExc_TypeError, "from_dlpack() expects an object with "
-                     "__dlpack__ (torch, CuPy, dpctl arrays ...) or a DLPack "
-                     "capsule, got %.100s", acc_type_name(obj));
-        return NULL;
     }
     if (PyCapsule_IsValid(capsule, ACC_DLPACK_VERSIONED_CAPSULE)) {
         v = PyCapsule_GetPointer(capsule, ACC_DLPACK_VERSIONED_CAPSULE);
