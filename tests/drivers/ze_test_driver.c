@@ -32,7 +32,9 @@
  * starts as soon as it reaches the head and runs concurrently with what
  * follows; a barrier waits for everything before it; a wait on events
  * stalls the commands after it; a signal command does not wait for
- * earlier work.
+ * earlier work, and neither does a copy or fill (they run when they reach
+ * the head of the list, from double_memory.c's model, and read or write
+ * ordinary host memory only then: nothing is staged).
  *
  * Control functions for tests (ctypes; see the "Control" section):
  *   long long fake_ze_call_count(const char *name)  NULL: all; -1: unknown
