@@ -697,6 +697,72 @@ print(json.dumps(out))
 '''
 
 
+PEER_BANDWIDTH_PROBE = r'''
+import json, sys
+n, repeats, library = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+if library == "torch":
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit("torch: no CUDA device")
+    pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    d = torch.empty(n, dtype=torch.uint8, device="cuda:0")
+    d2 = torch.empty_like(d)
+    Event = lambda: torch.cuda.Event(enable_timing=True)
+    copies = {
+        "host to device (pinned)": lambda: d.copy_(pinned, non_blocking=True),
+        "device to host (pinned)": lambda: pinned.copy_(d, non_blocking=True),
+        "device to device": lambda: d2.copy_(d),
+    }
+    elapsed = lambda a, b: a.elapsed_time(b)
+else:
+    import cupy, numpy
+    pinned = numpy.frombuffer(cupy.cuda.alloc_pinned_memory(n), numpy.uint8,
+                              n)
+    d = cupy.empty(n, dtype=cupy.uint8)
+    d2 = cupy.empty_like(d)
+    Event = lambda: cupy.cuda.Event()
+    copies = {
+        "host to device (pinned)": lambda: d.set(pinned),
+        "device to host (pinned)": lambda: d.get(out=pinned),
+        "device to device": lambda: d2.__setitem__(slice(None), d),
+    }
+    elapsed = lambda a, b: cupy.cuda.get_elapsed_time(a, b)
+out = {}
+for name, copy in copies.items():
+    copy()
+    best = None
+    for _ in range(repeats):
+        a, b = Event(), Event()
+        a.record()
+        copy()
+        b.record()
+        b.synchronize()
+        ms = elapsed(a, b)
+        best = ms if best is None or ms < best else best
+    out[name] = {"ms": best, "gb_per_s": n / (best / 1e3) / 1e9}
+print(json.dumps(out))
+'''
+
+
+def measure_peer_bandwidth(env: dict[str, str], quick: bool
+                           ) -> dict[str, Any]:
+    """The same copies with torch and CuPy, where they are installed and
+    have a GPU (on a real driver only)."""
+    size = (16 if quick else 64) << 20
+    found: dict[str, Any] = {}
+    for library in ("torch", "cupy"):
+        proc = subprocess.run(
+            [sys.executable, "-c", PEER_BANDWIDTH_PROBE, str(size),
+             "5" if quick else "10", library], env=env, capture_output=True,
+            text=True, timeout=600)
+        if proc.returncode == 0:
+            found[library] = json.loads(proc.stdout.strip().splitlines()[-1])
+        else:
+            tail = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+            found[library] = {"skipped": tail}
+    return found
+
+
 def measure_bandwidth(env: dict[str, str], quick: bool) -> dict[str, Any]:
     """GB/s per copy direction, timed with events on the copy's stream
     (the best of the repeats), in a fresh process."""
@@ -1114,6 +1180,17 @@ def orchestrate(args: argparse.Namespace) -> int:
             bandwidth = measure_bandwidth(env, args.quick)
             text.append(bandwidth_table(bandwidth))
             print(text[-1] + "\n", flush=True)
+            if args.peers and not args.double and chosen == "cuda":
+                bandwidth["peers"] = measure_peer_bandwidth(env, args.quick)
+                for library, rows in bandwidth["peers"].items():
+                    if "skipped" in rows:
+                        print(f"{library} bandwidth: skipped "
+                              f"({rows['skipped']})")
+                        continue
+                    text.append(f"{library}: " + bandwidth_table(
+                        {"bytes": bandwidth.get("bytes", 0),
+                         "copies": rows}))
+                    print(text[-1] + "\n", flush=True)
             report["backends"][chosen] = {
                 "worker": result, "driver_c_ns": c_ns, "table": rows,
                 "bandwidth": bandwidth}
