@@ -885,7 +885,8 @@ module_exec(PyObject *module)
                     &st->device_index_type) < 0
         || add_type(module, &acc_buffer_spec, NULL, &st->buffer_type) < 0
         || add_type(module, &acc_host_buffer_spec, NULL,
-                    &st->host_buffer_type) < 0) {
+                    &st->host_buffer_type) < 0
+        || add_type(module, &acc_graph_spec, NULL, &st->graph_type) < 0) {
         return -1;
     }
     st->properties_type = PyStructSequence_NewType(&properties_desc);
@@ -941,6 +942,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->properties_type);
     Py_VISIT(st->buffer_type);
     Py_VISIT(st->host_buffer_type);
+    Py_VISIT(st->graph_type);
     Py_VISIT(st->AcceleratorError);
     Py_VISIT(st->OutOfMemoryError);
     Py_VISIT(st->DeviceIndexError);
@@ -965,6 +967,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->properties_type);
     Py_CLEAR(st->buffer_type);
     Py_CLEAR(st->host_buffer_type);
+    Py_CLEAR(st->graph_type);
     Py_CLEAR(st->AcceleratorError);
     Py_CLEAR(st->OutOfMemoryError);
     Py_CLEAR(st->DeviceIndexError);

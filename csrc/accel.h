@@ -365,6 +365,48 @@ void acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
 #endif
     ;
 
+/* Graphs (graph.c) ------------------------------------------------------ */
+
+/* Capture modes, as CUDA's CUstreamCaptureMode and torch's
+ * capture_error_mode ("default" is global). */
+enum {
+    ACC_CAPTURE_GLOBAL = 0,
+    ACC_CAPTURE_THREAD_LOCAL = 1,
+    ACC_CAPTURE_RELAXED = 2,
+};
+
+/* One captured sequence of work, as torch.accelerator.Graph.  Zeroed
+ * (acc_graph_init) is empty.  Not thread-safe: the caller serialises the
+ * calls on one graph. */
+typedef struct acc_graph {
+    const acc_backend *backend;
+    int device;
+    int keep_graph;          /* keep the graph after instantiating */
+    acc_stream *capturing;   /* the stream being captured (a reference) */
+    int captured;            /* capture_end succeeded, until reset */
+    void *graph;             /* the backend's captured graph, or NULL */
+    void *exec;              /* the backend's executable, or NULL */
+} acc_graph;
+
+void acc_graph_init(acc_graph *g, int keep_graph);
+/* Begin capturing on s (not a default stream; the graph empty). */
+acc_status acc_graph_capture_begin(acc_graph *g, acc_stream *s, int mode,
+                                   acc_error *err);
+/* End the capture; without keep_graph, instantiate and drop the graph. */
+acc_status acc_graph_capture_end(acc_graph *g, acc_error *err);
+/* Make the executable (keep_graph only; capture ended, not yet made). */
+acc_status acc_graph_instantiate(acc_graph *g, acc_error *err);
+/* Replay on the current stream of the graph's device (instantiating a
+ * kept graph first when needed). */
+acc_status acc_graph_replay(acc_graph *g, acc_error *err);
+/* Release everything; an active capture is ended and dropped.  The graph
+ * is empty again and can capture anew. */
+void acc_graph_reset(acc_graph *g);
+/* ACC_ERR_STATE when an allocation ordered on s by this thread must be
+ * refused because of an active capture (s captures; or a global-mode
+ * capture is active anywhere; or this thread began a thread-local one). */
+acc_status acc_check_allocation_capture(acc_stream *s, acc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

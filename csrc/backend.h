@@ -260,6 +260,43 @@ struct acc_backend {
      * not change the calling thread's current device. */
     acc_status (*pointer_info)(uintptr_t ptr, acc_pointer_info *info,
                                acc_error *err);
+
+    /* Graphs ------------------------------------------------------------- */
+
+    /* OPTIONAL, as a group: graph_capture_begin, graph_capture_end,
+     * graph_instantiate, graph_launch and graph_destroy, all five or none
+     * (NULL: accelerator.Graph reports "backend X does not support
+     * graphs").  graph and exec are the backend's own opaque objects.
+     *
+     * Begin capturing on s (never a default stream: the dispatcher refuses
+     * those) in mode ACC_CAPTURE_* (accel.h): work queued on s from now on
+     * is recorded into a graph, not run.  Work queued before still runs.
+     * Fails (ACC_ERR_DRIVER or ACC_ERR_STATE) when s already captures. */
+    acc_status (*graph_capture_begin)(acc_stream *s, int mode,
+                                      acc_error *err);
+
+    /* End the capture on s; *graph receives the work recorded since
+     * graph_capture_begin.  When the capture was invalidated (an
+     * operation the driver refuses during capture), the recorded work is
+     * dropped, *graph stays NULL and the driver's error is returned.
+     * *capturing says whether s still captures afterwards (a failure
+     * that did not end it, such as ending from the wrong thread). */
+    acc_status (*graph_capture_end)(acc_stream *s, void **graph,
+                                    int *capturing, acc_error *err);
+
+    /* An executable of graph (from graph_capture_end) for device; the
+     * graph itself stays valid and owned by the caller. */
+    acc_status (*graph_instantiate)(int device, void *graph, void **exec,
+                                    acc_error *err);
+
+    /* Queue one replay of exec on s (of exec's device), in stream order:
+     * the recorded work runs again, in the order recorded, reading its
+     * sources when it runs. */
+    acc_status (*graph_launch)(void *exec, acc_stream *s, acc_error *err);
+
+    /* Release graph and/or exec (either may be NULL).  Replays still
+     * queued complete.  Cannot fail visibly. */
+    void (*graph_destroy)(int device, void *graph, void *exec);
 };
 
 /* The backends, in probe order (defined in backends/<name>.c). */

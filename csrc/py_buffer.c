@@ -204,6 +204,9 @@ buffer_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         || acc_parse_stream(st, stream_arg, (int)index, "Buffer()", &s) < 0) {
         return NULL;
     }
+    if (acc_check_allocation_capture(s, &err) != ACC_OK) {
+        return acc_raise(st, &err);
+    }
     Py_BEGIN_ALLOW_THREADS
     status = acc_malloc((int)index, nbytes, s, &block, &err);
     Py_END_ALLOW_THREADS

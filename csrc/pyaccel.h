@@ -25,6 +25,7 @@ typedef struct acc_state {
     PyTypeObject *properties_type;
     PyTypeObject *buffer_type;
     PyTypeObject *host_buffer_type;
+    PyTypeObject *graph_type;
     PyObject *AcceleratorError;
     PyObject *OutOfMemoryError;
     PyObject *DeviceIndexError;
@@ -154,5 +155,6 @@ extern PyType_Spec acc_device_spec;
 extern PyType_Spec acc_stream_spec;
 extern PyType_Spec acc_event_spec;
 extern PyType_Spec acc_device_index_spec;
+extern PyType_Spec acc_graph_spec;
 
 #endif /* PYACCEL_H */

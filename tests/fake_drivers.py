@@ -50,7 +50,8 @@ class DriverDouble:
     torch_device_type = -1
     dlpack_device_type = -1
     #: features of the API the backend lacks -> why; tests that need one
-    #: skip with the reason, or check that it is refused
+    #: skip with the reason, or check that it is refused ("graphs":
+    #: accelerator.Graph)
     lacks: dict[str, str] = {}
     #: (header, X-macro list) pairs naming every driver function the
     #: backend calls
@@ -174,10 +175,12 @@ class CudaDouble(DriverDouble):
     functions = {"stream_create": "cuStreamCreateWithPriority",
                  "event_create": "cuEventCreate",
                  "event_record": "cuEventRecord", "query": "cuStreamQuery",
-                 "event_synchronize": "cuEventSynchronize"}
+                 "event_synchronize": "cuEventSynchronize",
+                 "graph_launch": "cuGraphLaunch"}
     env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
-                  "host_alloc", "bad_access", "guard_damage")
+                  "host_alloc", "bad_access", "guard_damage", "graph",
+                  "graph_exec")
     fail_env = "FAKE_CUDA_FAIL"
     library_env = "ACCELERATOR_CUDA_LIBRARY"
     total_mem_env = "FAKE_CUDA_TOTAL_MEM"
@@ -250,6 +253,8 @@ class ZeDouble(DriverDouble):
     lacks = {
         "cuda_stream_protocol": "Level Zero streams are not CUDA streams",
         "blocking_sync": "Level Zero has no blocking-synchronization flag",
+        "graphs": "the Level Zero backend does not implement graphs yet "
+                  "(its graph slots are NULL)",
     }
     symbol_lists = (("csrc/backends/ze_api.h", "ACC_ZE_FUNCTIONS"),
                     ("csrc/backends/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))

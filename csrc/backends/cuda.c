@@ -847,6 +847,94 @@ cuda_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                       err);
 }
 
+/* Graphs ----------------------------------------------------------------- */
+
+static acc_status
+cuda_graph_capture_begin(acc_stream *s, int mode, acc_error *err)
+{
+    static const CUstreamCaptureMode modes[] = {
+        CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        CU_STREAM_CAPTURE_MODE_RELAXED};
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+
+    /* Another library may be capturing on this stream already. */
+    if (CU(cuStreamIsCapturing, (cuda_stream(s), &status)) != ACC_OK) {
+        return ACC_ERR_DRIVER;
+    }
+    if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
+        acc_error_set(err, ACC_ERR_STATE, "the stream is already being "
+                      "captured (by another graph or library)");
+        return ACC_ERR_STATE;
+    }
+    return CU(cuStreamBeginCapture, (cuda_stream(s), modes[mode]));
+}
+
+static acc_status
+cuda_graph_capture_end(acc_stream *s, void **graph, int *capturing,
+                       acc_error *err)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph g = NULL;
+    acc_status st = CU(cuStreamEndCapture, (cuda_stream(s), &g));
+
+    *graph = st == ACC_OK ? g : NULL;
+    *capturing = 0;
+    if (st != ACC_OK
+        && cu.fn.cuStreamIsCapturing(cuda_stream(s), &status)
+               == CUDA_SUCCESS) {
+        /* An invalidated capture is ended; a refused end is not. */
+        *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+    }
+    return st;
+}
+
+static acc_status
+cuda_graph_instantiate(int device, void *graph, void **exec, acc_error *err)
+{
+    CUgraphExec e = NULL;
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuGraphInstantiateWithFlags, (&e, (CUgraph)graph, 0));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st != ACC_OK && e != NULL) {
+        (void)cu.fn.cuGraphExecDestroy(e);
+        e = NULL;
+    }
+    *exec = e;
+    return st;
+}
+
+static acc_status
+cuda_graph_launch(void *exec, acc_stream *s, acc_error *err)
+{
+    int pushed;
+    acc_status st = cuda_enter_stream(s, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuGraphLaunch, ((CUgraphExec)exec, cuda_stream(s)));
+    }
+    return cuda_leave(pushed, st, err);
+}
+
+static void
+cuda_graph_destroy(int device, void *graph, void *exec)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+
+    (void)device;
+    if (exec != NULL
+        && CU(cuGraphExecDestroy, ((CUgraphExec)exec)) != ACC_OK) {
+        acc_trace("cuda: %s", err->message);
+    }
+    if (graph != NULL && CU(cuGraphDestroy, ((CUgraph)graph)) != ACC_OK) {
+        acc_trace("cuda: %s", err->message);
+    }
+}
+
 const acc_backend acc_cuda_backend = {
     .name = "cuda",
     .device_type = "cuda",
@@ -882,4 +970,9 @@ const acc_backend acc_cuda_backend = {
     .mem_copy = cuda_mem_copy,
     .mem_fill = cuda_mem_fill,
     .pointer_info = cuda_pointer_info,
+    .graph_capture_begin = cuda_graph_capture_begin,
+    .graph_capture_end = cuda_graph_capture_end,
+    .graph_instantiate = cuda_graph_instantiate,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };

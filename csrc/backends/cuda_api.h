@@ -40,6 +40,10 @@
     X(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, 708)        \
     X(CUDA_ERROR_CONTEXT_IS_DESTROYED, 709)          \
     X(CUDA_ERROR_NOT_SUPPORTED, 801)                 \
+    X(CUDA_ERROR_ILLEGAL_STATE, 401)                 \
+    X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 900)    \
+    X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, 901)    \
+    X(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, 908)   \
     X(CUDA_ERROR_UNKNOWN, 999)
 
 /* Device attributes we read. */
@@ -69,6 +73,16 @@
     X(CU_EVENT_DISABLE_TIMING, 2)                            \
     X(CU_EVENT_INTERPROCESS, 4)                              \
     X(CU_MEMHOSTALLOC_PORTABLE, 1)
+
+/* Stream capture modes and statuses. */
+#define ACC_CUDA_CAPTURE_MODES(X)                            \
+    X(CU_STREAM_CAPTURE_MODE_GLOBAL, 0)                      \
+    X(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, 1)                \
+    X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)
+#define ACC_CUDA_CAPTURE_STATUS(X)                           \
+    X(CU_STREAM_CAPTURE_STATUS_NONE, 0)                      \
+    X(CU_STREAM_CAPTURE_STATUS_ACTIVE, 1)                    \
+    X(CU_STREAM_CAPTURE_STATUS_INVALIDATED, 2)
 
 /* cuPointerGetAttribute attributes and memory types we read. */
 #define ACC_CUDA_POINTER_ATTRIBUTES(X)                       \
@@ -102,6 +116,12 @@ typedef enum CUdriverProcAddressQueryResult_enum {
 enum {
     ACC_CUDA_FLAGS(ACC_CUDA_ENUM_ENTRY)
 };
+typedef enum CUstreamCaptureMode_enum {
+    ACC_CUDA_CAPTURE_MODES(ACC_CUDA_ENUM_ENTRY)
+} CUstreamCaptureMode;
+typedef enum CUstreamCaptureStatus_enum {
+    ACC_CUDA_CAPTURE_STATUS(ACC_CUDA_ENUM_ENTRY)
+} CUstreamCaptureStatus;
 #undef ACC_CUDA_ENUM_ENTRY
 
 typedef uint64_t cuuint64_t;
@@ -109,6 +129,8 @@ typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 /* A device address (64-bit builds only, as cuda.h's CUdeviceptr_v2). */
 typedef unsigned long long CUdeviceptr;
 typedef struct CUuuid_st {
@@ -189,7 +211,20 @@ typedef struct CUuuid_st {
     X(cuMemsetD8Async, cuMemsetD8Async, 3020,                               \
       (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)) \
     X(cuPointerGetAttribute, cuPointerGetAttribute, 4000,                   \
-      (void *data, CUpointer_attribute attribute, CUdeviceptr ptr))
+      (void *data, CUpointer_attribute attribute, CUdeviceptr ptr))          \
+    X(cuStreamBeginCapture, cuStreamBeginCapture_v2, 10010,                 \
+      (CUstream hStream, CUstreamCaptureMode mode))                         \
+    X(cuStreamEndCapture, cuStreamEndCapture, 10000,                        \
+      (CUstream hStream, CUgraph *phGraph))                                 \
+    X(cuStreamIsCapturing, cuStreamIsCapturing, 10000,                      \
+      (CUstream hStream, CUstreamCaptureStatus *captureStatus))             \
+    X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040,      \
+      (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)) \
+    X(cuGraphLaunch, cuGraphLaunch, 10000,                                  \
+      (CUgraphExec hGraphExec, CUstream hStream))                           \
+    X(cuGraphExecDestroy, cuGraphExecDestroy, 10000,                        \
+      (CUgraphExec hGraphExec))                                             \
+    X(cuGraphDestroy, cuGraphDestroy, 10000, (CUgraph hGraph))
 
 /* Function pointer types: acc_pfn_<base name>. */
 #define ACC_CUDA_PFN_TYPEDEF(name, symbol, version, params) \

@@ -243,6 +243,52 @@ def drop(state: State) -> None:
     gc.collect()
 
 
+def with_graph(keep_graph: bool = False) -> State:
+    """A Graph, a stream to capture on and a buffer ordered on it."""
+    state = with_stream()
+    state["b"] = acc.Buffer(4096, stream=state["s"])
+    state["g"] = acc.Graph(keep_graph=keep_graph)
+    acc.synchronize(0)
+    return state
+
+
+def with_capture(keep_graph: bool = False) -> State:
+    """A graph capturing a fill on its stream."""
+    state = with_graph(keep_graph)
+    with state["s"]:
+        state["g"].capture_begin()
+    state["b"].fill(1, stream=state["s"])
+    return state
+
+
+def with_captured(keep_graph: bool = False) -> State:
+    state = with_capture(keep_graph)
+    state["g"].capture_end()
+    return state
+
+
+def with_kept_graph() -> State:
+    """keep_graph=True, captured, not yet instantiated."""
+    return with_captured(keep_graph=True)
+
+
+def with_instantiated_kept_graph() -> State:
+    state = with_captured(keep_graph=True)
+    state["g"].instantiate()
+    return state
+
+
+def capture_begin(state: State) -> None:
+    with state["s"]:
+        state["g"].capture_begin()
+
+
+def replay(state: State) -> None:
+    with state["s"]:
+        state["g"].replay()
+    state["s"].synchronize()
+
+
 def rerecord(state: State) -> None:
     state["e"].synchronize()
     state["e"].record(state["s"])
@@ -301,6 +347,11 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "drop a host buffer": drop_host_buffer,
     "from_dlpack(capsule)":
         lambda st: acc.from_dlpack(st["b"].__dlpack__(max_version=(1, 0))),
+    "Graph.capture_begin()": capture_begin,
+    "Graph.capture_end()": lambda st: st["g"].capture_end(),
+    "Graph.instantiate()": lambda st: st["g"].instantiate(),
+    "Graph.replay()": replay,
+    "drop a graph": drop,
 }
 
 #: the state each action needs
@@ -335,6 +386,11 @@ PREPARE: dict[str, Callable[[], State]] = {
     "drop a buffer": with_buffers,
     "drop a host buffer": with_buffers,
     "from_dlpack(capsule)": with_buffers,
+    "Graph.capture_begin()": with_graph,
+    "Graph.capture_end()": with_capture,
+    "Graph.instantiate()": with_kept_graph,
+    "Graph.replay()": with_captured,
+    "drop a graph": with_instantiated_kept_graph,
 }
 
 
@@ -447,6 +503,14 @@ CUDA_SITES = [
     Site("cuMemcpyDtoDAsync", RAISE, "copy_from(Buffer)"),
     Site("cuMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
     Site("cuMemsetD8Async", RAISE, "fill()"),
+    Site("cuStreamIsCapturing", RAISE, "Graph.capture_begin()"),
+    Site("cuStreamBeginCapture", RAISE, "Graph.capture_begin()"),
+    Site("cuStreamEndCapture", RAISE, "Graph.capture_end()"),
+    Site("cuGraphInstantiateWithFlags", RAISE, "Graph.instantiate()"),
+    Site("cuGraphLaunch", RAISE, "Graph.replay()"),
+    Site("cuGraphExecDestroy", SILENT, "drop a graph",
+         refused=(("graph_exec", 1),)),
+    Site("cuGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
     Site("cuPointerGetAttribute", RAISE, "from_dlpack(capsule)"),
 ]
 

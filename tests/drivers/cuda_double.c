@@ -233,6 +233,25 @@ struct CUstream_st {
     struct fake_op *head, *tail;
     long pending; /* queued ops, the running one included */
     bool dying;
+    /* Stream capture, under g_mu: ops queued while capturing are recorded
+     * here, not run (CU_STREAM_CAPTURE_STATUS_*). */
+    int capture;
+    int capture_mode;
+    pthread_t capture_thread;
+    struct fake_op *cap_head, *cap_tail;
+    long cap_count;
+};
+
+/* A captured graph and its executable: the recorded ops, run again (as
+ * copies) by every launch. */
+struct CUgraph_st {
+    struct fake_op *head;
+    long count;
+};
+
+struct CUgraphExec_st {
+    struct fake_op *head;
+    long count;
 };
 
 struct CUevent_st {
@@ -285,8 +304,9 @@ static pthread_once_t g_pin_once = PTHREAD_ONCE_INIT;
 static atomic_llong g_sync_blocked, g_sync_spun;
 
 /* Counters and faults: the control layer the doubles share. */
-enum { LIVE_STREAM, LIVE_EVENT, LIVE_KINDS };
-static const char *const g_live_kinds[LIVE_KINDS] = {"stream", "event"};
+enum { LIVE_STREAM, LIVE_EVENT, LIVE_GRAPH, LIVE_GRAPH_EXEC, LIVE_KINDS };
+static const char *const g_live_kinds[LIVE_KINDS] = {"stream", "event",
+                                                     "graph", "graph_exec"};
 static atomic_llong g_calls[FN_COUNT];
 static atomic_llong g_live[LIVE_KINDS];
 static void reset_sync_counters(void);
@@ -581,6 +601,23 @@ stream_enqueue(struct CUstream_st *s, struct fake_op *op)
     if (op == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+        op_free(op);
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        /* Recorded, not run. */
+        op->next = NULL;
+        if (s->cap_tail != NULL) {
+            s->cap_tail->next = op;
+        }
+        else {
+            s->cap_head = op;
+        }
+        s->cap_tail = op;
+        s->cap_count++;
+        return CUDA_SUCCESS;
+    }
     if (s->legacy) {
         for (struct CUstream_st *t = g_streams;
              t != NULL && rc == CUDA_SUCCESS; t = t->next) {
@@ -598,6 +635,30 @@ stream_enqueue(struct CUstream_st *s, struct fake_op *op)
     }
     stream_push(s, op);
     return CUDA_SUCCESS;
+}
+
+static void
+op_list_free(struct fake_op *op)
+{
+    while (op != NULL) {
+        struct fake_op *next = op->next;
+
+        op_free(op);
+        op = next;
+    }
+}
+
+/* Under g_mu.  An operation the driver refuses on a capturing stream:
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture is invalidated
+ * (capture_end then fails).  CUDA_SUCCESS when s does not capture. */
+static CUresult
+capture_refuse(struct CUstream_st *s)
+{
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+        return CUDA_SUCCESS;
+    }
+    s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 /* Under g_mu.  *out: a mark (one reference for the caller) that completes
@@ -713,6 +774,9 @@ stream_retire(struct CUstream_st *s)
         dc_handles_remove(&g_stream_set, s);
         dc_live_add(&g_ctl, LIVE_STREAM, -1);
     }
+    op_list_free(s->cap_head);
+    s->cap_head = s->cap_tail = NULL;
+    s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
     pthread_mutex_lock(&s->mu);
     s->dying = true;
     pthread_cond_signal(&s->cv);
@@ -895,6 +959,15 @@ error_string(CUresult code)
         return "context is destroyed";
     case CUDA_ERROR_NOT_SUPPORTED:
         return "operation not supported";
+    case CUDA_ERROR_ILLEGAL_STATE:
+        return "the operation cannot be performed in the present state";
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+        return "operation not permitted when stream is capturing";
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+        return "operation failed due to a previous error during capture";
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+        return "attempt to terminate a thread-local capture sequence from "
+               "another thread";
     case CUDA_ERROR_UNKNOWN:
         return "unknown error";
     }
@@ -1297,6 +1370,14 @@ cuCtxSynchronize(void)
     }
     for (struct CUstream_st *s = g_streams; s != NULL; s = s->next) {
         cap += s->ctx == c;
+        if (s->ctx == c && s->capture != CU_STREAM_CAPTURE_STATUS_NONE
+            && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+            rc = capture_refuse(s);
+        }
+    }
+    if (rc != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&g_mu);
+        return rc;
     }
     marks = calloc(cap, sizeof(*marks));
     if (marks == NULL) {
@@ -1382,6 +1463,9 @@ cuStreamQuery(CUstream hStream)
     FAKE_ENTER(cuStreamQuery, true);
     pthread_mutex_lock(&g_mu);
     rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS) {
+        rc = capture_refuse(s);
+    }
     if (rc == CUDA_SUCCESS && stream_pending(s) > 0) {
         rc = CUDA_ERROR_NOT_READY;
     }
@@ -1410,6 +1494,9 @@ cuStreamSynchronize(CUstream hStream)
     pthread_mutex_lock(&g_mu);
     rc = stream_resolve(hStream, &s);
     if (rc == CUDA_SUCCESS) {
+        rc = capture_refuse(s);
+    }
+    if (rc == CUDA_SUCCESS) {
         rc = stream_fence(s, s->legacy, &m);
     }
     pthread_mutex_unlock(&g_mu);
@@ -1433,6 +1520,10 @@ cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     }
     pthread_mutex_lock(&g_mu);
     rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS) {
+        /* The double does not model cross-stream capture (fork/join). */
+        rc = capture_refuse(s);
+    }
     if (rc == CUDA_SUCCESS) {
         e = event_lookup(hEvent);
         if (e == NULL) {
@@ -1536,6 +1627,10 @@ cuEventRecord(CUevent hEvent, CUstream hStream)
     rc = e != NULL ? stream_resolve(hStream, &s) : CUDA_ERROR_INVALID_HANDLE;
     if (rc == CUDA_SUCCESS && s->ctx != e->ctx) {
         rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        /* The double does not model event nodes in a capture. */
+        rc = capture_refuse(s);
     }
     if (rc == CUDA_SUCCESS) {
         /* One reference for the queued op, one for the event. */
@@ -1791,14 +1886,22 @@ mem_enqueue(CUstream hStream, const dm_op *mem, bool wait)
     }
     pthread_mutex_lock(&g_mu);
     rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS
+        && (wait || mem->src.kind == DM_HOST || mem->dst.kind == DM_HOST)) {
+        /* Pageable memory cannot be captured. */
+        rc = capture_refuse(s);
+        if (rc != CUDA_SUCCESS) {
+            op_free(op);
+        }
+    }
+    else if (rc != CUDA_SUCCESS) {
+        op_free(op);
+    }
     if (rc == CUDA_SUCCESS) {
         rc = stream_enqueue(s, op);
         if (rc == CUDA_SUCCESS && wait) {
             rc = stream_fence(s, false, &m);
         }
-    }
-    else {
-        op_free(op);
     }
     pthread_mutex_unlock(&g_mu);
     if (m != NULL) {
@@ -1929,6 +2032,241 @@ cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
         return CUDA_ERROR_INVALID_VALUE;
     }
     return mem_enqueue(hStream, &op, false);
+}
+
+/* Graphs -------------------------------------------------------------- */
+
+static struct fake_graph_handles {
+    dc_handles graphs, execs;
+} g_graph_set;
+
+CUresult
+cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    struct CUstream_st *s;
+    CUresult rc;
+
+    FAKE_ENTER(cuStreamBeginCapture, true);
+    if ((int)mode < CU_STREAM_CAPTURE_MODE_GLOBAL
+        || mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS && s->legacy) {
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    else if (rc == CUDA_SUCCESS
+             && s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        s->capture_mode = mode;
+        s->capture_thread = pthread_self();
+        s->cap_head = s->cap_tail = NULL;
+        s->cap_count = 0;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    struct CUstream_st *s;
+    struct CUgraph_st *g = NULL;
+    CUresult rc;
+
+    FAKE_ENTER(cuStreamEndCapture, true);
+    if (phGraph == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS && s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    }
+    else if (rc == CUDA_SUCCESS
+             && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED
+             && !pthread_equal(s->capture_thread, pthread_self())) {
+        rc = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    }
+    else if (rc == CUDA_SUCCESS) {
+        if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+            rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        }
+        else if ((g = calloc(1, sizeof(*g))) == NULL
+                 || !dc_handles_add(&g_graph_set.graphs, g)) {
+            free(g);
+            g = NULL;
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if (g != NULL) {
+            g->head = s->cap_head;
+            g->count = s->cap_count;
+            dc_live_add(&g_ctl, LIVE_GRAPH, 1);
+        }
+        else {
+            op_list_free(s->cap_head);
+        }
+        s->cap_head = s->cap_tail = NULL;
+        s->cap_count = 0;
+        s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    }
+    pthread_mutex_unlock(&g_mu);
+    *phGraph = g;
+    return rc;
+}
+
+CUresult
+cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    struct CUstream_st *s;
+    CUresult rc;
+
+    FAKE_ENTER(cuStreamIsCapturing, true);
+    if (captureStatus == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS) {
+        *captureStatus = (CUstreamCaptureStatus)s->capture;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* A copy of the ops of list (NULL and *ok false when memory ran out). */
+static struct fake_op *
+op_list_copy(const struct fake_op *list, bool *ok)
+{
+    struct fake_op *head = NULL, **tail = &head;
+
+    *ok = true;
+    for (; list != NULL; list = list->next) {
+        struct fake_op *op = op_new(list->kind, list->ms, NULL);
+
+        if (op == NULL) {
+            op_list_free(head);
+            *ok = false;
+            return NULL;
+        }
+        op->mem = list->mem; /* captured copies have no staging */
+        *tail = op;
+        tail = &op->next;
+    }
+    return head;
+}
+
+CUresult
+cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                            unsigned long long flags)
+{
+    struct CUgraphExec_st *x = NULL;
+    CUresult rc = CUDA_SUCCESS;
+    bool ok;
+
+    FAKE_ENTER(cuGraphInstantiateWithFlags, true);
+    if (phGraphExec == NULL || flags != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (live_current_ctx() == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_has(&g_graph_set.graphs, hGraph)) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    else if ((x = calloc(1, sizeof(*x))) == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    else {
+        x->head = op_list_copy(hGraph->head, &ok);
+        x->count = hGraph->count;
+        if (!ok || !dc_handles_add(&g_graph_set.execs, x)) {
+            op_list_free(x->head);
+            free(x);
+            x = NULL;
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        else {
+            dc_live_add(&g_ctl, LIVE_GRAPH_EXEC, 1);
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    *phGraphExec = x;
+    return rc;
+}
+
+CUresult
+cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    struct CUstream_st *s;
+    struct fake_op *ops = NULL;
+    CUresult rc;
+    bool ok = true;
+
+    FAKE_ENTER(cuGraphLaunch, true);
+    pthread_mutex_lock(&g_mu);
+    rc = dc_handles_has(&g_graph_set.execs, hGraphExec)
+             ? stream_resolve(hStream, &s)
+             : CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS) {
+        /* The double does not model child graphs in a capture. */
+        rc = capture_refuse(s);
+    }
+    if (rc == CUDA_SUCCESS) {
+        ops = op_list_copy(hGraphExec->head, &ok);
+        rc = ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* One launch: the recorded ops, in order, on the stream's worker. */
+    while (rc == CUDA_SUCCESS && ops != NULL) {
+        struct fake_op *next = ops->next;
+
+        rc = stream_enqueue(s, ops);
+        ops = next;
+    }
+    op_list_free(ops);
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+
+    FAKE_ENTER(cuGraphExecDestroy, true);
+    pthread_mutex_lock(&g_mu);
+    if (dc_handles_has(&g_graph_set.execs, hGraphExec)) {
+        dc_handles_remove(&g_graph_set.execs, hGraphExec);
+        dc_live_add(&g_ctl, LIVE_GRAPH_EXEC, -1);
+        op_list_free(hGraphExec->head);
+        free(hGraphExec);
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuGraphDestroy(CUgraph hGraph)
+{
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+
+    FAKE_ENTER(cuGraphDestroy, true);
+    pthread_mutex_lock(&g_mu);
+    if (dc_handles_has(&g_graph_set.graphs, hGraph)) {
+        dc_handles_remove(&g_graph_set.graphs, hGraph);
+        dc_live_add(&g_ctl, LIVE_GRAPH, -1);
+        op_list_free(hGraph->head);
+        free(hGraph);
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
 }
 
 CUresult

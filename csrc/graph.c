@@ -1,0 +1,273 @@
+/*
+ * graph.c - the dispatcher's half of graphs (torch.accelerator.Graph):
+ * checks, the keep_graph life cycle, and the register of active captures
+ * that makes an allocation during a capture fail with a clear error.
+ *
+ * Plain C, no Python objects.
+ */
+#include "backend.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define MAX_CAPTURES 64
+
+/* The active captures of this process. */
+static struct {
+    pthread_mutex_t lock;
+    int n;
+    struct {
+        acc_stream *s;
+        int mode;
+        pthread_t thread;
+    } items[MAX_CAPTURES];
+} captures = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static const char *const mode_names[] = {"global", "thread_local",
+                                         "relaxed"};
+
+static acc_status
+graph_unsupported(const acc_backend *b, acc_error *err)
+{
+    acc_error_set(err, ACC_ERR_UNSUPPORTED,
+                  "backend %s does not support graphs", b->name);
+    return ACC_ERR_UNSUPPORTED;
+}
+
+static acc_status
+graph_state(acc_error *err, const char *message)
+{
+    acc_error_set(err, ACC_ERR_STATE, "%s", message);
+    return ACC_ERR_STATE;
+}
+
+static acc_status
+register_capture(acc_stream *s, int mode, acc_error *err)
+{
+    acc_status st = ACC_OK;
+
+    pthread_mutex_lock(&captures.lock);
+    if (captures.n == MAX_CAPTURES) {
+        acc_error_set(err, ACC_ERR_STATE, "too many captures at once "
+                      "(at most %d)", MAX_CAPTURES);
+        st = ACC_ERR_STATE;
+    }
+    else {
+        captures.items[captures.n].s = s;
+        captures.items[captures.n].mode = mode;
+        captures.items[captures.n].thread = pthread_self();
+        __atomic_store_n(&captures.n, captures.n + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&captures.lock);
+    return st;
+}
+
+static void
+unregister_capture(acc_stream *s)
+{
+    pthread_mutex_lock(&captures.lock);
+    for (int i = 0; i < captures.n; i++) {
+        if (captures.items[i].s == s) {
+            captures.items[i] = captures.items[captures.n - 1];
+            __atomic_store_n(&captures.n, captures.n - 1, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&captures.lock);
+}
+
+acc_status
+acc_check_allocation_capture(acc_stream *s, acc_error *err)
+{
+    acc_status st = ACC_OK;
+
+    if (__atomic_load_n(&captures.n, __ATOMIC_ACQUIRE) == 0) {
+        return ACC_OK; /* the common case, without the lock */
+    }
+    pthread_mutex_lock(&captures.lock);
+    for (int i = 0; i < captures.n && st == ACC_OK; i++) {
+        int mode = captures.items[i].mode;
+
+        if (captures.items[i].s == s
+            || mode == ACC_CAPTURE_GLOBAL
+            || (mode == ACC_CAPTURE_THREAD_LOCAL
+                && pthread_equal(captures.items[i].thread,
+                                 pthread_self()))) {
+            acc_error_set(err, ACC_ERR_STATE,
+                          "cannot allocate device memory while a graph "
+                          "captures (capture_error_mode='%s'): allocate "
+                          "the buffers before capture_begin() (there is "
+                          "no graph-private memory pool)",
+                          mode_names[mode]);
+            st = ACC_ERR_STATE;
+        }
+    }
+    pthread_mutex_unlock(&captures.lock);
+    return st;
+}
+
+void
+acc_graph_init(acc_graph *g, int keep_graph)
+{
+    memset(g, 0, sizeof(*g));
+    g->device = -1;
+    g->keep_graph = keep_graph;
+}
+
+acc_status
+acc_graph_capture_begin(acc_graph *g, acc_stream *s, int mode,
+                        acc_error *err)
+{
+    const acc_backend *b = s->backend;
+    acc_status st;
+
+    if (b->graph_capture_begin == NULL) {
+        return graph_unsupported(b, err);
+    }
+    if (mode < ACC_CAPTURE_GLOBAL || mode > ACC_CAPTURE_RELAXED) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "unknown capture mode "
+                      "%d", mode);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (g->capturing != NULL) {
+        return graph_state(err, "capture_begin() called while this graph "
+                           "is already capturing; call capture_end() "
+                           "first");
+    }
+    if (g->captured) {
+        return graph_state(err, "This Graph instance already owns a "
+                           "captured graph. To capture a new graph, call "
+                           "reset() or create a new instance.");
+    }
+    if (s->flags & ACC_STREAM_DEFAULT) {
+        return graph_state(err, "Graphs must be captured on a non-default "
+                           "stream. (However, after capture, it's ok to "
+                           "replay them on the default stream.)");
+    }
+    st = register_capture(s, mode, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    st = b->graph_capture_begin(s, mode, err);
+    if (st != ACC_OK) {
+        unregister_capture(s);
+        return st;
+    }
+    acc_stream_incref(s);
+    g->backend = b;
+    g->device = s->device;
+    g->capturing = s;
+    return ACC_OK;
+}
+
+static acc_status
+instantiate(acc_graph *g, acc_error *err)
+{
+    acc_status st = g->backend->graph_instantiate(g->device, g->graph,
+                                                   &g->exec, err);
+
+    if (st != ACC_OK) {
+        g->exec = NULL;
+    }
+    return st;
+}
+
+acc_status
+acc_graph_capture_end(acc_graph *g, acc_error *err)
+{
+    acc_stream *s = g->capturing;
+    void *graph = NULL;
+    int still = 0;
+    acc_status st;
+
+    if (s == NULL) {
+        return graph_state(err, "capture_end() called without an active "
+                           "capture; call capture_begin() first");
+    }
+    st = g->backend->graph_capture_end(s, &graph, &still, err);
+    if (st != ACC_OK && still) {
+        return st; /* still capturing: end it again (or reset) */
+    }
+    unregister_capture(s);
+    g->capturing = NULL;
+    acc_stream_decref(s);
+    if (st != ACC_OK) {
+        return st;
+    }
+    g->graph = graph;
+    g->captured = 1;
+    if (!g->keep_graph) {
+        st = instantiate(g, err);
+        g->backend->graph_destroy(g->device, g->graph, NULL);
+        g->graph = NULL;
+        if (st != ACC_OK) {
+            g->captured = 0;
+        }
+    }
+    return st;
+}
+
+acc_status
+acc_graph_instantiate(acc_graph *g, acc_error *err)
+{
+    if (!g->captured) {
+        return graph_state(err, "instantiate() needs a captured graph: "
+                           "call capture_begin() and capture_end() first");
+    }
+    if (!g->keep_graph) {
+        return graph_state(err, "instantiate() is only for graphs made "
+                           "with keep_graph=True: capture_end() already "
+                           "instantiated this one");
+    }
+    if (g->exec != NULL) {
+        return graph_state(err, "the graph is already instantiated");
+    }
+    return instantiate(g, err);
+}
+
+acc_status
+acc_graph_replay(acc_graph *g, acc_error *err)
+{
+    acc_stream *s;
+    acc_status st;
+
+    if (!g->captured) {
+        return graph_state(err, "replay() needs a captured graph: call "
+                           "capture_begin() and capture_end() first");
+    }
+    if (g->exec == NULL) {
+        st = instantiate(g, err);
+        if (st != ACC_OK) {
+            return st;
+        }
+    }
+    st = acc_current_stream(g->device, &s, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    return g->backend->graph_launch(g->exec, s, err);
+}
+
+void
+acc_graph_reset(acc_graph *g)
+{
+    if (g->capturing != NULL) {
+        acc_error ignored;
+        void *graph = NULL;
+        int still = 0;
+
+        /* From another thread a thread-local capture cannot be ended:
+         * the stream keeps capturing, as the driver says. */
+        if (g->backend->graph_capture_end(g->capturing, &graph, &still,
+                                          &ignored) == ACC_OK
+            && graph != NULL) {
+            g->backend->graph_destroy(g->device, graph, NULL);
+        }
+        unregister_capture(g->capturing);
+        acc_stream_decref(g->capturing);
+    }
+    if (g->backend != NULL && (g->graph != NULL || g->exec != NULL)) {
+        g->backend->graph_destroy(g->device, g->graph, g->exec);
+    }
+    acc_graph_init(g, g->keep_graph);
+}

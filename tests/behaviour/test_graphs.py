@@ -1,0 +1,268 @@
+"""accelerator.Graph: capture the work queued on a stream, replay it with
+one launch (torch.accelerator.Graph)."""
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+import accelerator as acc
+
+N = 64
+
+
+@pytest.fixture
+def graphs(facts) -> None:
+    if not facts.has("graphs"):
+        pytest.skip(facts.lacks["graphs"])
+
+
+def test_graph_is_refused_where_the_backend_lacks_it(facts) -> None:
+    if facts.has("graphs"):
+        pytest.skip("the backend supports graphs")
+    g = acc.Graph()
+    with acc.Stream() as s:
+        with pytest.raises(NotImplementedError,
+                           match="does not support graphs"):
+            g.capture_begin()
+        s.synchronize()
+
+
+def _pipeline(stream: acc.Stream) -> tuple[acc.HostBuffer, acc.HostBuffer,
+                                            list[acc.Buffer]]:
+    src, dst = acc.HostBuffer(N), acc.HostBuffer(N)
+    bufs = [acc.Buffer(N, stream=stream) for _ in range(3)]
+    acc.synchronize()
+    return src, dst, bufs
+
+
+def _capture_copies(stream, src, dst, bufs) -> None:
+    bufs[0].copy_from(src, stream=stream)
+    bufs[1].copy_from(bufs[0], stream=stream)
+    bufs[2].copy_from(bufs[1], stream=stream)
+    bufs[2].copy_to(dst, stream=stream)
+
+
+def _capture_fill(g: acc.Graph, stream: acc.Stream, buf: acc.Buffer,
+                  dst: acc.HostBuffer, value: int) -> None:
+    """Capture filling buf with value and copying it to dst."""
+    with stream, g:
+        buf.fill(value, stream=stream)
+        buf.copy_to(dst, stream=stream)
+
+
+def _replay(g: acc.Graph, stream: acc.Stream, dst: acc.HostBuffer) -> bytes:
+    """Replay on stream; the bytes of dst once it ran."""
+    with stream:
+        g.replay()
+    stream.synchronize()
+    return bytes(dst)
+
+
+def test_replay_runs_the_captured_copies_again_with_new_data(graphs,
+                                                            driver) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    memoryview(src)[:] = b"\x01" * N
+    memoryview(dst)[:] = bytes(N)
+    g = acc.Graph()
+    with stream, g:
+        _capture_copies(stream, src, dst, bufs)
+    # Captured, not run.
+    stream.synchronize()
+    assert bytes(dst) == bytes(N)
+    for fill in (b"a", b"b", b"c"):
+        memoryview(src)[:] = fill * N
+        with stream:
+            g.replay()
+        stream.synchronize()
+        assert bytes(dst) == fill * N
+    assert driver.live("bad_access") == 0
+
+
+def test_n_captured_copies_replay_with_one_launch(graphs, driver,
+                                                  facts) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph()
+    with stream:
+        g.capture_begin()
+        for _ in range(10):
+            bufs[0].copy_from(src, stream=stream)
+        bufs[0].copy_to(dst, stream=stream)
+        g.capture_end()
+    memoryview(src)[:] = b"z" * N
+    driver.reset_counts()
+    with stream:
+        g.replay()
+    launched = driver.calls()
+    stream.synchronize()
+    assert driver.calls(facts.functions["graph_launch"]) == 1
+    assert launched == 1, "a replay is one driver call"
+    assert bytes(dst) == b"z" * N
+
+
+def test_fill_is_captured_and_replay_follows_stream_order(graphs,
+                                                          driver) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph(keep_graph=True)
+    _capture_fill(g, stream, bufs[0], dst, 7)
+    g.instantiate()
+    with pytest.raises(RuntimeError, match="already instantiated"):
+        g.instantiate()
+    # Work queued before the replay runs before it.
+    driver.enqueue_sleep(stream, 30)
+    assert _replay(g, stream, dst) == b"\x07" * N
+
+
+def test_keep_graph_instantiates_on_first_replay(graphs) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph(keep_graph=True)
+    _capture_fill(g, stream, bufs[0], dst, 3)
+    assert _replay(g, stream, dst) == b"\x03" * N
+
+
+def test_reset_and_capture_again(graphs, driver) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph()
+    _capture_fill(g, stream, bufs[0], dst, 1)
+    with pytest.raises(RuntimeError, match="already owns a captured graph"):
+        with stream:
+            g.capture_begin()
+    g.reset()
+    assert "empty" in repr(g)
+    with pytest.raises(RuntimeError, match="needs a captured graph"):
+        g.replay()
+    _capture_fill(g, stream, bufs[0], dst, 2)
+    assert _replay(g, stream, dst) == b"\x02" * N
+
+
+def test_graphs_leave_no_driver_objects(graphs, driver) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    gc.collect()
+    before = driver.live_all()
+    for keep in (False, True):
+        g = acc.Graph(keep_graph=keep)
+        with stream, g:
+            bufs[0].fill(1, stream=stream)
+        with stream:
+            g.replay()
+        del g
+    stream.synchronize()
+    gc.collect()
+    assert driver.live_all() == before
+
+
+def test_capture_errors(graphs, facts) -> None:
+    g = acc.Graph()
+    with pytest.raises(RuntimeError, match="non-default stream"):
+        g.capture_begin()  # the current stream is the default stream
+    with pytest.raises(RuntimeError, match="non-default stream"):
+        with g:
+            pass
+    with pytest.raises(RuntimeError, match="without an active capture"):
+        g.capture_end()
+    with pytest.raises(RuntimeError, match="needs a captured graph"):
+        g.instantiate()
+    with pytest.raises(RuntimeError, match="Unknown capture_error_mode"):
+        with acc.Stream():
+            g.capture_begin(capture_error_mode="sloppy")
+    with pytest.raises(TypeError, match="must be a str"):
+        with acc.Stream():
+            g.capture_begin(1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="keep_graph must be a bool"):
+        acc.Graph(1)  # type: ignore[arg-type]
+    with pytest.raises(NotImplementedError, match="pool"):
+        acc.Graph(pool=(0, 1))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cannot pickle"):
+        g.__reduce__()
+    s = acc.Stream()
+    with s:
+        g.capture_begin(capture_error_mode="relaxed")
+        with pytest.raises(RuntimeError, match="already capturing"):
+            g.capture_begin()
+        g.capture_end()
+    with pytest.raises(RuntimeError, match="instantiate\\(\\) is only"):
+        g.instantiate()
+
+
+def test_allocation_inside_a_capture_is_refused(graphs) -> None:
+    stream = acc.Stream()
+    g = acc.Graph()
+    with stream, g:
+        with pytest.raises(RuntimeError, match="cannot allocate device "
+                           "memory while a graph captures"):
+            acc.Buffer(16)
+        with pytest.raises(RuntimeError, match="capture_error_mode='global'"):
+            acc.Buffer(16, stream=acc.Stream())  # global: any stream
+    acc.Buffer(16)  # fine again
+    with stream:
+        g.reset()
+        g.capture_begin(capture_error_mode="relaxed")
+        other = acc.Buffer(16, stream=acc.Stream())  # relaxed: elsewhere ok
+        with pytest.raises(RuntimeError, match="'relaxed'"):
+            acc.Buffer(16, stream=stream)
+        g.capture_end()
+    del other
+
+
+def test_operations_the_driver_refuses_invalidate_the_capture(
+        graphs, facts) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    for refused in (stream.synchronize, stream.query,
+                    lambda: bufs[0].copy_from(b"x" * N, stream=stream)):
+        g = acc.Graph()
+        with stream:
+            g.capture_begin()
+            bufs[0].fill(1, stream=stream)
+            with pytest.raises(acc.AcceleratorError,
+                               match="CAPTURE_UNSUPPORTED"):
+                refused()
+            with pytest.raises(acc.AcceleratorError,
+                               match="CAPTURE_INVALIDATED"):
+                g.capture_end()
+        # The stream works normally again; the graph can capture anew.
+        stream.synchronize()
+        assert "empty" in repr(g)
+        with stream, g:
+            bufs[0].fill(2, stream=stream)
+
+
+def test_a_failing_body_drops_the_capture(graphs) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph()
+    with pytest.raises(KeyError):
+        with stream, g:
+            bufs[0].fill(1, stream=stream)
+            raise KeyError("body")
+    assert "empty" in repr(g)
+    stream.synchronize()  # not capturing any more
+    acc.Buffer(16)
+
+
+def test_capture_ended_from_another_thread_is_refused(graphs) -> None:
+    stream = acc.Stream()
+    g = acc.Graph()
+    with stream:
+        g.capture_begin(capture_error_mode="thread_local")
+    errors: list[BaseException] = []
+
+    def end() -> None:
+        try:
+            g.capture_end()
+        except BaseException as exc:  # checked below
+            errors.append(exc)
+
+    t = threading.Thread(target=end)
+    t.start()
+    t.join(30)
+    assert len(errors) == 1 and "WRONG_THREAD" in str(errors[0])
+    g.reset()
+    stream.synchronize()
