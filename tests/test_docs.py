@@ -51,15 +51,15 @@ def test_markdown_pages_have_a_parser() -> None:
 
 def python_examples() -> list[tuple[str, str]]:
     """(where, code) of each Python example that runs on its own: the
-    README's and those of docs/index.rst, semantics.rst, asyncio.rst and
-    testing.rst
+    README's and those of docs/index.rst, semantics.rst, asyncio.rst,
+    graphs.rst and testing.rst
     (testing.rst's need tests/ on the path for fake_drivers)."""
     examples = [
         (f"README.md #{n}", code) for n, code in enumerate(re.findall(
             r"^```python\n(.*?)^```$", (REPO / "README.md").read_text(),
             re.MULTILINE | re.DOTALL))
     ]
-    for page in ("index", "semantics", "testing", "asyncio"):
+    for page in ("index", "semantics", "testing", "asyncio", "graphs"):
         text = (DOCS / f"{page}.rst").read_text()
         for n, match in enumerate(re.finditer(
                 r"^\.\. code-block:: python\n\n((?:   .*\n|\n)+)", text,
