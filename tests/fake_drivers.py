@@ -334,13 +334,17 @@ class OpenCLDouble(DriverDouble):
         "driver_events": ("an OpenCL event is a host object holding the "
                           "marker of its latest record: there is no "
                           "driver event to create or reuse"),
+        "graphs": ("the OpenCL backend does not implement graphs yet "
+                   "(cl_khr_command_buffer, which PoCL 3.1 offers, is not "
+                   "used; the graph slots are NULL)"),
     }
     symbol_lists = (("csrc/backends/opencl_api.h", "ACC_OPENCL_FUNCTIONS"),)
     library_env = "ACCELERATOR_OPENCL_LIBRARY"
     stream_create_api = "clCreateCommandQueueWithProperties"
     functions = {"stream_create": "clCreateCommandQueueWithProperties",
                  "event_record": "clEnqueueMarkerWithWaitList",
-                 "query": "clGetEventInfo"}
+                 "query": "clGetEventInfo",
+                 "event_synchronize": "clWaitForEvents"}
     env_devices = "POCL_DEVICES"
     kinds = {"stream": "queue"}
     live_kinds = ("queue", "event", "context")
