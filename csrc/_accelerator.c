@@ -371,7 +371,12 @@ PyDoc_STRVAR(current_device_index_doc,
 static PyObject *
 current_device_index(PyObject *module, PyObject *unused)
 {
+    int device = acc_usable_current_device();
+
     (void)unused;
+    if (device >= 0) {
+        return PyLong_FromLong(device);   /* the hot path: one call */
+    }
     acc_ensure_probed();
     if (acc_require_usable(acc_module_state(module)) < 0) {
         return NULL;

@@ -163,6 +163,9 @@ int acc_visible_devices(const int **order, int *count);
 
 /* Devices (dispatch.c): per-thread current device, starting at 0. */
 int acc_current_device(void);
+/* The current device when probed and usable (not forked), else -1: the
+ * checks and the read in one call, for the hot getters. */
+int acc_usable_current_device(void);
 /* Validate index against [0, count): ACC_ERR_DEVICE_INDEX otherwise. */
 acc_status acc_check_device(long long index, acc_error *err);
 /* The same for an index too large for long long, given as the caller

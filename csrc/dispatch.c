@@ -856,6 +856,16 @@ acc_current_device(void)
     return tls_device;
 }
 
+int
+acc_usable_current_device(void)
+{
+    if (!atomic_load_explicit(&g.probed, memory_order_acquire)
+        || g.selected == NULL || g.forked) {
+        return -1;
+    }
+    return tls_device;
+}
+
 static acc_status
 device_index_error(const char *index, acc_error *err)
 {
