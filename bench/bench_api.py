@@ -824,6 +824,75 @@ def bandwidth_table(bw: dict[str, Any]) -> str:
             + table(["copy", "ms", "GB/s"], rows))
 
 
+GRAPH_ASYNC_PROBE = r'''
+import asyncio, json, sys, time
+import accelerator as A
+iters, copies, n = int(sys.argv[1]), 10, 4096
+s = A.Stream(0)
+bufs = [A.Buffer(n, 0, stream=s) for _ in range(copies + 1)]
+A.synchronize(0)
+def issue():
+    for i in range(copies):
+        bufs[i + 1].copy_from(bufs[i], stream=s)
+def per_iter_us(body):
+    body(); s.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        body()
+    s.synchronize()
+    return (time.perf_counter() - t0) / iters * 1e6
+out = {"issue 10 copies (us per sequence)": per_iter_us(issue)}
+try:
+    g = A.Graph()
+    with s, g:
+        issue()
+    def replay():
+        with s:
+            g.replay()
+    out["replay a 10-copy graph (us per sequence)"] = per_iter_us(replay)
+except NotImplementedError as exc:
+    out["replay a 10-copy graph (us per sequence)"] = str(exc)
+def sync_us():
+    t = 0.0
+    for _ in range(iters):
+        bufs[1].copy_from(bufs[0], stream=s)
+        e = s.record_event(A.Event(blocking=True))
+        t0 = time.perf_counter(); e.synchronize(); t += time.perf_counter() - t0
+    return t / iters * 1e6
+async def await_us():
+    t = 0.0
+    for _ in range(iters):
+        bufs[1].copy_from(bufs[0], stream=s)
+        e = s.record_event(A.Event(blocking=True))
+        t0 = time.perf_counter(); await e; t += time.perf_counter() - t0
+    return t / iters * 1e6
+out["event.synchronize() after a copy (us)"] = sync_us()
+out["await event after a copy (us)"] = asyncio.run(await_us())
+print(json.dumps(out))
+'''
+
+
+def measure_graph_async(env: dict[str, str], quick: bool) -> dict[str, Any]:
+    """Graph replay against issuing the same 10 copies, and the latency of
+    `await event` beside event.synchronize(), in a fresh process (host
+    wall-clock per iteration: on a double it is the API and driver cost)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", GRAPH_ASYNC_PROBE, "200" if quick else "2000"],
+        env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def graph_async_table(rows: dict[str, Any]) -> str:
+    if "error" in rows:
+        return f"graphs and asyncio: failed: {rows['error']}"
+    return ("Graphs and asyncio (host wall-clock per iteration)\n\n"
+            + table(["what", "us"],
+                    [[k, fmt(v, 2) if isinstance(v, float) else v]
+                     for k, v in rows.items()]))
+
+
 def driver_ns(key: str, calls: dict[str, float], c_ns: dict[str, Any]
               ) -> float | None:
     """The driver time of one API call: its driver calls at C cost."""
@@ -1214,6 +1283,9 @@ def orchestrate(args: argparse.Namespace) -> int:
             bandwidth = measure_bandwidth(env, args.quick)
             text.append(bandwidth_table(bandwidth))
             print(text[-1] + "\n", flush=True)
+            graph_async = measure_graph_async(env, args.quick)
+            text.append(graph_async_table(graph_async))
+            print(text[-1] + "\n", flush=True)
             if args.peers and not args.double and chosen == "cuda":
                 bandwidth["peers"] = measure_peer_bandwidth(env, args.quick)
                 for library, rows in bandwidth["peers"].items():
@@ -1227,7 +1299,7 @@ def orchestrate(args: argparse.Namespace) -> int:
                     print(text[-1] + "\n", flush=True)
             report["backends"][chosen] = {
                 "worker": result, "driver_c_ns": c_ns, "table": rows,
-                "bandwidth": bandwidth}
+                "bandwidth": bandwidth, "graph_async": graph_async}
             measured += 1
             if args.callgrind:
                 cg_text, cg_data = run_callgrind(
