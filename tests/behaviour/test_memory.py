@@ -16,6 +16,9 @@ import pytest
 import accelerator as acc
 
 SIZES = [0, 1, 511, 4096, 64 << 20]
+#: timed work that the checks right after it must see still running: long
+#: enough for a loaded machine (the tests wait for it, so keep it to few)
+SLOW_MS = 1000
 
 
 def _memory_supported() -> bool:
@@ -200,7 +203,7 @@ def test_copy_behind_slow_work_is_not_done(driver) -> None:
     h = acc.HostBuffer(4096)
     memoryview(h)[:] = b"\x01" * 4096
     b.fill(2, stream=s)
-    driver.enqueue_sleep(s, 200)
+    driver.enqueue_sleep(s, SLOW_MS)
     b.copy_to(h, stream=s)
     done = s.record_event()
     # Queued behind 200 ms of work: not done yet, the host side unchanged.
@@ -324,7 +327,7 @@ def test_record_stream_keeps_memory_until_the_work_is_done(driver) -> None:
     b = acc.Buffer(4096)
     before = driver.live("alloc")
     b.record_stream(s)
-    driver.enqueue_sleep(s, 200)
+    driver.enqueue_sleep(s, SLOW_MS)
     b.close()
     gc.collect()
     acc.empty_cache()
@@ -381,7 +384,7 @@ def test_close_with_a_stream(driver) -> None:
     s = acc.Stream(0)
     b = acc.Buffer(64)
     before = driver.live("alloc")
-    driver.enqueue_sleep(s, 150)
+    driver.enqueue_sleep(s, SLOW_MS)
     b.close(stream=s)
     acc.empty_cache()
     assert driver.live("alloc") == before
@@ -413,7 +416,7 @@ def test_host_buffer_freed_after_its_copies(driver) -> None:
     b.fill(5, stream=s)
     before = driver.live("host_alloc")
     h = acc.HostBuffer(4096)
-    driver.enqueue_sleep(s, 150)
+    driver.enqueue_sleep(s, SLOW_MS)
     b.copy_to(h, stream=s)
     del h
     gc.collect()
