@@ -129,6 +129,7 @@ def test_copy_true_exports_a_copy() -> None:
 
 def test_export_waits_for_the_work_on_the_current_stream(driver) -> None:
     producer, consumer = acc.Stream(0), acc.Stream(0)
+    consumer.synchronize()
     b = acc.Buffer(64)
     with producer:
         driver.enqueue_sleep(producer, SLOW_MS)
@@ -141,6 +142,7 @@ def test_export_waits_for_the_work_on_the_current_stream(driver) -> None:
 
 def test_export_with_stream_minus_one_does_not_wait(driver) -> None:
     producer, consumer = acc.Stream(0), acc.Stream(0)
+    consumer.synchronize()  # a pooled stream may run an earlier owner's work
     b = acc.Buffer(64)
     with producer:
         driver.enqueue_sleep(producer, 100)
