@@ -266,3 +266,33 @@ def test_capture_ended_from_another_thread_is_refused(graphs) -> None:
     assert len(errors) == 1 and "WRONG_THREAD" in str(errors[0])
     g.reset()
     stream.synchronize()
+
+
+def test_replay_on_another_stream_and_the_default_stream(graphs) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph()
+    _capture_fill(g, stream, bufs[0], dst, 9)
+    # torch: "after capture, it's ok to replay them on the default stream"
+    g.replay()  # the current stream: the default stream
+    acc.synchronize()
+    assert bytes(dst) == b"\x09" * N
+    memoryview(dst)[:] = bytes(N)
+    assert _replay(g, acc.Stream(), dst) == b"\x09" * N
+
+
+def test_the_register_of_captures_is_bounded(graphs) -> None:
+    streams = [acc.Stream() for _ in range(65)]
+    graphs_ = [acc.Graph() for _ in streams]
+    try:
+        for g, s in zip(graphs_[:64], streams):
+            with s:
+                g.capture_begin(capture_error_mode="relaxed")
+        with pytest.raises(RuntimeError, match="too many captures"):
+            with streams[64]:
+                graphs_[64].capture_begin(capture_error_mode="relaxed")
+    finally:
+        for g in graphs_:
+            g.reset()
+    with streams[64], graphs_[64]:
+        pass
