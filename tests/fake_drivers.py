@@ -59,7 +59,9 @@ class DriverDouble:
     #: the driver function behind an operation: "stream_create",
     #: "event_create", "event_record" (the first record's driver call that
     #: makes the record), "query" (what Stream.query() and Event.query()
-    #: call), "event_synchronize" (what Event.synchronize() blocks in)
+    #: call), "event_synchronize" (what Event.synchronize() blocks in),
+    #: "graph_launch" and "graph_instantiate" (Graph.replay() and
+    #: instantiating, where the backend has graphs)
     functions: dict[str, str] = {}
     #: tests/behaviour/test_leaks.py cycles known to grow -> why
     known_leaks: dict[str, str] = {}
@@ -176,7 +178,8 @@ class CudaDouble(DriverDouble):
                  "event_create": "cuEventCreate",
                  "event_record": "cuEventRecord", "query": "cuStreamQuery",
                  "event_synchronize": "cuEventSynchronize",
-                 "graph_launch": "cuGraphLaunch"}
+                 "graph_launch": "cuGraphLaunch",
+                 "graph_instantiate": "cuGraphInstantiateWithFlags"}
     env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",

@@ -296,3 +296,58 @@ def test_the_register_of_captures_is_bounded(graphs) -> None:
             g.reset()
     with streams[64], graphs_[64]:
         pass
+
+
+def test_a_stream_captured_by_another_graph_is_refused(graphs) -> None:
+    stream = acc.Stream()
+    first, second = acc.Graph(), acc.Graph()
+    with stream:
+        first.capture_begin()
+        with pytest.raises(RuntimeError, match="already being captured"):
+            second.capture_begin()
+        first.capture_end()
+        second.capture_begin()  # free again
+        second.capture_end()
+
+
+def test_capture_begin_arguments() -> None:
+    g = acc.Graph()
+    with pytest.raises(TypeError, match="at most 1 argument"):
+        g.capture_begin("global", "x")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'mode'"):
+        g.capture_begin(mode="global")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        g.capture_begin("global",  # type: ignore[misc]
+                        capture_error_mode="global")
+
+
+def test_a_failed_instantiation_leaves_the_graph_usable(graphs, driver,
+                                                        facts) -> None:
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    code, name = facts.unknown_error
+    instantiate = facts.functions["graph_instantiate"]
+    # keep_graph=False: capture_end instantiates; on failure the graph is
+    # empty again and can capture anew.
+    g = acc.Graph()
+    driver.fail(instantiate, 1, code)
+    try:
+        with pytest.raises(acc.AcceleratorError, match=name):
+            _capture_fill(g, stream, bufs[0], dst, 4)
+    finally:
+        driver.clear_faults()
+    assert "empty" in repr(g)
+    _capture_fill(g, stream, bufs[0], dst, 4)
+    assert _replay(g, stream, dst) == b"\x04" * N
+    # keep_graph=True: the first replay instantiates; a failure there
+    # keeps the captured graph for the next replay.
+    kept = acc.Graph(keep_graph=True)
+    _capture_fill(kept, stream, bufs[0], dst, 5)
+    driver.fail(instantiate, 1, code)
+    try:
+        with pytest.raises(acc.AcceleratorError, match=name):
+            with stream:
+                kept.replay()
+    finally:
+        driver.clear_faults()
+    assert _replay(kept, stream, dst) == b"\x05" * N
