@@ -78,7 +78,12 @@ APIS = [
     Api("synchronize", "synchronize() (idle)"),
     Api("Buffer(4096)", "Buffer(4096) (+free)"),
     Api("copy_from_4k", "Buffer.copy_from(4 KiB bytes)"),
+    Api("Stream.synchronize", "Stream.synchronize() (idle)"),
 ]
+#: rows compared across backends on the doubles (--double): the budget of
+#: each, as a multiple of the CUDA double's figure (None: reported only)
+ACROSS = {"Stream.query": None, "synchronize": 2.0,
+          "Stream.synchronize": 2.0}
 
 
 def budget_text(budget: str) -> str:
@@ -120,6 +125,7 @@ CUDA_CALLS: dict[str, dict[str, float]] = {
     "Buffer(4096)": {"cuCtxGetCurrent": 3, "cuMemAlloc": 1,
                      "cuStreamQuery": 1, "cuMemFree": 1},
     "copy_from_4k": {"cuCtxGetCurrent": 1, "cuMemcpyHtoDAsync": 1},
+    "Stream.synchronize": {"cuStreamSynchronize": 1},
 }
 COUNTED = ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxPushCurrent",
            "cuCtxPopCurrent", "cuStreamCreateWithPriority", "cuStreamDestroy",
@@ -204,6 +210,7 @@ def suite_accelerator() -> Suite:
         "synchronize": ["synchronize()"],
         "Buffer(4096)": ["Buffer(4096)"],
         "copy_from_4k": ["buf.copy_from(page)"],
+        "Stream.synchronize": ["s.synchronize()"],
     }
     info = {"library": "accelerator", "backend": backend["name"],
             "driver_version": backend["driver_version"],
@@ -261,6 +268,7 @@ def suite_torch_accelerator() -> Suite:
         "Event.record()": ["e.record()"],
         "Event.query": ["done.query()"],
         "synchronize": ["T_synchronize()"],
+        "Stream.synchronize": ["s.synchronize()"],
     }
     return Suite(names, stmts,
                  "T_set_stream(default); T_set_device_index(0); "
@@ -300,6 +308,7 @@ def suite_torch_cuda() -> Suite:
         "Event.record()": ["e.record()"],
         "Event.query": ["done.query()"],
         "synchronize": ["synchronize()"],
+        "Stream.synchronize": ["s.synchronize()"],
     }
     return Suite(names, stmts,
                  "set_stream(default); torch_set(0); synchronize()",
@@ -334,6 +343,7 @@ def suite_cuda_core() -> Suite:
         "Event.record": ["s.record(e)"],
         "Event.query": ["done.is_done"],
         "synchronize": ["dev.sync()"],
+        "Stream.synchronize": ["s.sync()"],
     }
     return Suite(names, stmts, "s.sync(); dev.sync()",
                  {"library": "cuda.core",
@@ -378,6 +388,7 @@ def suite_cupy() -> Suite:
         "Event.record()": ["e.record()"],
         "Event.query": ["done.done"],
         "synchronize": ["deviceSynchronize()"],
+        "Stream.synchronize": ["s.synchronize()"],
     }
     return Suite(names, stmts,
                  "default.use(); setDevice(0); deviceSynchronize()",
@@ -985,6 +996,29 @@ def main_table(result: dict[str, Any], c_ns: dict[str, Any],
     return table(headers, rows), data
 
 
+def across_table(backends: dict[str, Any]) -> tuple[str, list[dict]]:
+    """The rows of ACROSS on each backend's double, side by side: Level
+    Zero's cost as a multiple of CUDA's, against its budget."""
+    rows, data = [], []
+    cuda = backends.get("cuda", {}).get("worker", {}).get("rows", {})
+    xpu = backends.get("xpu", {}).get("worker", {}).get("rows", {})
+    for api in APIS:
+        if api.key not in ACROSS or api.key not in cuda \
+                or api.key not in xpu:
+            continue
+        c, x = cuda[api.key]["ns"], xpu[api.key]["ns"]
+        ratio = x / c if c > 0 else None
+        limit = ACROSS[api.key]
+        met = "-" if limit is None or ratio is None else (
+            "yes" if ratio <= limit else "NO")
+        budget = "report" if limit is None else f"<= {limit:g}x cuda"
+        rows.append([api.label, fmt(c), fmt(x), fmt(ratio, 2), budget, met])
+        data.append({"api": api.key, "cuda_ns": c, "xpu_ns": x,
+                     "ratio": ratio, "budget": budget, "met": met})
+    return table(["api", "cuda ns", "xpu ns", "xpu / cuda", "budget",
+                  "met?"], rows), data
+
+
 def peers_table(results: dict[str, dict[str, Any]]) -> str:
     """ns/call (x no-op) of each API in each library, side by side."""
     names = [n for n in results if "rows" in results[n]]
@@ -1309,6 +1343,13 @@ def orchestrate(args: argparse.Namespace) -> int:
                 report["backends"][chosen]["callgrind"] = cg_data
             if not args.double:
                 break
+        if args.double and {"cuda", "xpu"} <= {
+                b for b, r in report["backends"].items() if "worker" in r}:
+            body, rows = across_table(report["backends"])
+            report["across"] = rows
+            text.append("Level Zero against CUDA, both on their doubles "
+                        "(ns/call net of the loop)\n\n" + body)
+            print(text[-1] + "\n", flush=True)
         if measured == 0:
             print("no accelerator to measure; on a machine without a GPU "
                   "run: make -C tests/drivers cuda && python "

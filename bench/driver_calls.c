@@ -176,6 +176,12 @@ op_ctx_synchronize(void)
 }
 
 static CUresult
+op_stream_synchronize(void)
+{
+    return cu.cuStreamSynchronize(obj.stream);
+}
+
+static CUresult
 op_stream_create_destroy(void)
 {
     CUstream s;
@@ -223,6 +229,7 @@ static const struct {
     {"cuEventRecord(legacy stream)", op_event_record_legacy},
     {"cuEventQuery", op_event_query},
     {"cuCtxSynchronize", op_ctx_synchronize},
+    {"cuStreamSynchronize", op_stream_synchronize},
     {"cuStreamCreateWithPriority+cuStreamDestroy", op_stream_create_destroy},
     {"cuEventCreate+cuEventDestroy", op_event_create_destroy},
     {"cuMemAlloc+cuMemFree", op_mem_alloc_free},

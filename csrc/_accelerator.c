@@ -551,6 +551,9 @@ static PyStructSequence_Field properties_fields[] = {
     {"vendor_id", "PCI vendor id"},
     {"device_id", "PCI device id"},
     {"is_integrated", "shares memory with the host"},
+    {"estimates",
+     "names of the numbers that are estimates: 'free_memory' when "
+     "get_memory_info() cannot read free memory and reports the total"},
     {NULL, NULL},
 };
 
@@ -558,7 +561,7 @@ static PyStructSequence_Desc properties_desc = {
     "accelerator.DeviceProperties",
     "Static properties of one device (get_device_properties()).",
     properties_fields,
-    12,
+    13,
 };
 
 static PyObject *
@@ -567,7 +570,7 @@ make_properties(acc_state *st, int device, const acc_device_properties *p)
     PyObject *props = PyStructSequence_New(st->properties_type);
     const unsigned char *u = p->uuid;
     char uuid[40];
-    PyObject *items[12];
+    PyObject *items[13];
 
     if (props == NULL) {
         return NULL;
@@ -589,9 +592,12 @@ make_properties(acc_state *st, int device, const acc_device_properties *p)
     items[9] = PyLong_FromUnsignedLong(p->vendor_id);
     items[10] = PyLong_FromUnsignedLong(p->device_id);
     items[11] = PyBool_FromLong(p->integrated);
-    for (int i = 0; i < 12; i++) {
+    items[12] = (p->estimates & ACC_ESTIMATE_FREE_MEMORY)
+                    ? Py_BuildValue("(s)", "free_memory")
+                    : PyTuple_New(0);
+    for (int i = 0; i < 13; i++) {
         if (items[i] == NULL) {
-            for (int j = 0; j < 12; j++) {
+            for (int j = 0; j < 13; j++) {
                 Py_XDECREF(items[j]);
             }
             Py_DECREF(props);
@@ -600,7 +606,7 @@ make_properties(acc_state *st, int device, const acc_device_properties *p)
     }
     /* Only once all exist: SetItem steals, so a partial fill would be
      * released twice on the error path. */
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < 13; i++) {
         PyStructSequence_SetItem(props, i, items[i]);
     }
     return props;

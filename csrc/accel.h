@@ -93,7 +93,14 @@ typedef struct acc_device_properties {
     int major, minor;                /* compute capability; -1 if none */
     unsigned vendor_id, device_id;   /* PCI ids; 0 if unknown */
     int integrated;                  /* shares memory with the host */
+    unsigned estimates;              /* ACC_ESTIMATE_*: numbers guessed */
 } acc_device_properties;
+
+enum {
+    /* acc_memory_info's free bytes are the total: the driver cannot say
+     * (Level Zero without Sysman). */
+    ACC_ESTIMATE_FREE_MEMORY = 1u << 0,
+};
 
 /* What the report shows for one backend (registered or not). */
 typedef struct acc_backend_info {

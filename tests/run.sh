@@ -129,8 +129,8 @@ say "the suite on the CUDA driver double"
 if have_level_zero && [ -f tests/drivers/build/libze_test_driver.so ]; then
     say "the behaviour suite on Level Zero (real loader, direct mode)"
     ACCELERATOR_TEST_BACKEND=xpu "$PYTHON" -m pytest tests/behaviour "$@"
-    say "the behaviour suite on Level Zero (loader intercept mode)"
-    ZE_ENABLE_LOADER_INTERCEPT=1 ACCELERATOR_TEST_BACKEND=xpu \
+    say "the behaviour suite on Level Zero (loader intercept mode, two drivers)"
+    ZE_ENABLE_LOADER_INTERCEPT=1 FAKE_ZE_DRIVERS=2 ACCELERATOR_TEST_BACKEND=xpu \
         "$PYTHON" -m pytest tests/behaviour "$@"
     say "the behaviour suite on Level Zero (validation layer)"
     ZE_ENABLE_VALIDATION_LAYER=1 ZE_ENABLE_PARAMETER_VALIDATION=1 \

@@ -133,3 +133,63 @@ def test_elapsed_time_across_a_timer_wrap(bits: int, ns_per_tick: int
     forward, backward = map(float, out.split())
     assert 18 <= forward < 60, out
     assert backward == -forward
+
+
+ACROSS = """
+import accelerator as a
+driver = fake_drivers.ZeDouble()
+assert driver.drivers() == 2 and a.device_count() == 2
+producer, consumer = a.Stream(0), a.Stream(1)
+driver.enqueue_sleep(producer, 1000)
+event = producer.record_event()
+consumer.wait_event(event)       # device 1's driver waits for device 0's
+event.wait(a.Stream(1))
+print(event.query(), consumer.query())
+consumer.synchronize()
+print(event.query(), consumer.query())
+a.synchronize(0)
+a.synchronize(1)
+"""
+
+
+@pytest.mark.parametrize("mode", [{}, {"ZE_ENABLE_LOADER_INTERCEPT": "1"}])
+def test_wait_across_drivers_does_not_block_the_host(
+        mode: dict[str, str]) -> None:
+    """Events cannot cross drivers (contexts): the wait is bridged on a
+    helper thread, so the call returns at once with the event still
+    pending, and the waiting stream still runs after the event."""
+    out = run(ACROSS, **ze(1, FAKE_ZE_DRIVERS="2", ACCELERATOR_BACKEND="xpu",
+                           **mode)).stdout.splitlines()
+    assert out == ["False False", "True True"]
+
+
+MEMORY = """
+import accelerator as a
+props = a.get_device_properties(1)
+print(json.dumps([props.pci_bus_id, props.estimates, a.get_memory_info(1),
+                  props.total_memory]))
+"""
+
+
+@pytest.mark.parametrize("mode", [{}, {"ZE_ENABLE_LOADER_INTERCEPT": "1"}])
+def test_free_memory_and_pci_address_from_sysman(mode: dict[str, str]
+                                                 ) -> None:
+    """With Sysman enabled (Intel's driver: ZES_ENABLE_SYSMAN=1 at zeInit)
+    the loader routes zes calls to the driver: free memory is read from the
+    memory modules, the PCI address from the PCI properties."""
+    out = run(MEMORY, **ze(2, ZES_ENABLE_SYSMAN="1",
+                           FAKE_ZE_USED_MEM=str(3 << 30),
+                           FAKE_ZE_TOTAL_MEM=str(16 << 30), **mode)).stdout
+    bus, estimates, (free, total), total_memory = json.loads(out)
+    assert bus == "0000:3b:00.0"
+    assert estimates == []
+    assert (free, total) == (13 << 30, 16 << 30) and total_memory == total
+
+
+def test_without_sysman_free_memory_is_an_estimate() -> None:
+    out = run(MEMORY, **ze(2, FAKE_ZE_USED_MEM=str(3 << 30),
+                           FAKE_ZE_TOTAL_MEM=str(16 << 30))).stdout
+    bus, estimates, (free, total), _ = json.loads(out)
+    assert bus == ""
+    assert estimates == ["free_memory"]
+    assert free == total == 16 << 30

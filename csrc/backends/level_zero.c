@@ -10,36 +10,38 @@
  *
  * Ordering.  Lists ask for ZE_COMMAND_QUEUE_FLAG_IN_ORDER only when the
  * driver reports spec 1.7 or later.  Without it a list may run commands
- * out of order, so everything this backend appends that must follow the
- * earlier work is a barrier (a barrier without wait events runs after all
- * earlier commands, and later commands run after it): records, and the
- * markers used to query and synchronize.  Waits use
- * zeCommandListAppendWaitOnEvents, which holds back the commands after it.
+ * out of order, so everything this backend appends is a barrier (a
+ * barrier runs after all earlier commands, and later commands run after
+ * it) or follows one: records, waits (a barrier with a wait list), the
+ * markers used to synchronize, copies and fills.
  *
  * Events.  Native events ("slots") come from event pools of this backend
  * (HOST_VISIBLE, plus KERNEL_TIMESTAMP for timing events), created lazily
  * and recycled.  A slot may be reset and reused only when it has signaled
- * and nothing can still wait on it: every wait appended on a stream is
- * remembered by that stream ("held") until a later barrier on the stream
- * (a query or synchronize marker, or the stream's last record, kept as its
- * "checkpoint") is seen complete, and host threads blocking on a slot
- * count too.  So a loop that records and waits without ever synchronizing
- * still recycles its slots as the device makes progress.
- * Re-recording an event therefore resets its slot in place when that is
- * safe and otherwise moves the event to a fresh slot (its handle changes).
+ * and nothing can still wait on it (its "waiters": host threads blocking
+ * on it, waits appended on lists, a stream's tail).
+ *
+ * Tails.  Every command this backend appends signals a slot, and the last
+ * one becomes the stream's tail: the stream answers query() from it
+ * without waiting and without appending anything.  Work that others append
+ * through the handle after it is not seen by query() unless the driver
+ * offers zeCommandListHostSynchronize (spec 1.6); synchronize() always
+ * appends a marker, so it waits for that work too.
+ *
+ * Waits.  A wait is a barrier that waits for the event's slot and signals
+ * a fresh slot; the pair is kept as a "link" of the driver until the fresh
+ * slot has signaled, which proves the wait has run: then the event's slot
+ * is free to be reset (links are resolved whenever slots run short, so a
+ * loop that records and waits without ever synchronizing stays bounded).
+ * Events cannot cross drivers (contexts): a wait on another driver's event
+ * waits instead for a host-signalled slot of the stream's driver, which
+ * the bridge thread signals once the event has (see lz_bridge).
  *
  * Wrapped streams (stream_wrap is NULL: the handle is enough) have no
  * native data.  A handle of one of our own lists is looked up and shares
- * that stream's state; any other list is serialised by one lock,
- * synchronized with per-call markers, and the slots it waits on are never
- * recycled.  It must be an immediate command list of this backend's
- * context (events cannot cross contexts).
- *
- * Synchronizing uses zeCommandListHostSynchronize when the loader exports
- * it and the driver reports spec 1.6; otherwise (loader 1.8, spec 1.4) a
- * barrier signalling a host-visible event.  A query then waits up to
- * LZ_QUERY_GRACE_NS for a fresh marker, because only a marker tells
- * whether work appended by others (through the handle) is still running.
+ * that stream's state; any other list is serialised by one lock and has no
+ * tail, so query() appends a marker and polls it once.  It must be an
+ * immediate command list of this backend's context.
  *
  * Destroying a stream must not wait for its work, and Level Zero forbids
  * destroying a busy list: the list goes to its device's graveyard behind
@@ -48,9 +50,10 @@
  *
  * Locks, always taken in this order: lz.default_lock (default streams),
  * lz.reg_lock (stream registry, graveyard), a stream's lock (its list and
- * held waits; lz.foreign_lock for foreign lists), lz.lock (contexts, pools,
- * slots).  No lock is held while blocking in the driver, except by
- * shutdown while it drains the lists.
+ * tail; lz.foreign_lock for foreign lists), lz.lock (contexts, pools,
+ * slots, links, bridges).  Functions named *_locked expect lz.lock held.
+ * No lock is held while blocking in the driver, except by shutdown while
+ * it drains the lists.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -71,15 +74,18 @@
 #define LZ_MAX_DRIVERS 16
 /* Events per pool; pools are added as needed. */
 #define LZ_POOL_EVENTS 64
-/* How long a query waits for its marker when the list cannot be asked
- * directly (see the top of the file). */
-#define LZ_QUERY_GRACE_NS 5000000ull
+/* How long destroying a stream waits for an idle list's marker, so that
+ * the list goes at once rather than later on the reaper thread. */
+#define LZ_DESTROY_GRACE_NS 5000000ull
 /* How long shutdown waits for each list to drain before leaving the
  * driver's objects alone (destroying busy objects is undefined). */
 #define LZ_SHUTDOWN_WAIT_NS 2000000000ull
 /* How long the reaper thread waits at a time, so that it notices a
  * shutdown and lists whose marker could not be appended. */
 #define LZ_REAPER_WAIT_NS 50000000ull
+/* How long the bridge thread waits for its oldest event at a time: the
+ * most a bridge whose event completes out of turn is late. */
+#define LZ_BRIDGE_WAIT_NS 1000000ull
 
 /* Types ---------------------------------------------------------------- */
 
@@ -100,6 +106,21 @@ typedef struct lz_pool {
     struct lz_pool *next;
 } lz_pool;
 
+/* A wait appended on a list: `waited` is counted in use until `done`,
+ * signalled by the waiting barrier, has signaled.  The link owns done. */
+typedef struct lz_link {
+    lz_slot *waited;
+    lz_slot *done;
+} lz_link;
+
+/* A wait across drivers: the host signals `to` (the stream driver's
+ * slot that the stream waits for) once `from` has signaled.  The bridge
+ * owns to and counts itself a waiter of from. */
+typedef struct lz_bridge {
+    lz_slot *from;
+    lz_slot *to;
+} lz_bridge;
+
 typedef struct lz_driver {
     ze_driver_handle_t handle;
     uint32_t api_version;
@@ -111,25 +132,16 @@ typedef struct lz_driver {
     lz_pool *pools;
     lz_slot *free[2];      /* by timing; reset slots */
     lz_slot *retired;      /* no owner; reset once safe */
+    lz_link *links;        /* waits not yet known to have run */
+    size_t nlinks, caplinks;
 } lz_driver;
-
-typedef struct lz_hold {
-    lz_slot *slot;
-    uint64_t seq;
-} lz_hold;
 
 typedef struct lz_stream {
     ze_command_list_handle_t list;
     int device;
     int is_default;
     pthread_mutex_t lock;
-    uint64_t seq;          /* commands appended by us */
-    lz_slot *marker;       /* the last query marker, or NULL */
-    uint64_t marker_seq;
-    lz_hold *held;         /* waits not yet known to have run */
-    size_t nheld, capheld;
-    lz_slot *checkpoint;   /* the last record here, while it may run */
-    uint64_t checkpoint_seq;
+    lz_slot *tail;         /* signalled by our last barrier; counted */
     int pins;              /* device_synchronize in progress */
     lz_slot *grave_marker; /* set once destroyed: idle when signaled */
     struct lz_stream *next;
@@ -146,6 +158,10 @@ typedef struct lz_device {
     lz_stream *default_stream;
     lz_stream *streams;    /* live ones, default included */
     lz_stream *graveyard;  /* destroyed, waiting to go idle */
+    int sysman;            /* memory modules: 0 unknown, 1 found, -1 not
+                            * offered (under sysman_lock) */
+    zes_mem_handle_t *mems;  /* the modules located on the device */
+    uint32_t nmems;
 } lz_device;
 
 typedef struct lz_event {
@@ -177,15 +193,24 @@ static struct {
     pthread_mutex_t reg_lock;
     pthread_mutex_t foreign_lock;
     pthread_mutex_t lock;
+    pthread_mutex_t sysman_lock;
     int reaper_running;    /* under reg_lock */
     int reaper_stop;
     pthread_cond_t reaper_cv;
+    lz_bridge *bridges;    /* under lock */
+    size_t nbridges, capbridges;
+    int bridge_coming;     /* bridges being added: keep running */
+    int bridge_running;
+    int bridge_stop;
+    pthread_cond_t bridge_cv;
 } lz = {
     .default_lock = PTHREAD_MUTEX_INITIALIZER,
     .reg_lock = PTHREAD_MUTEX_INITIALIZER,
     .reaper_cv = PTHREAD_COND_INITIALIZER,
     .foreign_lock = PTHREAD_MUTEX_INITIALIZER,
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .sysman_lock = PTHREAD_MUTEX_INITIALIZER,
+    .bridge_cv = PTHREAD_COND_INITIALIZER,
 };
 
 /* Errors --------------------------------------------------------------- */
@@ -266,11 +291,43 @@ lz_context_locked(int d, ze_context_handle_t *out, acc_error *err)
     return ACC_OK;
 }
 
-/* Reset the retired slots of driver d that nothing can still use. */
+/* Give up ownership of s: free now, or retired until it is safe. */
+static void
+lz_retire_locked(lz_slot *s)
+{
+    lz_driver *drv = &lz.drivers[s->driver];
+    if (!s->armed && s->waiters == 0) {
+        s->next = drv->free[s->timing];
+        drv->free[s->timing] = s;
+    }
+    else {
+        s->next = drv->retired;
+        drv->retired = s;
+    }
+}
+
+static int lz_pump_bridges_locked(int full);
+
+/* Resolve the links of driver d whose wait has run, then reset the
+ * retired slots that nothing can still use.  Never blocks. */
 static void
 lz_reclaim_locked(int d)
 {
     lz_driver *drv = &lz.drivers[d];
+    size_t keep = 0;
+    /* Waits across drivers hold slots too: move them on first. */
+    lz_pump_bridges_locked(1);
+    for (size_t i = 0; i < drv->nlinks; i++) {
+        lz_link *k = &drv->links[i];
+        if (fn.zeEventQueryStatus(k->done->event) == ZE_RESULT_SUCCESS) {
+            k->waited->waiters--;
+            lz_retire_locked(k->done);
+        }
+        else {
+            drv->links[keep++] = *k;
+        }
+    }
+    drv->nlinks = keep;
     for (lz_slot **p = &drv->retired; *p != NULL;) {
         lz_slot *s = *p;
         if (s->waiters == 0
@@ -349,19 +406,36 @@ lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err)
     return ACC_OK;
 }
 
-/* Give up ownership of s: free now, or retired until it is safe. */
-static void
-lz_retire_locked(lz_slot *s)
+/* Room for one more link of driver d, so that adding it cannot fail
+ * after the wait it stands for was appended. */
+static acc_status
+lz_reserve_link_locked(int d, acc_error *err)
 {
-    lz_driver *drv = &lz.drivers[s->driver];
-    if (!s->armed && s->waiters == 0) {
-        s->next = drv->free[s->timing];
-        drv->free[s->timing] = s;
+    lz_driver *drv = &lz.drivers[d];
+    if (drv->nlinks == drv->caplinks) {
+        size_t cap = drv->caplinks ? 2 * drv->caplinks : 16;
+        lz_link *links = realloc(drv->links, cap * sizeof(*links));
+        if (links == NULL) {
+            return lz_no_memory(err);
+        }
+        drv->links = links;
+        drv->caplinks = cap;
     }
-    else {
-        s->next = drv->retired;
-        drv->retired = s;
+    return ACC_OK;
+}
+
+/* Make s (just appended on st's list) st's tail (st->lock held). */
+static void
+lz_set_tail_locked(lz_stream *st, lz_slot *s)
+{
+    if (st == NULL) {
+        return;
     }
+    s->waiters++;
+    if (st->tail != NULL) {
+        st->tail->waiters--;
+    }
+    st->tail = s;
 }
 
 static acc_status
@@ -390,6 +464,14 @@ lz_unwait_retire(lz_slot *s)
     pthread_mutex_unlock(&lz.lock);
 }
 
+static void
+lz_retire(lz_slot *s)
+{
+    pthread_mutex_lock(&lz.lock);
+    lz_retire_locked(s);
+    pthread_mutex_unlock(&lz.lock);
+}
+
 /* Streams --------------------------------------------------------------- */
 
 /* The list an operation appends to, and how to serialise it. */
@@ -413,8 +495,8 @@ lz_target_of(const acc_stream *s)
     t.driver = lz_driver_of(s->device);
     if (t.st == NULL) {
         /* A wrapped handle may be one of our own lists: then use its
-         * stream, so that both objects share one lock and one record of
-         * waits; pinned so that it outlives this call. */
+         * stream, so that both objects share one lock and one tail;
+         * pinned so that it outlives this call. */
         pthread_mutex_lock(&lz.reg_lock);
         for (lz_stream *st = lz.devices[s->device].streams; st != NULL;
              st = st->next) {
@@ -428,6 +510,14 @@ lz_target_of(const acc_stream *s)
         pthread_mutex_unlock(&lz.reg_lock);
     }
     t.lock = t.st != NULL ? &t.st->lock : &lz.foreign_lock;
+    return t;
+}
+
+static lz_target
+lz_target_of_stream(lz_stream *st)
+{
+    lz_target t = {st->list, st, &st->lock, st->device,
+                   lz_driver_of(st->device), 0};
     return t;
 }
 
@@ -448,72 +538,48 @@ lz_host_sync_usable(int d)
            && lz.drivers[d].host_sync;
 }
 
-/* Append a barrier signalling s (t->lock held). */
+/* Append a barrier on t that waits for `nwait` slots and signals s, which
+ * becomes the tail (t->lock held; s acquired, not yet armed). */
 static acc_status
-lz_append_marker(lz_target *t, lz_slot *s, acc_error *err)
+lz_append_barrier(lz_target *t, lz_slot *s, lz_slot *wait, acc_error *err)
 {
-    ze_result_t r = fn.zeCommandListAppendBarrier(t->list, s->event, 0,
-                                                  NULL);
+    ze_event_handle_t h = wait != NULL ? wait->event : NULL;
+    ze_result_t r = fn.zeCommandListAppendBarrier(
+        t->list, s->event, wait != NULL ? 1 : 0, wait != NULL ? &h : NULL);
     if (r != ZE_RESULT_SUCCESS) {
         return lz_fail(err, "zeCommandListAppendBarrier", r, t->driver);
     }
     pthread_mutex_lock(&lz.lock);
     s->armed = 1;
+    lz_set_tail_locked(t->st, s);
     pthread_mutex_unlock(&lz.lock);
-    if (t->st != NULL) {
-        t->st->seq++;
-    }
     return ACC_OK;
 }
 
-/* The commands appended on st up to `seq` have run (st->lock and
- * lz.lock held). */
-static void
-lz_release_held_locked(lz_stream *st, uint64_t seq)
+/* Append a marker on t and count the caller as its host waiter; the
+ * caller retires it (lz_unwait_retire) once done with it. */
+static acc_status
+lz_mark(lz_target *t, lz_slot **out, acc_error *err)
 {
-    size_t keep = 0;
-    for (size_t i = 0; i < st->nheld; i++) {
-        if (st->held[i].seq <= seq) {
-            st->held[i].slot->waiters--;
-        }
-        else {
-            st->held[keep++] = st->held[i];
-        }
+    lz_slot *mark = NULL;
+    acc_status status = lz_acquire(t->driver, 0, &mark, err);
+    if (status != ACC_OK) {
+        return status;
     }
-    st->nheld = keep;
-    if (st->checkpoint != NULL && st->checkpoint_seq <= seq) {
-        st->checkpoint->waiters--;
-        st->checkpoint = NULL;
-    }
-}
-
-/* The same, with st->lock held only. */
-static void
-lz_release_held(lz_stream *st, uint64_t seq)
-{
+    pthread_mutex_lock(t->lock);
+    status = lz_append_barrier(t, mark, NULL, err);
+    pthread_mutex_unlock(t->lock);
     pthread_mutex_lock(&lz.lock);
-    lz_release_held_locked(st, seq);
-    pthread_mutex_unlock(&lz.lock);
-}
-
-/* If st's checkpoint has signaled, release what it covers (st->lock and
- * lz.lock held; never blocks). */
-static void
-lz_refresh_checkpoint_locked(lz_stream *st)
-{
-    if (st != NULL && st->checkpoint != NULL
-        && fn.zeEventQueryStatus(st->checkpoint->event)
-               == ZE_RESULT_SUCCESS) {
-        lz_release_held_locked(st, st->checkpoint_seq);
+    if (status == ACC_OK) {
+        mark->waiters++;
     }
-}
-
-static void
-lz_release_held_locking(lz_stream *st, uint64_t seq)
-{
-    pthread_mutex_lock(&st->lock);
-    lz_release_held(st, seq);
-    pthread_mutex_unlock(&st->lock);
+    else {
+        lz_retire_locked(mark);
+        mark = NULL;
+    }
+    pthread_mutex_unlock(&lz.lock);
+    *out = mark;
+    return status;
 }
 
 /* Map an accelerator priority (0 normal, -1 high) to Level Zero's. */
@@ -566,8 +632,6 @@ lz_create_list(int device, int priority, ze_command_list_handle_t *out,
     return ACC_OK;
 }
 
-static void lz_reap_graveyard(lz_device *dev);
-
 static acc_status
 lz_stream_new(int device, int priority, int is_default, lz_stream **out,
               acc_error *err)
@@ -593,6 +657,19 @@ lz_stream_new(int device, int priority, int is_default, lz_stream **out,
     return ACC_OK;
 }
 
+/* Free st (its list is gone): release its tail. */
+static void
+lz_stream_free(lz_stream *st)
+{
+    if (st->tail != NULL && !lz.shut) {
+        pthread_mutex_lock(&lz.lock);
+        st->tail->waiters--;
+        pthread_mutex_unlock(&lz.lock);
+    }
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
 /* Destroy the lists of destroyed streams that have gone idle
  * (lz.reg_lock held). */
 static void
@@ -614,19 +691,10 @@ lz_reap_graveyard(lz_device *dev)
             continue;
         }
         *p = st->next;
-        /* Idle: every wait it held has run. */
-        lz_release_held(st, UINT64_MAX);
-        pthread_mutex_lock(&lz.lock);
         if (st->grave_marker != NULL) {
-            lz_retire_locked(st->grave_marker);
+            lz_retire(st->grave_marker);
         }
-        if (st->marker != NULL) {
-            lz_retire_locked(st->marker);
-        }
-        pthread_mutex_unlock(&lz.lock);
-        pthread_mutex_destroy(&st->lock);
-        free(st->held);
-        free(st);
+        lz_stream_free(st);
     }
 }
 
@@ -676,6 +744,19 @@ static ze_result_t
 lz_host_wait(lz_slot *s, uint64_t timeout)
 {
     return fn.zeEventHostSynchronize(s->event, timeout);
+}
+
+/* Start a detached helper thread; 0 when it runs. */
+static int
+lz_start_thread(void *(*body)(void *))
+{
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&thread, &attr, body, NULL);
+    pthread_attr_destroy(&attr);
+    return rc;
 }
 
 /*
@@ -739,18 +820,13 @@ lz_wake_reaper(void)
     if (lz.reaper_running || lz.reaper_stop) {
         return;
     }
-    pthread_t thread;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&thread, &attr, lz_reaper, NULL) == 0) {
+    if (lz_start_thread(lz_reaper) == 0) {
         lz.reaper_running = 1;
     }
     else {
         /* Then the next create, destroy or synchronize reaps. */
         acc_trace("xpu: cannot start the reaper thread");
     }
-    pthread_attr_destroy(&attr);
 }
 
 static void
@@ -763,8 +839,7 @@ lz_stream_destroy(acc_stream *s)
     s->native = NULL;
     if (lz.shut) {
         /* Shutdown destroyed the list already. */
-        free(st->held);
-        free(st);
+        lz_stream_free(st);
         return;
     }
     lz_device *dev = &lz.devices[st->device];
@@ -777,32 +852,24 @@ lz_stream_destroy(acc_stream *s)
     }
     /* Queued work must finish before the list may go: mark its end and
      * destroy the list once the mark has signaled. */
-    lz_target t = {st->list, st, &st->lock, st->device, dev->driver, 0};
+    lz_target t = lz_target_of_stream(st);
     acc_error ignored;
     lz_slot *mark = NULL;
-    pthread_mutex_lock(&st->lock);
-    if (lz_acquire(dev->driver, 0, &mark, &ignored) == ACC_OK
-        && lz_append_marker(&t, mark, &ignored) != ACC_OK) {
-        pthread_mutex_lock(&lz.lock);
-        lz_retire_locked(mark);
-        pthread_mutex_unlock(&lz.lock);
+    if (lz_mark(&t, &mark, &ignored) != ACC_OK) {
         mark = NULL;
     }
-    pthread_mutex_unlock(&st->lock);
     st->grave_marker = mark;
     st->next = dev->graveyard;
     dev->graveyard = st;
     if (mark != NULL) {
         /* An idle list passes its marker at once: then it goes now, not
-         * later on another thread.  A busy one costs this short wait. */
+         * later on another thread.  A busy one costs this short wait.
+         * The marker stays counted (ours) until the list is reaped. */
         st->pins++;
-        pthread_mutex_lock(&lz.lock);
-        mark->waiters++;
-        pthread_mutex_unlock(&lz.lock);
         pthread_mutex_unlock(&lz.reg_lock);
-        lz_host_wait(mark, LZ_QUERY_GRACE_NS);
-        lz_unwait(mark);
+        lz_host_wait(mark, LZ_DESTROY_GRACE_NS);
         pthread_mutex_lock(&lz.reg_lock);
+        lz_unwait(mark);
         st->pins--;
     }
     lz_reap_graveyard(dev);
@@ -815,138 +882,61 @@ lz_stream_destroy(acc_stream *s)
 static acc_status
 lz_query_target(lz_target t, acc_error *err)
 {
+    ze_result_t r;
+    const char *api;
     if (lz_host_sync_usable(t.driver)) {
-        uint64_t seq = 0;
-        if (t.st != NULL) {
-            pthread_mutex_lock(t.lock);
-            seq = t.st->seq;
-            pthread_mutex_unlock(t.lock);
-        }
-        ze_result_t r = fn.zeCommandListHostSynchronize(t.list, 0);
-        if (r == ZE_RESULT_SUCCESS) {
-            if (t.st != NULL) {
-                lz_release_held_locking(t.st, seq);
-            }
-            return ACC_OK;
-        }
-        if (r == ZE_RESULT_NOT_READY) {
-            return ACC_NOT_READY;
-        }
-        return lz_fail(err, "zeCommandListHostSynchronize", r, t.driver);
+        api = "zeCommandListHostSynchronize";
+        r = fn.zeCommandListHostSynchronize(t.list, 0);
     }
-
-    lz_slot *mark = NULL;
-    uint64_t seq = 0;
-    acc_status status = ACC_OK;
-    pthread_mutex_lock(t.lock);
-    if (t.st != NULL && t.st->marker != NULL) {
-        /* Work before the last marker is not done: no new marker. */
-        ze_result_t r = fn.zeEventQueryStatus(t.st->marker->event);
-        if (r == ZE_RESULT_NOT_READY) {
-            pthread_mutex_unlock(t.lock);
-            return ACC_NOT_READY;
-        }
-        pthread_mutex_lock(&lz.lock);
-        lz_retire_locked(t.st->marker);
-        pthread_mutex_unlock(&lz.lock);
-        t.st->marker = NULL;
-    }
-    status = lz_acquire(t.driver, 0, &mark, err);
-    if (status == ACC_OK) {
-        status = lz_append_marker(&t, mark, err);
-        if (status != ACC_OK) {
-            pthread_mutex_lock(&lz.lock);
-            lz_retire_locked(mark);
-            pthread_mutex_unlock(&lz.lock);
-        }
-    }
-    if (status == ACC_OK) {
-        pthread_mutex_lock(&lz.lock);
-        mark->waiters++;
-        pthread_mutex_unlock(&lz.lock);
-        if (t.st != NULL) {
-            t.st->marker = mark;
-            seq = t.st->marker_seq = t.st->seq;
-        }
-    }
-    pthread_mutex_unlock(t.lock);
-    if (status != ACC_OK) {
-        return status;
-    }
-
-    ze_result_t r = lz_host_wait(mark, LZ_QUERY_GRACE_NS);
-    if (t.st != NULL) {
-        lz_unwait(mark);
+    else if (t.st != NULL) {
+        /* The tail is counted in use, so it cannot be reset under us. */
+        api = "zeEventQueryStatus";
+        pthread_mutex_lock(t.lock);
+        lz_slot *tail = t.st->tail;
+        r = tail != NULL ? fn.zeEventQueryStatus(tail->event)
+                         : ZE_RESULT_SUCCESS;
+        pthread_mutex_unlock(t.lock);
     }
     else {
+        /* A list made elsewhere: only a marker tells, polled once. */
+        lz_slot *mark;
+        acc_status status = lz_mark(&t, &mark, err);
+        if (status != ACC_OK) {
+            return status;
+        }
+        api = "zeEventQueryStatus";
+        r = fn.zeEventQueryStatus(mark->event);
         lz_unwait_retire(mark);
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        return ACC_OK;
     }
     if (r == ZE_RESULT_NOT_READY) {
         return ACC_NOT_READY;
     }
-    if (r != ZE_RESULT_SUCCESS) {
-        return lz_fail(err, "zeEventHostSynchronize", r, t.driver);
-    }
-    if (t.st != NULL) {
-        lz_release_held_locking(t.st, seq);
-    }
-    return ACC_OK;
-}
-
-/* Append a marker on t and count the caller as its host waiter. */
-static acc_status
-lz_mark(lz_target *t, lz_slot **out, uint64_t *seq, acc_error *err)
-{
-    lz_slot *mark = NULL;
-    pthread_mutex_lock(t->lock);
-    acc_status status = lz_acquire(t->driver, 0, &mark, err);
-    if (status == ACC_OK) {
-        status = lz_append_marker(t, mark, err);
-        pthread_mutex_lock(&lz.lock);
-        if (status == ACC_OK) {
-            mark->waiters++;
-        }
-        else {
-            lz_retire_locked(mark);
-            mark = NULL;
-        }
-        pthread_mutex_unlock(&lz.lock);
-    }
-    *seq = t->st != NULL ? t->st->seq : 0;
-    pthread_mutex_unlock(t->lock);
-    *out = mark;
-    return status;
+    return lz_fail(err, api, r, t.driver);
 }
 
 static acc_status
 lz_synchronize_target(lz_target t, acc_error *err)
 {
-    uint64_t seq = 0;
     if (lz_host_sync_usable(t.driver)) {
-        if (t.st != NULL) {
-            pthread_mutex_lock(t.lock);
-            seq = t.st->seq;
-            pthread_mutex_unlock(t.lock);
-        }
         ze_result_t r = fn.zeCommandListHostSynchronize(t.list, UINT64_MAX);
         if (r != ZE_RESULT_SUCCESS) {
             return lz_fail(err, "zeCommandListHostSynchronize", r, t.driver);
         }
+        return ACC_OK;
     }
-    else {
-        lz_slot *mark;
-        acc_status status = lz_mark(&t, &mark, &seq, err);
-        if (status != ACC_OK) {
-            return status;
-        }
-        ze_result_t r = lz_host_wait(mark, UINT64_MAX);
-        lz_unwait_retire(mark);
-        if (r != ZE_RESULT_SUCCESS) {
-            return lz_fail(err, "zeEventHostSynchronize", r, t.driver);
-        }
+    /* A fresh marker, not the tail: work appended by others counts. */
+    lz_slot *mark;
+    acc_status status = lz_mark(&t, &mark, err);
+    if (status != ACC_OK) {
+        return status;
     }
-    if (t.st != NULL) {
-        lz_release_held_locking(t.st, seq);
+    ze_result_t r = lz_host_wait(mark, UINT64_MAX);
+    lz_unwait_retire(mark);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeEventHostSynchronize", r, t.driver);
     }
     return ACC_OK;
 }
@@ -982,9 +972,7 @@ lz_event_destroy(acc_event *e)
     }
     e->native = NULL;
     if (!lz.shut) {
-        pthread_mutex_lock(&lz.lock);
-        lz_retire_locked(ev->slot);
-        pthread_mutex_unlock(&lz.lock);
+        lz_retire(ev->slot);
     }
     free(ev);
 }
@@ -996,12 +984,14 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
     acc_status status = ACC_OK;
     pthread_mutex_lock(t.lock);
     pthread_mutex_lock(&lz.lock);
-    lz_refresh_checkpoint_locked(t.st);
     lz_slot *slot = ev->slot;
     if (slot->armed) {
         /* Reuse the slot only if its last signal has landed and nothing
-         * can still wait on it; otherwise move to a fresh one. */
-        if (slot->waiters == 0
+         * can still wait on it; otherwise move to a fresh one.  Being
+         * this stream's tail is no obstacle: it stays the tail, and the
+         * stream's lock keeps query() out until it is armed again. */
+        int own_tail = t.st != NULL && t.st->tail == slot;
+        if (slot->waiters == own_tail
             && fn.zeEventQueryStatus(slot->event) == ZE_RESULT_SUCCESS
             && fn.zeEventHostReset(slot->event) == ZE_RESULT_SUCCESS) {
             slot->armed = 0;
@@ -1021,24 +1011,10 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
     }
     pthread_mutex_unlock(&lz.lock);
     if (status == ACC_OK) {
-        ze_result_t r = fn.zeCommandListAppendBarrier(t.list, slot->event,
-                                                      0, NULL);
-        if (r != ZE_RESULT_SUCCESS) {
+        status = lz_append_barrier(&t, slot, NULL, err);
+        if (status != ACC_OK) {
             pthread_mutex_lock(&lz.lock);
             slot->armed = 0;
-            pthread_mutex_unlock(&lz.lock);
-            status = lz_fail(err, "zeCommandListAppendBarrier", r, t.driver);
-        }
-        else if (t.st != NULL) {
-            /* The newest record is the stream's progress mark. */
-            t.st->seq++;
-            pthread_mutex_lock(&lz.lock);
-            if (t.st->checkpoint != NULL) {
-                t.st->checkpoint->waiters--;
-            }
-            t.st->checkpoint = slot;
-            t.st->checkpoint_seq = t.st->seq;
-            slot->waiters++;
             pthread_mutex_unlock(&lz.lock);
         }
     }
@@ -1067,6 +1043,171 @@ lz_event_slot_wait(acc_event *e)
     return slot;
 }
 
+/*
+ * The bridge: a thread that runs while waits across drivers are pending.
+ * For each it signals the stream driver's slot from the host once the
+ * other driver's event has signaled, and exits when none is left.  It
+ * blocks on the oldest event for at most LZ_BRIDGE_WAIT_NS at a time:
+ * when that event signals it bridges the run of completed ones behind it,
+ * when the wait times out it looks at all of them, so a later event that
+ * completes first is bridged that much later at most.  An event that fails (device lost) is
+ * bridged too: the waiting stream must not hang on it.  A failing
+ * zeEventHostSignal is retried.
+ */
+/* Signal the bridges whose event has signaled (lz.lock held): all of
+ * them, or (full 0) the run of completed ones at the front.  Never
+ * blocks.  Returns nonzero when a signal failed and must be retried. */
+static int
+lz_pump_bridges_locked(int full)
+{
+    size_t keep = 0, i = 0;
+    int stalled = 0;
+    for (; i < lz.nbridges; i++) {
+        lz_bridge *b = &lz.bridges[i];
+        ze_result_t r = fn.zeEventQueryStatus(b->from->event);
+        if (r == ZE_RESULT_NOT_READY && !full) {
+            break; /* events mostly complete in order: stop here */
+        }
+        if (r != ZE_RESULT_NOT_READY) {
+            if (r != ZE_RESULT_SUCCESS) {
+                acc_trace("xpu: an event waited on across drivers failed "
+                          "(0x%x); releasing its waiters", (unsigned)r);
+            }
+            r = fn.zeEventHostSignal(b->to->event);
+            if (r == ZE_RESULT_SUCCESS) {
+                b->from->waiters--;
+                lz_retire_locked(b->to);
+                continue;
+            }
+            acc_trace("xpu: zeEventHostSignal failed (0x%x); retrying",
+                      (unsigned)r);
+            stalled = 1;
+        }
+        lz.bridges[keep++] = *b;
+    }
+    for (; i < lz.nbridges; i++) {
+        lz.bridges[keep++] = lz.bridges[i];
+    }
+    lz.nbridges = keep;
+    return stalled;
+}
+
+static void *
+lz_bridge_main(void *arg)
+{
+    (void)arg;
+    int full = 1;          /* look at every bridge, not just the oldest */
+    pthread_mutex_lock(&lz.lock);
+    while (!lz.bridge_stop && (lz.nbridges > 0 || lz.bridge_coming > 0)) {
+        int stalled = lz_pump_bridges_locked(full);
+        if (lz.nbridges == 0 && lz.bridge_coming == 0) {
+            break;
+        }
+        if (stalled || lz.nbridges == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += (long)LZ_BRIDGE_WAIT_NS;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&lz.bridge_cv, &lz.lock, &ts);
+            full = 1;
+            continue;
+        }
+        lz_slot *oldest = lz.bridges[0].from;
+        oldest->waiters++;
+        pthread_mutex_unlock(&lz.lock);
+        /* Signaled: the ones behind it are likely done too; timed out:
+         * look at all of them, one may have completed out of turn. */
+        full = lz_host_wait(oldest, LZ_BRIDGE_WAIT_NS) != ZE_RESULT_SUCCESS;
+        pthread_mutex_lock(&lz.lock);
+        oldest->waiters--;
+    }
+    lz.bridge_running = 0;
+    pthread_cond_broadcast(&lz.bridge_cv);
+    pthread_mutex_unlock(&lz.lock);
+    return NULL;
+}
+
+/* Make t wait for `slot` (counted as waited on by the caller) of another
+ * driver: t waits for a slot of its own driver that the bridge thread
+ * signals from the host.  Never blocks. */
+static acc_status
+lz_wait_across(lz_target t, lz_slot *slot, acc_error *err)
+{
+    lz_slot *to = NULL, *done = NULL;
+    int coming = 0;
+    acc_status status;
+    pthread_mutex_lock(t.lock);
+    pthread_mutex_lock(&lz.lock);
+    status = lz_reserve_link_locked(t.driver, err);
+    if (status == ACC_OK && lz.nbridges == lz.capbridges) {
+        size_t cap = lz.capbridges ? 2 * lz.capbridges : 8;
+        lz_bridge *bridges = realloc(lz.bridges, cap * sizeof(*bridges));
+        if (bridges == NULL) {
+            status = lz_no_memory(err);
+        }
+        else {
+            lz.bridges = bridges;
+            lz.capbridges = cap;
+        }
+    }
+    if (status == ACC_OK) {
+        status = lz_acquire_locked(t.driver, 0, &to, err);
+    }
+    if (status == ACC_OK) {
+        status = lz_acquire_locked(t.driver, 0, &done, err);
+    }
+    if (status == ACC_OK && !lz.bridge_running) {
+        if (lz_start_thread(lz_bridge_main) == 0) {
+            lz.bridge_running = 1;
+        }
+        else {
+            acc_error_set(err, ACC_ERR_HOST_MEMORY, "cannot start the xpu "
+                          "backend's thread for waits across drivers");
+            status = ACC_ERR_HOST_MEMORY;
+        }
+    }
+    if (status == ACC_OK) {
+        /* The thread stays until this bridge is added or given up. */
+        lz.bridge_coming++;
+        coming = 1;
+        /* to counts as armed: only the host signals it, and it must be
+         * reset before reuse. */
+        to->armed = 1;
+    }
+    pthread_mutex_unlock(&lz.lock);
+    if (status == ACC_OK) {
+        status = lz_append_barrier(&t, done, to, err);
+    }
+    pthread_mutex_lock(&lz.lock);
+    if (coming) {
+        lz.bridge_coming--;
+        pthread_cond_broadcast(&lz.bridge_cv);
+    }
+    if (status == ACC_OK) {
+        to->waiters++;
+        lz.drivers[t.driver].links[lz.drivers[t.driver].nlinks++] =
+            (lz_link){to, done};
+        lz.bridges[lz.nbridges++] = (lz_bridge){slot, to};
+        pthread_cond_broadcast(&lz.bridge_cv);
+    }
+    else {
+        slot->waiters--;
+        if (to != NULL) {
+            to->armed = 0;
+            lz_retire_locked(to);
+        }
+        if (done != NULL) {
+            lz_retire_locked(done);
+        }
+    }
+    pthread_mutex_unlock(&lz.lock);
+    pthread_mutex_unlock(t.lock);
+    return status;
+}
+
 static acc_status
 lz_wait_target(lz_target t, acc_event *e, acc_error *err)
 {
@@ -1076,53 +1217,39 @@ lz_wait_target(lz_target t, acc_event *e, acc_error *err)
     }
     if (fn.zeEventQueryStatus(slot->event) == ZE_RESULT_SUCCESS) {
         /* Already complete (and kept so by our count): nothing to wait
-         * for, and nothing for the stream to hold. */
+         * for. */
         lz_unwait(slot);
         return ACC_OK;
     }
     if (slot->driver != t.driver) {
-        /* Events cannot cross contexts: wait on the host instead. */
-        acc_trace("xpu: waiting on the host for an event of another "
-                  "driver");
-        ze_result_t r = lz_host_wait(slot, UINT64_MAX);
-        lz_unwait(slot);
-        if (r != ZE_RESULT_SUCCESS) {
-            return lz_fail(err, "zeEventHostSynchronize", r, slot->driver);
-        }
-        return ACC_OK;
+        return lz_wait_across(t, slot, err);
     }
+    lz_slot *done = NULL;
     pthread_mutex_lock(t.lock);
     pthread_mutex_lock(&lz.lock);
-    lz_refresh_checkpoint_locked(t.st);
+    acc_status status = lz_reserve_link_locked(t.driver, err);
+    if (status == ACC_OK) {
+        status = lz_acquire_locked(t.driver, 0, &done, err);
+    }
     pthread_mutex_unlock(&lz.lock);
-    if (t.st != NULL && t.st->nheld == t.st->capheld) {
-        size_t cap = t.st->capheld ? 2 * t.st->capheld : 8;
-        lz_hold *held = realloc(t.st->held, cap * sizeof(*held));
-        if (held == NULL) {
-            pthread_mutex_unlock(t.lock);
-            lz_unwait(slot);
-            return lz_no_memory(err);
+    if (status == ACC_OK) {
+        status = lz_append_barrier(&t, done, slot, err);
+    }
+    pthread_mutex_lock(&lz.lock);
+    if (status == ACC_OK) {
+        /* Our count on slot passes to the link. */
+        lz.drivers[t.driver].links[lz.drivers[t.driver].nlinks++] =
+            (lz_link){slot, done};
+    }
+    else {
+        slot->waiters--;
+        if (done != NULL) {
+            lz_retire_locked(done);
         }
-        t.st->held = held;
-        t.st->capheld = cap;
     }
-    ze_event_handle_t h = slot->event;
-    ze_result_t r = fn.zeCommandListAppendWaitOnEvents(t.list, 1, &h);
-    if (r != ZE_RESULT_SUCCESS) {
-        pthread_mutex_unlock(t.lock);
-        lz_unwait(slot);
-        return lz_fail(err, "zeCommandListAppendWaitOnEvents", r, t.driver);
-    }
-    if (t.st != NULL) {
-        /* Our waiter count stays until a later marker shows the wait ran.
-         * On a foreign list nothing tells: the slot is never reused. */
-        t.st->seq++;
-        t.st->held[t.st->nheld].slot = slot;
-        t.st->held[t.st->nheld].seq = t.st->seq;
-        t.st->nheld++;
-    }
+    pthread_mutex_unlock(&lz.lock);
     pthread_mutex_unlock(t.lock);
-    return ACC_OK;
+    return status;
 }
 
 static acc_status
@@ -1262,7 +1389,6 @@ lz_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
 typedef struct lz_sync_item {
     lz_stream *st;
     lz_slot *mark;         /* NULL: use zeCommandListHostSynchronize */
-    uint64_t seq;
     int graveyard;
 } lz_sync_item;
 
@@ -1295,14 +1421,9 @@ lz_device_synchronize(int device, acc_error *err)
          st = st->next) {
         lz_sync_item *it = &items[k];
         it->st = st;
-        if (host_sync) {
-            pthread_mutex_lock(&st->lock);
-            it->seq = st->seq;
-            pthread_mutex_unlock(&st->lock);
-        }
-        else {
-            lz_target t = {st->list, st, &st->lock, device, d, 0};
-            status = lz_mark(&t, &it->mark, &it->seq, err);
+        if (!host_sync) {
+            lz_target t = lz_target_of_stream(st);
+            status = lz_mark(&t, &it->mark, err);
             if (status != ACC_OK) {
                 break;
             }
@@ -1346,9 +1467,6 @@ lz_device_synchronize(int device, acc_error *err)
     pthread_mutex_lock(&lz.reg_lock);
     for (size_t i = 0; i < k; i++) {
         lz_sync_item *it = &items[i];
-        if (status == ACC_OK && !it->graveyard) {
-            lz_release_held_locking(it->st, it->seq);
-        }
         if (it->mark != NULL) {
             pthread_mutex_lock(&lz.lock);
             it->mark->waiters--;
@@ -1365,19 +1483,89 @@ lz_device_synchronize(int device, acc_error *err)
     return status;
 }
 
+/*
+ * Sysman (zes) reads what the core API cannot: free memory and the PCI
+ * address.  Intel's driver answers only when Sysman was enabled before
+ * zeInit (ZES_ENABLE_SYSMAN=1, which a library must not set for its
+ * process); otherwise, as where the loader has no entry, the calls fail
+ * with these codes and the numbers are estimates instead.
+ */
+static int
+lz_sysman_absent(ze_result_t r)
+{
+    return r == ZE_RESULT_ERROR_UNINITIALIZED
+           || r == ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
+}
+
+/* Find the memory modules located on the device, once (lz.sysman_lock
+ * held).  A driver error is reported and tried again next time. */
+static acc_status
+lz_memory_modules_locked(lz_device *dev, acc_error *err)
+{
+    if (dev->sysman != 0) {
+        return ACC_OK;
+    }
+    uint32_t n = 0;
+    ze_result_t r = fn.zesDeviceEnumMemoryModules(dev->handle, &n, NULL);
+    if (lz_sysman_absent(r)) {
+        acc_trace("xpu: no Sysman memory modules (0x%x): free memory is "
+                  "an estimate", (unsigned)r);
+        dev->sysman = -1;
+        return ACC_OK;
+    }
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zesDeviceEnumMemoryModules", r, dev->driver);
+    }
+    zes_mem_handle_t *mems = calloc(n ? n : 1, sizeof(*mems));
+    if (mems == NULL) {
+        return lz_no_memory(err);
+    }
+    if (n > 0) {
+        r = fn.zesDeviceEnumMemoryModules(dev->handle, &n, mems);
+        if (r != ZE_RESULT_SUCCESS) {
+            free(mems);
+            return lz_fail(err, "zesDeviceEnumMemoryModules", r,
+                           dev->driver);
+        }
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        zes_mem_properties_t p;
+        memset(&p, 0, sizeof(p));
+        p.stype = ZES_STRUCTURE_TYPE_MEM_PROPERTIES;
+        r = fn.zesMemoryGetProperties(mems[i], &p);
+        if (r != ZE_RESULT_SUCCESS) {
+            free(mems);
+            return lz_fail(err, "zesMemoryGetProperties", r, dev->driver);
+        }
+        if (p.location == ZES_MEM_LOC_DEVICE) {
+            mems[k++] = mems[i];
+        }
+    }
+    if (k == 0) {
+        acc_trace("xpu: Sysman lists no device memory: free memory is an "
+                  "estimate");
+        free(mems);
+        dev->sysman = -1;
+        return ACC_OK;
+    }
+    dev->mems = mems;
+    dev->nmems = k;
+    dev->sysman = 1;
+    return ACC_OK;
+}
+
 static acc_status
 lz_device_properties(int device, acc_device_properties *props,
                      acc_error *err)
 {
-    (void)err;
-    const lz_device *dev = &lz.devices[device];
+    lz_device *dev = &lz.devices[device];
     const ze_device_properties_t *p = &dev->props;
     memset(props, 0, sizeof(*props));
     /* The driver's name need not end in NUL within its 256 bytes. */
     memcpy(props->name, p->name, sizeof(props->name) - 1);
     memcpy(props->uuid, p->uuid.id, sizeof(props->uuid));
     props->total_memory = dev->total_memory;
-    props->pci_bus_id[0] = '\0'; /* needs sysman (zes), not used here */
     props->multi_processor_count =
         (int)(p->numSlices * p->numSubslicesPerSlice * p->numEUsPerSubslice);
     props->major = -1;
@@ -1385,13 +1573,29 @@ lz_device_properties(int device, acc_device_properties *props,
     props->vendor_id = p->vendorId;
     props->device_id = p->deviceId;
     props->integrated = (p->flags & ZE_DEVICE_PROPERTY_FLAG_INTEGRATED) != 0;
-    return ACC_OK;
+
+    zes_pci_properties_t pci;
+    memset(&pci, 0, sizeof(pci));
+    pci.stype = ZES_STRUCTURE_TYPE_PCI_PROPERTIES;
+    ze_result_t r = fn.zesDevicePciGetProperties(dev->handle, &pci);
+    if (r == ZE_RESULT_SUCCESS) {
+        snprintf(props->pci_bus_id, sizeof(props->pci_bus_id),
+                 "%04x:%02x:%02x.%x", pci.address.domain & 0xffffu,
+                 pci.address.bus & 0xffu, pci.address.device & 0x1fu,
+                 pci.address.function & 0x7u);
+    }
+    else if (!lz_sysman_absent(r)) {
+        return lz_fail(err, "zesDevicePciGetProperties", r, dev->driver);
+    }
+    pthread_mutex_lock(&lz.sysman_lock);
+    acc_status status = lz_memory_modules_locked(dev, err);
+    if (status == ACC_OK && dev->sysman < 0) {
+        props->estimates |= ACC_ESTIMATE_FREE_MEMORY;
+    }
+    pthread_mutex_unlock(&lz.sysman_lock);
+    return status;
 }
 
-/*
- * Free memory would need sysman (zesMemoryGetState) or an Intel-specific
- * extension; the core API only knows the total.  Report free == total.
- */
 /* Memory ------------------------------------------------------------------ */
 
 /*
@@ -1399,9 +1603,11 @@ lz_device_properties(int device, acc_device_properties *props,
  * memory that queued work still uses must not be freed.  The allocator
  * and the host blocks (allocator.c, memory.c) call mem_free and host_free
  * only once the events recorded behind that work have signaled, so these
- * free directly.  Allocations are remembered with their sizes, so that
- * memory_info reports the device memory this process took as used (the
- * core API has no free-memory query; Sysman's is optional).
+ * free directly.  Allocations are remembered with their sizes.  Free
+ * memory comes from Sysman's memory modules where the driver offers them;
+ * otherwise (the core API has no free-memory query) it is estimated as
+ * the total less what this process took, and get_device_properties()
+ * says so.
  */
 typedef struct lz_alloc {
     void *ptr;
@@ -1422,14 +1628,35 @@ static acc_status
 lz_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
                acc_error *err)
 {
-    unsigned long long total = lz.devices[device].total_memory, used;
-
-    (void)err;
-    pthread_mutex_lock(&lz_mem.lock);
-    used = lz_mem.used[device];
-    pthread_mutex_unlock(&lz_mem.lock);
+    lz_device *dev = &lz.devices[device];
+    unsigned long long total = dev->total_memory, free_sum = 0, used;
+    pthread_mutex_lock(&lz.sysman_lock);
+    acc_status status = lz_memory_modules_locked(dev, err);
+    for (uint32_t i = 0; status == ACC_OK && dev->sysman > 0
+                         && i < dev->nmems; i++) {
+        zes_mem_state_t state;
+        memset(&state, 0, sizeof(state));
+        state.stype = ZES_STRUCTURE_TYPE_MEM_STATE;
+        ze_result_t r = fn.zesMemoryGetState(dev->mems[i], &state);
+        if (r != ZE_RESULT_SUCCESS) {
+            status = lz_fail(err, "zesMemoryGetState", r, dev->driver);
+        }
+        free_sum += state.free;
+    }
+    int exact = dev->sysman > 0;
+    pthread_mutex_unlock(&lz.sysman_lock);
+    if (status != ACC_OK) {
+        return status;
+    }
+    if (!exact) {
+        /* The estimate: what this process has not taken. */
+        pthread_mutex_lock(&lz_mem.lock);
+        used = lz_mem.used[device];
+        pthread_mutex_unlock(&lz_mem.lock);
+        free_sum = total > used ? total - used : 0;
+    }
     *total_bytes = (size_t)total;
-    *free_bytes = (size_t)(total > used ? total - used : 0);
+    *free_bytes = (size_t)(free_sum < total ? free_sum : total);
     return ACC_OK;
 }
 
@@ -1571,10 +1798,19 @@ lz_order(lz_target *t, acc_error *err)
     if (r != ZE_RESULT_SUCCESS) {
         return lz_fail(err, "zeCommandListAppendBarrier", r, t->driver);
     }
-    if (t->st != NULL) {
-        t->st->seq++;
-    }
     return ACC_OK;
+}
+
+/* After `done` was passed as the signal event of a command appended on t
+ * (t->lock held): it becomes the tail, so query() sees the command.  The
+ * caller retires it once t->lock is released; the tail keeps it. */
+static void
+lz_appended(lz_target *t, lz_slot *done)
+{
+    pthread_mutex_lock(&lz.lock);
+    done->armed = 1;
+    lz_set_tail_locked(t->st, done);
+    pthread_mutex_unlock(&lz.lock);
 }
 
 static acc_status
@@ -1589,21 +1825,26 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
         return ACC_ERR_UNSUPPORTED;
     }
     lz_target t = lz_target_of(s);
-    pthread_mutex_lock(t.lock);
-    acc_status status = lz_order(&t, err);
+    lz_slot *done = NULL;
+    acc_status status = lz_acquire(t.driver, 0, &done, err);
     if (status == ACC_OK) {
-        ze_result_t r = fn.zeCommandListAppendMemoryCopy(
-            t.list, (void *)c->dst, (const void *)c->src, c->nbytes, NULL, 0,
-            NULL);
-        if (r != ZE_RESULT_SUCCESS) {
-            status = lz_fail(err, "zeCommandListAppendMemoryCopy", r,
-                             t.driver);
+        pthread_mutex_lock(t.lock);
+        status = lz_order(&t, err);
+        if (status == ACC_OK) {
+            ze_result_t r = fn.zeCommandListAppendMemoryCopy(
+                t.list, (void *)c->dst, (const void *)c->src, c->nbytes,
+                done->event, 0, NULL);
+            if (r != ZE_RESULT_SUCCESS) {
+                status = lz_fail(err, "zeCommandListAppendMemoryCopy", r,
+                                 t.driver);
+            }
+            else {
+                lz_appended(&t, done);
+            }
         }
-        else if (t.st != NULL) {
-            t.st->seq++;
-        }
+        pthread_mutex_unlock(t.lock);
+        lz_retire(done);
     }
-    pthread_mutex_unlock(t.lock);
     /* Level Zero reads and writes ordinary host memory when the copy
      * runs (no staging): wait for it before the caller reuses it. */
     if (status == ACC_OK && (c->flags & ACC_COPY_PAGEABLE)) {
@@ -1618,24 +1859,29 @@ lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
             size_t nbytes, acc_error *err)
 {
     lz_target t = lz_target_of(s);
-    pthread_mutex_lock(t.lock);
-    acc_status status = lz_order(&t, err);
+    lz_slot *done = NULL;
+    acc_status status = lz_acquire(t.driver, 0, &done, err);
     if (status == ACC_OK) {
-        ze_result_t r = fn.zeCommandListAppendMemoryFill(
-            t.list, (void *)dst, &value, 1, nbytes, NULL, 0, NULL);
-        if (r != ZE_RESULT_SUCCESS) {
-            status = lz_fail(err, "zeCommandListAppendMemoryFill", r,
-                             t.driver);
+        pthread_mutex_lock(t.lock);
+        status = lz_order(&t, err);
+        if (status == ACC_OK) {
+            ze_result_t r = fn.zeCommandListAppendMemoryFill(
+                t.list, (void *)dst, &value, 1, nbytes, done->event, 0,
+                NULL);
+            if (r != ZE_RESULT_SUCCESS) {
+                status = lz_fail(err, "zeCommandListAppendMemoryFill", r,
+                                 t.driver);
+            }
+            else {
+                lz_appended(&t, done);
+            }
         }
-        else if (t.st != NULL) {
-            t.st->seq++;
-        }
+        pthread_mutex_unlock(t.lock);
+        lz_retire(done);
     }
-    pthread_mutex_unlock(t.lock);
     lz_target_done(&t);
     return status;
 }
-
 
 /* Probe ------------------------------------------------------------------ */
 
@@ -1950,15 +2196,14 @@ static int
 lz_drain(lz_stream *st, int d)
 {
     acc_error ignored;
-    lz_target t = {st->list, st, &st->lock, st->device, d, 0};
+    lz_target t = lz_target_of_stream(st);
     if (lz_host_sync_usable(d)) {
         return fn.zeCommandListHostSynchronize(st->list,
                                                LZ_SHUTDOWN_WAIT_NS)
                == ZE_RESULT_SUCCESS ? 0 : -1;
     }
     lz_slot *mark = st->grave_marker;
-    uint64_t seq;
-    if (mark == NULL && lz_mark(&t, &mark, &seq, &ignored) != ACC_OK) {
+    if (mark == NULL && lz_mark(&t, &mark, &ignored) != ACC_OK) {
         return -1;
     }
     int idle = lz_host_wait(mark, LZ_SHUTDOWN_WAIT_NS) == ZE_RESULT_SUCCESS;
@@ -1980,13 +2225,10 @@ lz_free_stream_lists(lz_stream **head, int keep_structs)
         }
         st->list = NULL;
         st->next = NULL;
-        st->nheld = 0;
         /* A stream the dispatcher still owns is freed by stream_destroy;
          * default and destroyed ones are ours. */
         if (!keep_structs || st->is_default) {
-            pthread_mutex_destroy(&st->lock);
-            free(st->held);
-            free(st);
+            lz_stream_free(st);
         }
         st = next;
     }
@@ -2018,12 +2260,26 @@ lz_shutdown(void)
             }
         }
     }
+    /* The lists are drained, so no wait needs the bridge any more. */
+    pthread_mutex_lock(&lz.lock);
+    lz.bridge_stop = 1;
+    pthread_cond_broadcast(&lz.bridge_cv);
+    while (lz.bridge_running) {
+        pthread_cond_wait(&lz.bridge_cv, &lz.lock);
+    }
+    free(lz.bridges);
+    lz.bridges = NULL;
+    lz.nbridges = lz.capbridges = 0;
+    pthread_mutex_unlock(&lz.lock);
     lz.shut = 1;
     for (int i = 0; i < lz.ndevices; i++) {
         lz_device *dev = &lz.devices[i];
         lz_free_stream_lists(&dev->streams, 1);
         lz_free_stream_lists(&dev->graveyard, 0);
         dev->default_stream = NULL;
+        free(dev->mems);
+        dev->mems = NULL;
+        dev->nmems = 0;
     }
     pthread_mutex_unlock(&lz.reg_lock);
 
@@ -2044,6 +2300,9 @@ lz_shutdown(void)
         }
         drv->pools = NULL;
         drv->free[0] = drv->free[1] = drv->retired = NULL;
+        free(drv->links);
+        drv->links = NULL;
+        drv->nlinks = drv->caplinks = 0;
         if (drv->context != NULL && !drv->stuck) {
             ze_result_t r = fn.zeContextDestroy(drv->context);
             if (r != ZE_RESULT_SUCCESS) {

@@ -104,6 +104,17 @@
     X(ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES, 0x17)     \
     X(ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2, 0x00020006)
 
+/* Sysman (zes_api.h): the zes_structure_type_t values of the structs
+ * declared below, and the memory locations. */
+#define ACC_ZES_STRUCTURE_TYPES(X)                  \
+    X(ZES_STRUCTURE_TYPE_PCI_PROPERTIES, 0x2)       \
+    X(ZES_STRUCTURE_TYPE_MEM_PROPERTIES, 0xb)       \
+    X(ZES_STRUCTURE_TYPE_MEM_STATE, 0x1e)
+
+#define ACC_ZES_MEM_LOCS(X)         \
+    X(ZES_MEM_LOC_SYSTEM, 0)        \
+    X(ZES_MEM_LOC_DEVICE, 1)
+
 #define ACC_ZE_DEVICE_TYPES(X)    \
     X(ZE_DEVICE_TYPE_GPU, 1)      \
     X(ZE_DEVICE_TYPE_CPU, 2)      \
@@ -262,6 +273,43 @@
     F(S, ze_structure_type_t, stype, )            \
     F(S, const void *, pNext, )                   \
     F(S, ze_host_mem_alloc_flags_t, flags, )
+#define ACC_ZES_PCI_ADDRESS_FIELDS(F, S)  \
+    F(S, uint32_t, domain, )              \
+    F(S, uint32_t, bus, )                 \
+    F(S, uint32_t, device, )              \
+    F(S, uint32_t, function, )
+
+#define ACC_ZES_PCI_SPEED_FIELDS(F, S)    \
+    F(S, int32_t, gen, )                  \
+    F(S, int32_t, width, )                \
+    F(S, int64_t, maxBandwidth, )
+
+#define ACC_ZES_PCI_PROPERTIES_FIELDS(F, S)               \
+    F(S, zes_structure_type_t, stype, )                   \
+    F(S, void *, pNext, )                                 \
+    F(S, ACC_ZE_OWN(zes_pci_address_t), address, )        \
+    F(S, ACC_ZE_OWN(zes_pci_speed_t), maxSpeed, )         \
+    F(S, ze_bool_t, haveBandwidthCounters, )              \
+    F(S, ze_bool_t, havePacketCounters, )                 \
+    F(S, ze_bool_t, haveReplayCounters, )
+
+#define ACC_ZES_MEM_PROPERTIES_FIELDS(F, S)   \
+    F(S, zes_structure_type_t, stype, )       \
+    F(S, void *, pNext, )                     \
+    F(S, zes_mem_type_t, type, )              \
+    F(S, ze_bool_t, onSubdevice, )            \
+    F(S, uint32_t, subdeviceId, )             \
+    F(S, zes_mem_loc_t, location, )           \
+    F(S, uint64_t, physicalSize, )            \
+    F(S, int32_t, busWidth, )                 \
+    F(S, int32_t, numChannels, )
+
+#define ACC_ZES_MEM_STATE_FIELDS(F, S)        \
+    F(S, zes_structure_type_t, stype, )       \
+    F(S, const void *, pNext, )               \
+    F(S, zes_mem_health_t, health, )          \
+    F(S, uint64_t, free, )                    \
+    F(S, uint64_t, size, )
 
 #define ACC_ZE_MEMORY_ALLOCATION_PROPERTIES_FIELDS(F, S) \
     F(S, ze_structure_type_t, stype, )                   \
@@ -297,7 +345,12 @@
     X(ze_memory_allocation_properties_t,                                  \
       ACC_ZE_MEMORY_ALLOCATION_PROPERTIES_FIELDS)                         \
     X(ze_kernel_timestamp_data_t, ACC_ZE_KERNEL_TIMESTAMP_DATA_FIELDS)    \
-    X(ze_kernel_timestamp_result_t, ACC_ZE_KERNEL_TIMESTAMP_RESULT_FIELDS)
+    X(ze_kernel_timestamp_result_t, ACC_ZE_KERNEL_TIMESTAMP_RESULT_FIELDS) \
+    X(zes_pci_address_t, ACC_ZES_PCI_ADDRESS_FIELDS)                      \
+    X(zes_pci_speed_t, ACC_ZES_PCI_SPEED_FIELDS)                          \
+    X(zes_pci_properties_t, ACC_ZES_PCI_PROPERTIES_FIELDS)                \
+    X(zes_mem_properties_t, ACC_ZES_MEM_PROPERTIES_FIELDS)                \
+    X(zes_mem_state_t, ACC_ZES_MEM_STATE_FIELDS)
 
 #ifndef ACC_ZE_API_CHECK
 
@@ -314,6 +367,21 @@ typedef enum _ze_structure_type_t {
     ACC_ZE_STRUCTURE_TYPES(ACC_ZE_ENUM_ENTRY)
     ZE_STRUCTURE_TYPE_FORCE_UINT32 = 0x7fffffff
 } ze_structure_type_t;
+typedef enum _zes_structure_type_t {
+    ACC_ZES_STRUCTURE_TYPES(ACC_ZE_ENUM_ENTRY)
+    ZES_STRUCTURE_TYPE_FORCE_UINT32 = 0x7fffffff
+} zes_structure_type_t;
+typedef enum _zes_mem_loc_t {
+    ACC_ZES_MEM_LOCS(ACC_ZE_ENUM_ENTRY)
+    ZES_MEM_LOC_FORCE_UINT32 = 0x7fffffff
+} zes_mem_loc_t;
+/* Read but never interpreted: no values needed. */
+typedef enum _zes_mem_type_t {
+    ZES_MEM_TYPE_FORCE_UINT32 = 0x7fffffff
+} zes_mem_type_t;
+typedef enum _zes_mem_health_t {
+    ZES_MEM_HEALTH_FORCE_UINT32 = 0x7fffffff
+} zes_mem_health_t;
 typedef enum _ze_device_type_t {
     ACC_ZE_DEVICE_TYPES(ACC_ZE_ENUM_ENTRY)
     ZE_DEVICE_TYPE_FORCE_UINT32 = 0x7fffffff
@@ -347,6 +415,9 @@ typedef struct _ze_context_handle_t *ze_context_handle_t;
 typedef struct _ze_command_list_handle_t *ze_command_list_handle_t;
 typedef struct _ze_event_pool_handle_t *ze_event_pool_handle_t;
 typedef struct _ze_event_handle_t *ze_event_handle_t;
+/* Sysman takes core device handles (legacy mode: ZES_ENABLE_SYSMAN=1). */
+typedef ze_device_handle_t zes_device_handle_t;
+typedef struct _zes_mem_handle_t *zes_mem_handle_t;
 
 #endif /* ACC_ZE_API_CHECK */
 
@@ -362,6 +433,7 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
 /*
  * Every driver function we call, once: X(name, parameters).  Required
  * functions exist in every spec-1.4 loader; probe fails without them.
+ * The zes (Sysman) ones answer only where the driver enables Sysman.
  */
 #define ACC_ZE_FUNCTIONS(X)                                                \
     X(zeInit, (ze_init_flags_t flags))                                     \
@@ -396,9 +468,6 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
       (ze_command_list_handle_t hCommandList,                              \
        ze_event_handle_t hSignalEvent, uint32_t numWaitEvents,             \
        ze_event_handle_t *phWaitEvents))                                   \
-    X(zeCommandListAppendWaitOnEvents,                                     \
-      (ze_command_list_handle_t hCommandList, uint32_t numEvents,          \
-       ze_event_handle_t *phEvents))                                       \
     X(zeEventPoolCreate,                                                   \
       (ze_context_handle_t hContext, const ze_event_pool_desc_t *desc,     \
        uint32_t numDevices, ze_device_handle_t *phDevices,                 \
@@ -412,8 +481,9 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
       (ze_event_handle_t hEvent, uint64_t timeout))                        \
     X(zeEventQueryStatus, (ze_event_handle_t hEvent))                      \
     X(zeEventHostReset, (ze_event_handle_t hEvent))                        \
+    X(zeEventHostSignal, (ze_event_handle_t hEvent))                       \
     X(zeEventQueryKernelTimestamp,                                         \
-      (ze_event_handle_t hEvent, ze_kernel_timestamp_result_t *dstptr))   \
+      (ze_event_handle_t hEvent, ze_kernel_timestamp_result_t *dstptr))    \
     X(zeMemAllocDevice,                                                    \
       (ze_context_handle_t hContext,                                       \
        const ze_device_mem_alloc_desc_t *device_desc, size_t size,         \
@@ -435,7 +505,16 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
       (ze_command_list_handle_t hCommandList, void *ptr,                   \
        const void *pattern, size_t pattern_size, size_t size,              \
        ze_event_handle_t hSignalEvent, uint32_t numWaitEvents,             \
-       ze_event_handle_t *phWaitEvents))
+       ze_event_handle_t *phWaitEvents))                                   \
+    X(zesDeviceEnumMemoryModules,                                          \
+      (zes_device_handle_t hDevice, uint32_t *pCount,                      \
+       zes_mem_handle_t *phMemory))                                        \
+    X(zesMemoryGetProperties,                                              \
+      (zes_mem_handle_t hMemory, zes_mem_properties_t *pProperties))       \
+    X(zesMemoryGetState,                                                   \
+      (zes_mem_handle_t hMemory, zes_mem_state_t *pState))                 \
+    X(zesDevicePciGetProperties,                                           \
+      (zes_device_handle_t hDevice, zes_pci_properties_t *pProperties))
 
 /*
  * Optional functions: X(name, spec version, parameters).  Newer than

@@ -252,7 +252,7 @@ class HostBuffer:
     ) -> None: ...
 
 @final
-class DeviceProperties(structseq[Any], tuple[str, str, int, str, int, str, int, int, int, int, int, bool]):
+class DeviceProperties(structseq[Any], tuple[str, str, int, str, int, str, int, int, int, int, int, bool, tuple[str, ...]]):
     __match_args__: Final = (
         "name",
         "uuid",
@@ -266,6 +266,7 @@ class DeviceProperties(structseq[Any], tuple[str, str, int, str, int, str, int, 
         "vendor_id",
         "device_id",
         "is_integrated",
+        "estimates",
     )
     @property
     def name(self) -> str: ...
@@ -292,6 +293,8 @@ class DeviceProperties(structseq[Any], tuple[str, str, int, str, int, str, int, 
     def device_id(self) -> int: ...
     @property
     def is_integrated(self) -> bool: ...
+    @property
+    def estimates(self) -> tuple[str, ...]: ...
 
 # -- Exceptions ------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The device API, case by case against torch.accelerator's semantics."""
 from __future__ import annotations
 
+import re
 import threading
 import types
 
@@ -146,6 +147,7 @@ def test_synchronize_waits_for_all_streams_of_the_device(driver) -> None:
     streams = [acc.Stream(0) for _ in range(3)]
     for stream in streams:
         driver.enqueue_sleep(stream, 40)
+        stream.record_event()  # so that query() sees it on every backend
     assert not any(stream.query() for stream in streams)
     acc.synchronize(0)
     assert all(stream.query() for stream in streams)
@@ -186,6 +188,10 @@ def test_memory_info_and_properties(device_count: int,
         assert props.name and acc.get_device_name(index) == props.name
         assert acc.get_device_properties(index) is props
     assert acc.get_device_properties() == acc.get_device_properties(0)
+    for index in range(device_count):
+        estimates = acc.get_device_properties(index).estimates
+        assert isinstance(estimates, tuple)
+        assert set(estimates) <= {"free_memory"}, estimates
 
 
 def test_device_objects_are_shared_but_not_across_types(
@@ -215,3 +221,17 @@ def test_current_accelerator_arguments() -> None:
 
     with pytest.raises(ZeroDivisionError):
         acc.current_accelerator(Falsy())
+
+
+def test_free_memory_and_pci_address_come_from_the_driver(
+        driver, device_count: int) -> None:
+    """Both doubles can say (the Level Zero one through Sysman): free
+    memory is read, not estimated, and the PCI address is known."""
+    for index in range(device_count):
+        props = acc.get_device_properties(index)
+        assert props.estimates == ()
+        assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+                            props.pci_bus_id), props.pci_bus_id
+    buses = {acc.get_device_properties(i).pci_bus_id
+             for i in range(device_count)}
+    assert len(buses) == device_count

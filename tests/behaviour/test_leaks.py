@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import accelerator as acc
-import fake_drivers
 import test_faults
 
 N = int(os.environ.get("LEAK_ITERATIONS", "2000"))
@@ -262,18 +261,7 @@ def measure(cycle: Callable[[dict], None], ctx: dict, n: int) -> tuple:
     return python, C_HEAP() if C_HEAP else 0
 
 
-def cycle_params() -> list:
-    params = []
-    for name in CYCLES:
-        marks = []
-        known = fake_drivers.under_test().known_leaks.get(name)
-        if known is not None:
-            marks.append(pytest.mark.xfail(strict=False, reason=known))
-        params.append(pytest.param(name, marks=marks, id=name))
-    return params
-
-
-@pytest.mark.parametrize("name", cycle_params())
+@pytest.mark.parametrize("name", list(CYCLES))
 def test_loops_stay_flat(name: str, context: dict, driver) -> None:
     cycle, cost = CYCLES[name]
     n = max(20, N // cost)

@@ -7,6 +7,7 @@
  *   cc -std=c11 -Wall -Wextra -Werror -c check_ze_api.c -o /dev/null
  */
 #include <level_zero/ze_api.h>
+#include <level_zero/zes_api.h>
 #include <stddef.h>
 
 #define ACC_ZE_API_CHECK
@@ -17,6 +18,8 @@
 ACC_ZE_RESULTS(CHECK_VALUE)
 ACC_ZE_API_VERSIONS(CHECK_VALUE)
 ACC_ZE_STRUCTURE_TYPES(CHECK_VALUE)
+ACC_ZES_STRUCTURE_TYPES(CHECK_VALUE)
+ACC_ZES_MEM_LOCS(CHECK_VALUE)
 ACC_ZE_DEVICE_TYPES(CHECK_VALUE)
 ACC_ZE_MEMORY_TYPES(CHECK_VALUE)
 ACC_ZE_COMMAND_QUEUE_MODES(CHECK_VALUE)
@@ -39,6 +42,14 @@ CHECK_ENUM_SIZE(ze_device_type_t)
 CHECK_ENUM_SIZE(ze_memory_type_t)
 CHECK_ENUM_SIZE(ze_command_queue_mode_t)
 CHECK_ENUM_SIZE(ze_command_queue_priority_t)
+CHECK_ENUM_SIZE(zes_structure_type_t)
+CHECK_ENUM_SIZE(zes_mem_loc_t)
+CHECK_ENUM_SIZE(zes_mem_type_t)
+CHECK_ENUM_SIZE(zes_mem_health_t)
+
+_Static_assert(__builtin_types_compatible_p(zes_device_handle_t,
+                                            ze_device_handle_t),
+               "zes_device_handle_t is not ze_device_handle_t");
 
 #define CHECK_SCALAR(name, type)                                    \
     _Static_assert(__builtin_types_compatible_p(name, type),        \

@@ -12,7 +12,15 @@
  * ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE) so that backend bugs show.
  *
  * Configuration (read when the loader opens the driver):
- *   FAKE_ZE_DEVICES         GPU devices in the one driver (default 2)
+ *   FAKE_ZE_DRIVERS         drivers this library presents (default 1),
+ *                           each with its own devices; events cannot
+ *                           cross drivers (contexts)
+ *   FAKE_ZE_DEVICES         GPU devices of each driver (default 2)
+ *   FAKE_ZE_USED_MEM        bytes of device memory in use by others, for
+ *                           Sysman's free memory (default 0)
+ *   ZES_ENABLE_SYSMAN=1     as Intel's driver: Sysman (zes) calls on core
+ *                           device handles work only when set at zeInit;
+ *                           otherwise they fail ZE_RESULT_ERROR_UNINITIALIZED
  *   FAKE_ZE_API_VERSION     0x10004 (default) or "1.7"; >= 1.7 honours
  *                           ZE_COMMAND_QUEUE_FLAG_IN_ORDER (1 << 1)
  *   FAKE_ZE_TOTAL_MEM       bytes of device memory (default 64 GiB);
@@ -47,6 +55,7 @@
  *                                             ("alloc", "host_alloc",
  *                                             "bad_access", ...); -1:
  *                                             unknown kind
+ *   int fake_ze_drivers(void)               drivers presented
  *   int fake_ze_enqueue_sleep(unsigned long long command_list, double ms)
  *   int fake_ze_enqueue_sleep_default(int device, double ms)
  * Load this library with ctypes by the same absolute path as in
@@ -56,6 +65,7 @@
 #define _GNU_SOURCE
 #include <level_zero/ze_api.h>
 #include <level_zero/ze_ddi.h>
+#include <level_zero/zes_api.h>
 #include <level_zero/zes_ddi.h>
 #include <level_zero/zet_ddi.h>
 
@@ -74,6 +84,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 #define FAKE_MAX_DEVICES 64
+#define FAKE_MAX_DRIVERS 4
 #define FAKE_MAGIC 0x5a45fa4eu
 
 /* In-order lists need spec 1.7; ZE_COMMAND_QUEUE_FLAG_IN_ORDER is newer
@@ -96,6 +107,7 @@ typedef struct fake_obj {
 
 typedef struct fake_context {
     fake_obj obj;
+    int driver;
     int children; /* live lists and pools */
 } fake_context;
 
@@ -143,8 +155,18 @@ typedef struct fake_list {
 } fake_list;
 
 typedef struct fake_device {
-    int index;
+    int index;              /* across all drivers */
+    int driver;
 } fake_device;
+
+typedef struct fake_driver {
+    int index;
+} fake_driver;
+
+/* A Sysman memory module: one per device, its handle. */
+typedef struct fake_mem {
+    int device;
+} fake_mem;
 
 /* The functions we implement, for call counts. */
 #define FAKE_FUNCTIONS(X)                                               \
@@ -162,7 +184,9 @@ typedef struct fake_device {
     X(zeEventQueryKernelTimestamp)                                      \
     X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemFree)                  \
     X(zeMemGetAllocProperties)                                          \
-    X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)
+    X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)   \
+    X(zesDeviceEnumMemoryModules) X(zesMemoryGetProperties)             \
+    X(zesMemoryGetState) X(zesDevicePciGetProperties)
 
 #define FAKE_ENUM(name) F_##name,
 enum { FAKE_FUNCTIONS(FAKE_ENUM) F_COUNT };
@@ -185,16 +209,21 @@ static dc_control g_ctl = {
 static struct {
     pthread_mutex_t lock;   /* guards everything below */
     pthread_cond_t cond;    /* broadcast on every state change */
-    int ndevices;
+    int ndrivers;
+    int ndevices;           /* in all */
+    int per_driver;         /* devices of each driver */
     uint32_t api_version;
     uint64_t total_mem;
+    uint64_t used_mem;      /* taken by others, for Sysman's free memory */
+    int sysman;             /* ZES_ENABLE_SYSMAN=1 was set at zeInit */
+    fake_mem mems[FAKE_MAX_DEVICES];
     uint64_t timer_res;     /* ns per tick */
     uint32_t ts_bits;
     uint64_t ts_base;
     uint64_t t0;
     int integrated;
     int init_fail;
-    char driver;            /* its address is the driver handle */
+    fake_driver drivers[FAKE_MAX_DRIVERS];
     fake_device devices[FAKE_MAX_DEVICES];
     fake_obj *live[K_KINDS];
     /* The same objects as sets: every handle passed in is looked up, in
@@ -316,6 +345,17 @@ bad_handle(const void *h)
                      : ZE_RESULT_ERROR_INVALID_ARGUMENT;
 }
 
+static fake_driver *
+driver_of(ze_driver_handle_t h)
+{
+    for (int i = 0; i < g.ndrivers; i++) {
+        if ((void *)&g.drivers[i] == (void *)h) {
+            return &g.drivers[i];
+        }
+    }
+    return NULL;
+}
+
 static fake_device *
 device_of(ze_device_handle_t h)
 {
@@ -363,12 +403,22 @@ fake_configure(void)
     pthread_cond_init(&g.cond, &attr);
     pthread_condattr_destroy(&attr);
 
+    long long k = (long long)env_ull("FAKE_ZE_DRIVERS", 1);
+    g.ndrivers = k < 1 ? 1 : k > FAKE_MAX_DRIVERS ? FAKE_MAX_DRIVERS
+                                                  : (int)k;
     long long n = (long long)env_ull("FAKE_ZE_DEVICES", 2);
-    g.ndevices = n < 0 ? 0 : n > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES
-                                                  : (int)n;
+    long long most = FAKE_MAX_DEVICES / g.ndrivers;
+    g.per_driver = n < 0 ? 0 : n > most ? (int)most : (int)n;
+    g.ndevices = g.per_driver * g.ndrivers;
+    for (int i = 0; i < FAKE_MAX_DRIVERS; i++) {
+        g.drivers[i].index = i;
+    }
     for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
         g.devices[i].index = i;
+        g.devices[i].driver = g.per_driver ? i / g.per_driver : 0;
+        g.mems[i].device = i;
     }
+    g.used_mem = env_ull("FAKE_ZE_USED_MEM", 0);
     g.api_version = env_version();
     g.total_mem = env_ull("FAKE_ZE_TOTAL_MEM", 64ull << 30);
     g.timer_res = env_ull("FAKE_ZE_TIMER_RESOLUTION", 1);
@@ -397,6 +447,10 @@ fake_zeInit(ze_init_flags_t flags)
         /* Only GPUs here: a VPU-only init finds nothing. */
         return ZE_RESULT_ERROR_UNINITIALIZED;
     }
+    const char *sysman = getenv("ZES_ENABLE_SYSMAN");
+    pthread_mutex_lock(&g.lock);
+    g.sysman = sysman != NULL && strcmp(sysman, "1") == 0;
+    pthread_mutex_unlock(&g.lock);
     return ZE_RESULT_SUCCESS;
 }
 
@@ -407,12 +461,17 @@ fake_zeDriverGet(uint32_t *pCount, ze_driver_handle_t *phDrivers)
     if (pCount == NULL) {
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
     }
+    uint32_t n = (uint32_t)g.ndrivers;
     if (*pCount == 0 || phDrivers == NULL) {
-        *pCount = 1;
+        *pCount = n;
         return ZE_RESULT_SUCCESS;
     }
-    *pCount = 1;
-    phDrivers[0] = (ze_driver_handle_t)&g.driver;
+    if (*pCount > n) {
+        *pCount = n;
+    }
+    for (uint32_t i = 0; i < *pCount; i++) {
+        phDrivers[i] = (ze_driver_handle_t)&g.drivers[i];
+    }
     return ZE_RESULT_SUCCESS;
 }
 
@@ -420,7 +479,7 @@ static ze_result_t
 fake_zeDriverGetApiVersion(ze_driver_handle_t h, ze_api_version_t *version)
 {
     ENTER(zeDriverGetApiVersion);
-    if ((void *)h != &g.driver) {
+    if (driver_of(h) == NULL) {
         return bad_handle(h);
     }
     if (version == NULL) {
@@ -434,7 +493,7 @@ static ze_result_t
 fake_zeDriverGetProperties(ze_driver_handle_t h, ze_driver_properties_t *p)
 {
     ENTER(zeDriverGetProperties);
-    if ((void *)h != &g.driver) {
+    if (driver_of(h) == NULL) {
         return bad_handle(h);
     }
     if (p == NULL) {
@@ -442,6 +501,7 @@ fake_zeDriverGetProperties(ze_driver_handle_t h, ze_driver_properties_t *p)
     }
     memset(p->uuid.id, 0, sizeof(p->uuid.id));
     memcpy(p->uuid.id, "fake-ze-driver", 14);
+    p->uuid.id[15] = (uint8_t)driver_of(h)->index;
     p->driverVersion = 0x01000001u;
     return ZE_RESULT_SUCCESS;
 }
@@ -451,13 +511,14 @@ fake_zeDeviceGet(ze_driver_handle_t h, uint32_t *pCount,
                  ze_device_handle_t *phDevices)
 {
     ENTER(zeDeviceGet);
-    if ((void *)h != &g.driver) {
+    if (driver_of(h) == NULL) {
         return bad_handle(h);
     }
     if (pCount == NULL) {
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
     }
-    uint32_t n = (uint32_t)g.ndevices;
+    uint32_t n = (uint32_t)g.per_driver;
+    int first = driver_of(h)->index * g.per_driver;
     if (*pCount == 0 || phDevices == NULL) {
         *pCount = n;
         return ZE_RESULT_SUCCESS;
@@ -466,7 +527,7 @@ fake_zeDeviceGet(ze_driver_handle_t h, uint32_t *pCount,
         *pCount = n;
     }
     for (uint32_t i = 0; i < *pCount; i++) {
-        phDevices[i] = (ze_device_handle_t)&g.devices[i];
+        phDevices[i] = (ze_device_handle_t)&g.devices[first + (int)i];
     }
     return ZE_RESULT_SUCCESS;
 }
@@ -567,7 +628,7 @@ fake_zeContextCreate(ze_driver_handle_t h, const ze_context_desc_t *desc,
                      ze_context_handle_t *out)
 {
     ENTER(zeContextCreate);
-    if ((void *)h != &g.driver) {
+    if (driver_of(h) == NULL) {
         return bad_handle(h);
     }
     if (desc == NULL || out == NULL) {
@@ -577,6 +638,7 @@ fake_zeContextCreate(ze_driver_handle_t h, const ze_context_desc_t *desc,
     if (c == NULL) {
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
+    c->driver = driver_of(h)->index;
     pthread_mutex_lock(&g.lock);
     obj_add(&c->obj, K_CONTEXT);
     pthread_mutex_unlock(&g.lock);
@@ -713,6 +775,10 @@ fake_zeCommandListCreateImmediate(ze_context_handle_t hc,
     }
     else if (d == NULL) {
         r = bad_handle(hd);
+    }
+    else if (d->driver != c->driver) {
+        /* A device of another driver: not in this context. */
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
     }
     else if (desc->ordinal != 0 || desc->index >= 4) {
         r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
@@ -905,8 +971,12 @@ fake_zeEventPoolCreate(ze_context_handle_t hc,
     fake_context *c = obj_find(hc, K_CONTEXT);
     ze_result_t r = c == NULL ? bad_handle(hc) : ZE_RESULT_SUCCESS;
     for (uint32_t i = 0; r == ZE_RESULT_SUCCESS && i < ndev; i++) {
-        if (device_of(devs[i]) == NULL) {
+        fake_device *d = device_of(devs[i]);
+        if (d == NULL) {
             r = bad_handle(devs[i]);
+        }
+        else if (d->driver != c->driver) {
+            r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
         }
     }
     if (r == ZE_RESULT_SUCCESS) {
@@ -1314,6 +1384,122 @@ fake_zeCommandListAppendMemoryFill(ze_command_list_handle_t h, void *ptr,
     return append_memory(op.api, h, &op, signal, nwait, wait);
 }
 
+/* Sysman ------------------------------------------------------------------ */
+
+/* The device of a Sysman call, or the error: Sysman is off unless
+ * ZES_ENABLE_SYSMAN=1 was set at zeInit, as in Intel's driver. */
+static ze_result_t
+sysman_device(zes_device_handle_t h, fake_device **out)
+{
+    pthread_mutex_lock(&g.lock);
+    int on = g.sysman;
+    pthread_mutex_unlock(&g.lock);
+    if (!on) {
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    }
+    *out = device_of(h);
+    return *out == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+}
+
+static fake_mem *
+mem_of(zes_mem_handle_t h)
+{
+    for (int i = 0; i < g.ndevices; i++) {
+        if ((void *)&g.mems[i] == (void *)h) {
+            return &g.mems[i];
+        }
+    }
+    return NULL;
+}
+
+static ze_result_t
+fake_zesDeviceEnumMemoryModules(zes_device_handle_t h, uint32_t *pCount,
+                                zes_mem_handle_t *phMemory)
+{
+    ENTER(zesDeviceEnumMemoryModules);
+    fake_device *d;
+    ze_result_t r = sysman_device(h, &d);
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    if (pCount == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (*pCount == 0 || phMemory == NULL) {
+        *pCount = 1;
+        return ZE_RESULT_SUCCESS;
+    }
+    *pCount = 1;
+    phMemory[0] = (zes_mem_handle_t)&g.mems[d->index];
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zesMemoryGetProperties(zes_mem_handle_t h, zes_mem_properties_t *p)
+{
+    ENTER(zesMemoryGetProperties);
+    if (mem_of(h) == NULL) {
+        return bad_handle(h);
+    }
+    if (p == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    p->type = ZES_MEM_TYPE_HBM;
+    p->onSubdevice = 0;
+    p->subdeviceId = 0;
+    p->location = ZES_MEM_LOC_DEVICE;
+    p->physicalSize = g.total_mem;
+    p->busWidth = 4096;
+    p->numChannels = -1;
+    return ZE_RESULT_SUCCESS;
+}
+
+/* Free: the total less what others use (FAKE_ZE_USED_MEM) and what this
+ * process allocated on the device. */
+static ze_result_t
+fake_zesMemoryGetState(zes_mem_handle_t h, zes_mem_state_t *state)
+{
+    ENTER(zesMemoryGetState);
+    fake_mem *m = mem_of(h);
+    if (m == NULL) {
+        return bad_handle(h);
+    }
+    if (state == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    uint64_t used = g.used_mem + dm_used(m->device);
+    state->health = ZES_MEM_HEALTH_OK;
+    state->size = g.total_mem;
+    state->free = used < g.total_mem ? g.total_mem - used : 0;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zesDevicePciGetProperties(zes_device_handle_t h,
+                               zes_pci_properties_t *p)
+{
+    ENTER(zesDevicePciGetProperties);
+    fake_device *d;
+    ze_result_t r = sysman_device(h, &d);
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    if (p == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    p->address.domain = 0;
+    p->address.bus = 0x3a + (uint32_t)d->index;
+    p->address.device = 0;
+    p->address.function = 0;
+    p->maxSpeed.gen = 4;
+    p->maxSpeed.width = 16;
+    p->maxSpeed.maxBandwidth = -1;
+    p->haveBandwidthCounters = 0;
+    p->havePacketCounters = 0;
+    p->haveReplayCounters = 0;
+    return ZE_RESULT_SUCCESS;
+}
+
 /* DDI table getters ---------------------------------------------------- */
 
 /* Tables only grow by appending, so any 1.x table holds the 1.0 fields
@@ -1433,6 +1619,28 @@ zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_dditable_t *t)
     return r;
 }
 
+EXPORT ze_result_t
+zesGetDeviceProcAddrTable(ze_api_version_t version, zes_device_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnEnumMemoryModules = fake_zesDeviceEnumMemoryModules;
+        t->pfnPciGetProperties = fake_zesDevicePciGetProperties;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zesGetMemoryProcAddrTable(ze_api_version_t version, zes_memory_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnGetProperties = fake_zesMemoryGetProperties;
+        t->pfnGetState = fake_zesMemoryGetState;
+    }
+    return r;
+}
+
 /* The loader refuses a driver that lacks any of these, even though it
  * never calls them here: left empty (a NULL entry makes the loader answer
  * ZE_RESULT_ERROR_UNSUPPORTED_FEATURE). */
@@ -1469,7 +1677,6 @@ EMPTY_GETTER(zetGetDebugProcAddrTable, zet_debug_dditable_t)
 EMPTY_GETTER(zetGetTracerExpProcAddrTable, zet_tracer_exp_dditable_t)
 
 EMPTY_GETTER(zesGetDriverProcAddrTable, zes_driver_dditable_t)
-EMPTY_GETTER(zesGetDeviceProcAddrTable, zes_device_dditable_t)
 EMPTY_GETTER(zesGetSchedulerProcAddrTable, zes_scheduler_dditable_t)
 EMPTY_GETTER(zesGetPerformanceFactorProcAddrTable,
              zes_performance_factor_dditable_t)
@@ -1478,7 +1685,6 @@ EMPTY_GETTER(zesGetFrequencyProcAddrTable, zes_frequency_dditable_t)
 EMPTY_GETTER(zesGetEngineProcAddrTable, zes_engine_dditable_t)
 EMPTY_GETTER(zesGetStandbyProcAddrTable, zes_standby_dditable_t)
 EMPTY_GETTER(zesGetFirmwareProcAddrTable, zes_firmware_dditable_t)
-EMPTY_GETTER(zesGetMemoryProcAddrTable, zes_memory_dditable_t)
 EMPTY_GETTER(zesGetFabricPortProcAddrTable, zes_fabric_port_dditable_t)
 EMPTY_GETTER(zesGetTemperatureProcAddrTable, zes_temperature_dditable_t)
 EMPTY_GETTER(zesGetPsuProcAddrTable, zes_psu_dditable_t)
@@ -1492,6 +1698,13 @@ EMPTY_GETTER(zesGetDiagnosticsProcAddrTable, zes_diagnostics_dditable_t)
 /* fake_ze_call_count, _reset_counts, _fail, _clear_faults and _live
  * ("context", "list", "pool", "event"): see double_control.h. */
 DC_EXPORT_CONTROL(ze, g_ctl)
+
+/* How many drivers this library presents (FAKE_ZE_DRIVERS). */
+EXPORT int
+fake_ze_drivers(void)
+{
+    return g.ndrivers;
+}
 
 /* Copy 8 bytes from `addr` if they are mapped and readable: write(2)
  * reports EFAULT instead of crashing on a bad address. */
