@@ -154,7 +154,9 @@ struct acc_backend {
     void (*stream_destroy)(acc_stream *s);
 
     /* REQUIRED.  ACC_OK when all queued work is done, ACC_NOT_READY when
-     * not. */
+     * not.  Never blocks.  Work that others queued through the handle may
+     * go unseen where the driver cannot tell without waiting (Level Zero
+     * before spec 1.6); stream_synchronize always waits for it. */
     acc_status (*stream_query)(acc_stream *s, acc_error *err);
 
     /* REQUIRED.  Block until all queued work is done. */

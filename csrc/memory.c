@@ -246,12 +246,10 @@ acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
         return;
     }
     for (int i = 0; i < n; i++) {
-        acc_status st = acc_stream_query(streams[i], &err);
-
-        if (st == ACC_OK) {
-            continue; /* idle: nothing of it can still run */
-        }
-        if (d != NULL && st == ACC_NOT_READY) {
+        /* An event even on a stream that query() calls idle: a backend's
+         * query() may not see work others queued through the handle
+         * (backend.h), and that work may use this memory. */
+        if (d != NULL) {
             acc_event_init(&d->events[busy], 0);
             if (acc_event_record(&d->events[busy], streams[i], &err)
                 == ACC_OK) {
@@ -259,6 +257,9 @@ acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
                 continue;
             }
             acc_event_release(&d->events[busy]);
+        }
+        else {
+            acc_error_set(&err, ACC_ERR_HOST_MEMORY, "out of host memory");
         }
         /* No way to wait later: wait now, rather than free too early. */
         acc_trace("deferring a release: %s; synchronizing instead",
