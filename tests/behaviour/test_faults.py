@@ -137,8 +137,8 @@ def across_drivers() -> State:
     device 1 on another driver (FAKE_ZE_DRIVERS=2: see tests/run.sh)."""
     double = make_double()
     if getattr(double, "drivers", lambda: 1)() < 2:
-        pytest.skip("needs devices of two drivers (FAKE_ZE_DRIVERS=2, the "
-                    "loader-intercept run of tests/run.sh)")
+        pytest.skip("needs devices of two drivers (FAKE_ZE_DRIVERS=2: the "
+                    "two-driver run of tests/run.sh)")
     state = with_pending_event()
     state["s2"] = acc.Stream(1)
     return state
@@ -237,9 +237,14 @@ def drop_buffer(state: State) -> None:
     (the others are freed after the fault is gone)."""
     buffer = state.pop("b")
     buffer.fill(1)
-    buffer.stream.synchronize()
+    stream = buffer.stream
+    stream.synchronize()
     del buffer
     gc.collect()
+    # The release waits for an event recorded on the stream (query() may
+    # not see others' work there): let it run, then free.
+    stream.synchronize()
+    acc.empty_cache()
 
 
 def drop_host_buffer(state: State) -> None:
