@@ -94,7 +94,7 @@ class DriverDouble:
     #: (CUDA; Level Zero only with zeCommandListHostSynchronize, which
     #: Debian's loader 1.8 lacks: query() then answers from the stream's
     #: own last work, and synchronize() still waits for everything)
-    query_sees_foreign_work = False
+    query_sees_foreign_work = True
 
     def __init__(self, path: pathlib.Path, prefix: str) -> None:
         self.path = path
@@ -195,7 +195,6 @@ class CudaDouble(DriverDouble):
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
     null_stream_handle = True
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
-    query_sees_foreign_work = True
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
         super().__init__(path, "cuda")
@@ -253,6 +252,8 @@ class NvmlDouble(DriverDouble):
 
 class ZeDouble(DriverDouble):
     """tests/drivers/build/libze_test_driver.so, under the real loader."""
+
+    query_sees_foreign_work = False
 
     device_type = "xpu"
     torch_device_type = 12
