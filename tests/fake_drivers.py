@@ -349,6 +349,9 @@ class OpenCLDouble(DriverDouble):
         "cuda_stream_protocol": "OpenCL queues are not CUDA streams",
         "blocking_sync": "OpenCL has no blocking-synchronization flag",
         "priorities": "core OpenCL queues have no priorities",
+        "device_memory": ("the OpenCL backend has no memory slots yet "
+                          "(Buffer and HostBuffer raise "
+                          "NotImplementedError)"),
         "set_total_memory": ("PoCL's device memory size cannot be set "
                              "to the sizes a test needs"),
         "driver_events": ("an OpenCL event is a host object holding the "

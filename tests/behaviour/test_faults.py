@@ -1182,26 +1182,27 @@ def nomemory_calls(driver: Any) -> dict[str, tuple[Any, Any]]:
         spec.loader.exec_module(module)
 
     calls["load the module again"] = load_module_again
-    b, h = acc.Buffer(64), acc.HostBuffer(64)
-    b1 = acc.Buffer(64, 1)
-    out = bytearray(64)
-    calls.update({
-        "Buffer(64, 1)": lambda: acc.Buffer(64, 1, stream=s2),
-        "HostBuffer(64)": lambda: acc.HostBuffer(64),
-        "Buffer copies": lambda: (b.copy_from(bytes(64)), b.copy_to(out),
-                                  b.copy_from(h), b.copy_to(h),
-                                  b.copy_from(b1), b.fill(3, stream=s)),
-        "Buffer views and attributes": lambda: (
-            b[1:9].fill(1), repr(b), b.device, b.stream, b.ptr, len(b),
-            b.record_stream(s2)),
-        "with Buffer": lambda: acc.Buffer(8).__enter__().close(),
-        "Buffer.__dlpack__": lambda: (b.__dlpack__(), b.__dlpack__(
-            max_version=(1, 0), stream=-1), b.__dlpack_device__()),
-        "from_dlpack": lambda: acc.from_dlpack(b),
-        "HostBuffer memoryview and DLPack": lambda: (
-            memoryview(h).release(), h.__dlpack__(max_version=(1, 0)),
-            h.__dlpack_device__()),
-    })
+    if driver.has("device_memory"):
+        b, h = acc.Buffer(64), acc.HostBuffer(64)
+        b1 = acc.Buffer(64, 1)
+        out = bytearray(64)
+        calls.update({
+            "Buffer(64, 1)": lambda: acc.Buffer(64, 1, stream=s2),
+            "HostBuffer(64)": lambda: acc.HostBuffer(64),
+            "Buffer copies": lambda: (b.copy_from(bytes(64)), b.copy_to(out),
+                                      b.copy_from(h), b.copy_to(h),
+                                      b.copy_from(b1), b.fill(3, stream=s)),
+            "Buffer views and attributes": lambda: (
+                b[1:9].fill(1), repr(b), b.device, b.stream, b.ptr, len(b),
+                b.record_stream(s2)),
+            "with Buffer": lambda: acc.Buffer(8).__enter__().close(),
+            "Buffer.__dlpack__": lambda: (b.__dlpack__(), b.__dlpack__(
+                max_version=(1, 0), stream=-1), b.__dlpack_device__()),
+            "from_dlpack": lambda: acc.from_dlpack(b),
+            "HostBuffer memoryview and DLPack": lambda: (
+                memoryview(h).release(), h.__dlpack__(max_version=(1, 0)),
+                h.__dlpack_device__()),
+        })
     if driver.has("cuda_stream_protocol"):
         calls["from_handle(__cuda_stream__)"] = \
             lambda: acc.Stream.from_handle(_Foreign(s.handle))
