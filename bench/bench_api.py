@@ -1010,7 +1010,8 @@ def across_table(backends: dict[str, Any]) -> tuple[str, list[dict]]:
         ratio = x / c if c > 0 else None
         limit = ACROSS[api.key]
         met = "-" if limit is None or ratio is None else (
-            "yes" if ratio <= limit else "NO")
+            "yes" if ratio <= limit else
+            f"NO, {ratio / limit - 1:+.0%} over")
         budget = "report" if limit is None else f"<= {limit:g}x cuda"
         rows.append([api.label, fmt(c), fmt(x), fmt(ratio, 2), budget, met])
         data.append({"api": api.key, "cuda_ns": c, "xpu_ns": x,
