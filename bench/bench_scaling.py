@@ -158,7 +158,8 @@ def main() -> int:
             continue
         env = dict(os.environ, ACCELERATOR_BACKEND="cuda",
                    ACCELERATOR_CUDA_LIBRARY=str(DOUBLE),
-                   FAKE_CUDA_DEVICES="2", **extra_env)
+                   FAKE_CUDA_DEVICES="2")
+        env.update(extra_env)
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
         cmd = [sys.executable, __file__, "--worker", json.dumps(spec)]
