@@ -6,14 +6,13 @@
 Each configuration runs in its own process: 1, 10^3, 10^4 and 10^5 live
 (recorded) events; 1, 10^2 and 10^3 live streams (the double runs a thread
 per stream, so 10^4 and more are out of reach on a small machine); 1 and
-64 live threads (parked on a lock); 2, 8 and 64 devices.  Each times a few
+64 live threads (parked on an event); 2, 8 and 64 devices.  Each times a few
 hot calls on one stream and event of device 0, which should cost the same
 whatever the configuration: our calls are O(1) in live objects, and so is
 every double call they make (handles are looked up in hash sets).  ns per
 call: the median of the repeats (each about 10 ms), net of the empty loop.
 ``--callgrind`` counts instructions per call of the calling thread instead
-(valgrind; the same every run, so flatness shows on a noisy machine too;
-the 64-thread configuration is timed only: it stalls under valgrind).
+(valgrind; the same every run, so flatness shows on a noisy machine too).
 See bench/README.md.
 """
 from __future__ import annotations
@@ -69,9 +68,9 @@ def worker(events: int, streams: int, threads: int, target: float,
     done = A.Event()
     done.record(s)
     s.synchronize()
-    gate = threading.Lock()
-    gate.acquire()
-    parked = [threading.Thread(target=gate.acquire) for _ in range(threads)]
+    gate = threading.Event()
+    parked = [threading.Thread(target=gate.wait, daemon=True)
+              for _ in range(threads)]
     for t in parked:
         t.start()
     names = dict(s=s, e=A.Event(), done=done,
@@ -105,8 +104,7 @@ def worker(events: int, streams: int, threads: int, target: float,
             samples.append((timer.timeit(n) / n - base) * 1e9)
             s.synchronize()
         out[label] = statistics.median(samples)
-    for _ in parked:
-        gate.release()
+    gate.set()
     for t in parked:
         t.join()
     return out
@@ -150,11 +148,6 @@ def main() -> int:
     rows = []
     for number, (label, extra_env, spec) in enumerate(CONFIGS):
         if args.only and args.only not in label:
-            continue
-        if marker is not None and spec.get("threads"):
-            # Parked threads stall valgrind's serialised scheduler.
-            rows.append([label, "timed only (stalls under valgrind)"]
-                        + [""] * (len(CALLS) - 1))
             continue
         env = dict(os.environ, ACCELERATOR_BACKEND="cuda",
                    ACCELERATOR_CUDA_LIBRARY=str(DOUBLE),
