@@ -471,7 +471,7 @@ current_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
              < 0 || acc_require_ready(st) < 0) {
         return NULL;
     }
-    if (acc_current_stream(device, &s, &err) != ACC_OK) {
+    if (acc_stream_for(device, 1, &s, &err) != ACC_OK) {
         return acc_raise(st, &err);
     }
     return acc_stream_object(st, s);

@@ -69,14 +69,26 @@ enum {
 /*
  * An event.  The native event is created on first record, on the
  * recording stream's device; until then device is -1 and native NULL.
+ * state says which: the first record moves it from ACC_EVENT_UNMADE to
+ * ACC_EVENT_MAKING (one thread wins; the others wait for it, holding no
+ * lock) and publishes backend, device, handle and native with
+ * ACC_EVENT_MADE, or goes back to ACC_EVENT_UNMADE when the driver
+ * refuses.  Read the other fields only once acc_event_made() is true.
  */
 typedef struct acc_event {
+    _Atomic int state;            /* ACC_EVENT_UNMADE, _MAKING, _MADE */
     const acc_backend *backend;
     int device;
     unsigned flags;               /* ACC_EVENT_* */
     uintptr_t handle;             /* native handle, 0 before first record */
     void *native;
 } acc_event;
+
+enum {
+    ACC_EVENT_UNMADE = 0,
+    ACC_EVENT_MAKING = 1,
+    ACC_EVENT_MADE = 2,
+};
 
 enum {
     ACC_EVENT_TIMING = 1u << 0,   /* can measure elapsed time */
@@ -188,6 +200,9 @@ acc_status acc_synchronize_device(int device, acc_error *err);
 /* Streams (dispatch.c) */
 /* The device's default stream (borrowed; immortal).  device is valid. */
 acc_status acc_default_stream(int device, acc_stream **out, acc_error *err);
+/* Nonzero when the default stream of device is made (no driver call
+ * left in acc_default_stream); never blocks. */
+int acc_default_stream_ready(int device);
 /* The thread's current stream on a valid device (borrowed). */
 acc_status acc_current_stream(int device, acc_stream **out, acc_error *err);
 /* Make s the thread's current stream on its device (takes a reference);
@@ -224,6 +239,8 @@ acc_status acc_stream_wait_stream(acc_stream *s, acc_stream *other,
 
 /* Events (dispatch.c) */
 void acc_event_init(acc_event *e, unsigned flags);
+/* Nonzero once e has its native event (it was recorded). */
+int acc_event_made(const acc_event *e);
 acc_status acc_event_record(acc_event *e, acc_stream *s, acc_error *err);
 acc_status acc_event_query(acc_event *e, acc_error *err);
 acc_status acc_event_synchronize(acc_event *e, acc_error *err);
@@ -351,6 +368,9 @@ acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,
  * the stream instead (blocking) and err is ignored.
  */
 typedef void (*acc_release_fn)(int device, uintptr_t ptr);
+/* In the child of fork(): the lock of the deferred releases made usable
+ * again (dispatch.c's fork handler calls it). */
+void acc_memory_after_fork_child(void);
 void acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
                        acc_stream *const *streams, int n);
 /* Release what has become ready; with wait, wait for everything first.

@@ -105,6 +105,12 @@ struct acc_backend {
      * probed; never after fork in the child. */
     void (*shutdown)(void);
 
+    /* In the child of fork(), before anything else runs there: make the
+     * backend's own locks usable again (another thread of the parent may
+     * have held one at the fork).  Only locks the child could take while
+     * it is refused every driver call need it.  May be NULL. */
+    void (*after_fork_child)(void);
+
     /* Devices ------------------------------------------------------------ */
 
     /* OPTIONAL (NULL: the driver has no per-thread notion of a current

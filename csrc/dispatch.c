@@ -81,8 +81,18 @@ typedef struct visible_list {
     char error[256];           /* why the value is malformed, "" if not */
 } visible_list;
 
+/*
+ * Locks.  fork() copies only the calling thread, so a lock another thread
+ * holds at that instant would stay held in the child for good: the child
+ * handler (after_fork_in_child) re-initialises every lock below and asks
+ * each backend to do the same with its own.  In a child of a process
+ * that had initialised a backend (or was initialising one) no driver is
+ * called again: every call is refused before it reaches a lock that
+ * guards driver state.
+ */
 static struct {
-    pthread_once_t once;
+    pthread_mutex_t probe_lock; /* the one-time probe */
+    int probing;               /* under probe_lock: probe_once() runs */
     atomic_int probed;         /* acc_probe() has completed */
     int forked;                /* we are a child forked after init */
     int debug;                 /* ACCELERATOR_DEBUG=1 */
@@ -95,6 +105,7 @@ static struct {
      * and reported by every later use. */
     atomic_int ready;
     pthread_mutex_t init_lock;
+    int initializing;          /* under init_lock: initialize_selected() */
     int init_failed;
     acc_error init_error;
     int probed_backend[N_BACKENDS];
@@ -106,11 +117,17 @@ static struct {
     pthread_mutex_t pool_lock;
     stream_pool streams[ACC_MAX_DEVICES];
     event_pool events[ACC_MAX_DEVICES][EVENT_KINDS];
+    /* Threads waiting for another thread's first record of an event to
+     * make its native event; never held across a driver call. */
+    pthread_mutex_t event_lock;
+    pthread_cond_t event_made;
 } g = {
-    .once = PTHREAD_ONCE_INIT,
+    .probe_lock = PTHREAD_MUTEX_INITIALIZER,
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .pool_lock = PTHREAD_MUTEX_INITIALIZER,
     .init_lock = PTHREAD_MUTEX_INITIALIZER,
+    .event_lock = PTHREAD_MUTEX_INITIALIZER,
+    .event_made = PTHREAD_COND_INITIALIZER,
 };
 
 /*
@@ -135,6 +152,8 @@ typedef struct restore_entry {
 static ACC_TLS restore_entry *tls_restore;
 static ACC_TLS size_t tls_restore_len, tls_restore_cap;
 static int thread_key_value;  /* any non-NULL value arms the destructor */
+
+static void release_thread_state(void *unused);
 
 /* Tracing ---------------------------------------------------------------- */
 
@@ -248,15 +267,62 @@ acc_error_driver(acc_error *err, const char *backend, const char *api,
 static void
 after_fork_in_child(void)
 {
+    /* Only this thread runs in the child: whatever another thread of
+     * the parent held, nobody will release. */
+    pthread_mutex_init(&g.probe_lock, NULL);
+    pthread_mutex_init(&g.init_lock, NULL);
+    pthread_mutex_init(&g.lock, NULL);
+    pthread_mutex_init(&g.pool_lock, NULL);
+    pthread_mutex_init(&g.event_lock, NULL);
+    pthread_cond_init(&g.event_made, NULL);
+    acc_memory_after_fork_child();
+    for (int i = 0; i < N_BACKENDS; i++) {
+        if (registry[i]->after_fork_child != NULL) {
+            registry[i]->after_fork_child();
+        }
+    }
     /* Drivers cannot be used in a child of a process that initialised
      * them (CUDA returns NOT_INITIALIZED forever; the Level Zero loader's
-     * once-only state is inherited), so refuse clearly instead.  A parent
-     * that only counted devices (CUDA through NVML) initialised nothing:
-     * its child initialises the driver for itself at first use. */
-    if (g.selected != NULL
-        && atomic_load_explicit(&g.ready, memory_order_acquire)) {
-        g.forked = 1;
+     * once-only state is inherited), nor of one that was initialising
+     * them in another thread (half made, maybe under the driver's own
+     * locks), so refuse clearly instead.  A parent that only counted
+     * devices (CUDA through NVML) initialised nothing: its child
+     * initialises the driver for itself at first use. */
+    if (!(g.selected != NULL
+          && atomic_load_explicit(&g.ready, memory_order_acquire))
+        && !g.probing && !g.initializing) {
+        return;
     }
+    g.forked = 1;
+    g.probing = 0;
+    g.initializing = 0;
+    atomic_store_explicit(&g.probed, 1, memory_order_release);
+    for (int i = 0; i < N_BACKENDS; i++) {
+        acc_backend_info *info = &g.info[i];
+
+        if (g.probed_backend[i]) {
+            continue;
+        }
+        /* Never probed, or probed by a thread the fork left behind. */
+        memset(info, 0, sizeof(*info));
+        info->name = registry[i]->name;
+        info->device_type = registry[i]->device_type;
+        snprintf(info->reason, sizeof(info->reason),
+                 "not probed: this process was forked from one that had "
+                 "initialised an accelerator backend, and drivers cannot "
+                 "be used in a forked child (use the 'spawn' start "
+                 "method)");
+        g.probed_backend[i] = 1;
+    }
+}
+
+/* Registered when the library is loaded, so that a fork during the
+ * first probe is covered too.  No driver is touched. */
+__attribute__((constructor)) static void
+register_process_handlers(void)
+{
+    pthread_key_create(&g.thread_key, release_thread_state);
+    pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
 static void
@@ -329,7 +395,6 @@ probe_backend(int i)
     memset(&result, 0, sizeof(result));
     memset(&err, 0, sizeof(err));
     st = b->probe(&result, &err);
-    g.probed_backend[i] = 1;
     info->library = result.library;
     info->loaded = result.loaded;
     info->driver_version = result.driver_version;
@@ -345,6 +410,7 @@ probe_backend(int i)
     if (st != ACC_OK) {
         acc_format(info->reason, sizeof(info->reason), "%s", err.message);
         acc_trace("backend %s rejected: %s", b->name, info->reason);
+        g.probed_backend[i] = 1;
         return;
     }
     if (result.device_count > ACC_MAX_DEVICES) {
@@ -354,6 +420,8 @@ probe_backend(int i)
     }
     info->available = 1;
     info->device_count = result.device_count;
+    /* Last: a child forked before this point treats i as unprobed. */
+    g.probed_backend[i] = 1;
     acc_trace("backend %s available: %d device(s), driver %s, library %s",
               b->name, result.device_count, info->driver_version_text,
               info->library ? info->library : "?");
@@ -595,7 +663,9 @@ acc_ready(acc_error *err)
             st = err->status;
         }
         else {
+            g.initializing = 1;
             st = initialize_selected(err);
+            g.initializing = 0;
             if (st == ACC_OK) {
                 atomic_store_explicit(&g.ready, 1, memory_order_release);
             }
@@ -628,8 +698,6 @@ probe_once(void)
 
     g.debug = debug != NULL && strcmp(debug, "0") != 0 && debug[0] != '\0';
     parse_visible(&g.visible, getenv("ACCELERATOR_VISIBLE_DEVICES"));
-    pthread_key_create(&g.thread_key, release_thread_state);
-    pthread_atfork(NULL, NULL, after_fork_in_child);
     if (only != NULL && only[0] == '\0') {
         only = NULL;
     }
@@ -717,7 +785,18 @@ probe_once(void)
 void
 acc_probe(void)
 {
-    pthread_once(&g.once, probe_once);
+    if (acc_probed()) {
+        return;
+    }
+    /* A plain lock rather than pthread_once: the child handler can reset
+     * it when the fork caught another thread probing. */
+    pthread_mutex_lock(&g.probe_lock);
+    if (!atomic_load_explicit(&g.probed, memory_order_acquire)) {
+        g.probing = 1;
+        probe_once();
+        g.probing = 0;
+    }
+    pthread_mutex_unlock(&g.probe_lock);
 }
 
 int
@@ -730,10 +809,13 @@ void
 acc_probe_all(void)
 {
     acc_probe();
+    /* A child of an initialised parent must not touch any driver. */
+    if (g.forked) {
+        return;
+    }
     pthread_mutex_lock(&g.lock);
     for (int i = 0; i < N_BACKENDS; i++) {
-        /* A child of an initialised parent must not touch any driver. */
-        if (!g.probed_backend[i] && !g.forked) {
+        if (!g.probed_backend[i]) {
             probe_backend(i);
         }
     }
@@ -801,13 +883,25 @@ acc_status
 acc_check_usable(acc_error *err)
 {
     if (g.forked) {
-        acc_error_set(err, ACC_ERR_FORKED,
-                      "Cannot use the %s backend in a process forked after "
-                      "it was initialised: the driver cannot be "
-                      "re-initialised in a forked child. To use an "
-                      "accelerator in subprocesses, use the 'spawn' start "
-                      "method (multiprocessing.set_start_method('spawn'))",
-                      g.selected->name);
+        if (g.selected != NULL) {
+            acc_error_set(err, ACC_ERR_FORKED,
+                          "Cannot use the %s backend in a process forked "
+                          "after it was initialised: the driver cannot be "
+                          "re-initialised in a forked child. To use an "
+                          "accelerator in subprocesses, use the 'spawn' "
+                          "start method "
+                          "(multiprocessing.set_start_method('spawn'))",
+                          g.selected->name);
+        }
+        else {
+            acc_error_set(err, ACC_ERR_FORKED,
+                          "Cannot use an accelerator in a process forked "
+                          "while another thread was initialising the "
+                          "drivers: they cannot be re-initialised in a "
+                          "forked child. To use an accelerator in "
+                          "subprocesses, use the 'spawn' start method "
+                          "(multiprocessing.set_start_method('spawn'))");
+        }
         return ACC_ERR_FORKED;
     }
     if (g.selected == NULL) {
@@ -1065,6 +1159,13 @@ acc_default_stream(int device, acc_stream **out, acc_error *err)
     }
     *out = &slot->s;
     return ACC_OK;
+}
+
+int
+acc_default_stream_ready(int device)
+{
+    return atomic_load_explicit(&g.defaults[device].ready,
+                                memory_order_acquire);
 }
 
 acc_status
@@ -1397,7 +1498,7 @@ acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
-    if (e->native == NULL) {
+    if (!acc_event_made(e)) {
         /* Waiting for an event that was never recorded waits for
          * nothing (torch and the CUDA driver agree). */
         return ACC_OK;
@@ -1451,36 +1552,99 @@ void
 acc_event_init(acc_event *e, unsigned flags)
 {
     memset(e, 0, sizeof(*e));
+    atomic_init(&e->state, ACC_EVENT_UNMADE);
     e->device = -1;
     e->flags = flags;
+}
+
+int
+acc_event_made(const acc_event *e)
+{
+    return atomic_load_explicit(&e->state, memory_order_acquire)
+           == ACC_EVENT_MADE;
+}
+
+/* Give e its native event on s's device and record it there, once: of
+ * threads recording e for the first time together, one makes and records
+ * it (no lock held while the driver works; *recorded says it was this
+ * call) and the others wait for the outcome; if the driver refuses
+ * either, e is left never recorded and the next one tries. */
+static acc_status
+event_make(acc_event *e, acc_stream *s, int *recorded, acc_error *err)
+{
+    int state = atomic_load_explicit(&e->state, memory_order_acquire);
+    acc_event made;
+    acc_status st;
+
+    *recorded = 0;
+    for (;;) {
+        if (state == ACC_EVENT_MADE) {
+            return ACC_OK;
+        }
+        if (state == ACC_EVENT_UNMADE) {
+            if (atomic_compare_exchange_weak_explicit(
+                    &e->state, &state, ACC_EVENT_MAKING,
+                    memory_order_acquire, memory_order_acquire)) {
+                break;
+            }
+            continue;
+        }
+        pthread_mutex_lock(&g.event_lock);
+        while ((state = atomic_load_explicit(&e->state,
+                                             memory_order_acquire))
+               == ACC_EVENT_MAKING) {
+            pthread_cond_wait(&g.event_made, &g.event_lock);
+        }
+        pthread_mutex_unlock(&g.event_lock);
+    }
+    /* Made aside and published whole: readers never see a device
+     * without a native event, or a backend missing. */
+    acc_event_init(&made, e->flags);
+    made.backend = s->backend;
+    made.device = s->device;
+    st = event_reuse(&made) ? ACC_OK : s->backend->event_create(&made, err);
+    if (st == ACC_OK) {
+        st = s->backend->event_record(&made, s, err);
+        if (st != ACC_OK) {
+            /* Still never recorded: the native event goes back to the
+             * pool, so that query, synchronize and elapsed_time keep
+             * answering for an unrecorded event (backends are only
+             * asked about recorded ones). */
+            atomic_store_explicit(&made.state, ACC_EVENT_MADE,
+                                  memory_order_relaxed);
+            acc_event_release(&made);
+        }
+    }
+    pthread_mutex_lock(&g.event_lock);
+    if (st == ACC_OK) {
+        e->backend = made.backend;
+        e->device = made.device;
+        e->handle = made.handle;
+        e->native = made.native;
+        atomic_store_explicit(&e->state, ACC_EVENT_MADE,
+                              memory_order_release);
+        *recorded = 1;
+    }
+    else {
+        atomic_store_explicit(&e->state, ACC_EVENT_UNMADE,
+                              memory_order_release);
+    }
+    pthread_cond_broadcast(&g.event_made);
+    pthread_mutex_unlock(&g.event_lock);
+    return st;
 }
 
 acc_status
 acc_event_record(acc_event *e, acc_stream *s, acc_error *err)
 {
+    int recorded;
     acc_status st = acc_ready(err);
 
     if (st != ACC_OK) {
         return st;
     }
-    if (e->native == NULL) {
-        e->backend = s->backend;
-        e->device = s->device;
-        st = event_reuse(e) ? ACC_OK : s->backend->event_create(e, err);
-        if (st == ACC_OK) {
-            st = s->backend->event_record(e, s, err);
-            if (st != ACC_OK) {
-                /* Still never recorded: the native event goes back to the
-                 * pool, so that query, synchronize and elapsed_time keep
-                 * answering for an unrecorded event (backends are only
-                 * asked about recorded ones). */
-                acc_event_release(e);
-            }
-        }
-        if (st != ACC_OK) {
-            e->device = -1;
-            e->backend = NULL;
-        }
+    st = event_make(e, s, &recorded, err);
+    if (st != ACC_OK || recorded) {
         return st;
     }
     if (e->device != s->device) {
@@ -1497,7 +1661,7 @@ acc_event_query(acc_event *e, acc_error *err)
 {
     acc_status st;
 
-    if (e->native == NULL) {
+    if (!acc_event_made(e)) {
         return ACC_OK;
     }
     st = acc_check_usable(err);
@@ -1512,7 +1676,7 @@ acc_event_synchronize(acc_event *e, acc_error *err)
 {
     acc_status st;
 
-    if (e->native == NULL) {
+    if (!acc_event_made(e)) {
         return ACC_OK;
     }
     st = acc_check_usable(err);
@@ -1534,7 +1698,7 @@ acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                       "'enable_timing=True'.");
         return ACC_ERR_INVALID_ARGUMENT;
     }
-    if (start->native == NULL || end->native == NULL) {
+    if (!acc_event_made(start) || !acc_event_made(end)) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
                       "Both events must be recorded before calculating "
                       "elapsed time.");
@@ -1570,7 +1734,7 @@ acc_event_release(acc_event *e)
 {
     event_pool *pool;
 
-    if (e->native != NULL && !g.forked) {
+    if (acc_event_made(e) && !g.forked) {
         pool = event_pool_of(e);
         pthread_mutex_lock(&g.pool_lock);
         if (pool->n < EVENT_POOL_SIZE) {
@@ -1586,6 +1750,9 @@ acc_event_release(acc_event *e)
     }
     e->native = NULL;
     e->handle = 0;
+    e->device = -1;
+    e->backend = NULL;
+    atomic_store_explicit(&e->state, ACC_EVENT_UNMADE, memory_order_relaxed);
 }
 
 /* Cache ------------------------------------------------------------------ */

@@ -221,6 +221,12 @@ static struct {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
+void
+acc_memory_after_fork_child(void)
+{
+    pthread_mutex_init(&pending.lock, NULL);
+}
+
 static void
 deferred_finish(deferred *d)
 {

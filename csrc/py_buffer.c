@@ -77,7 +77,7 @@ acc_parse_stream(acc_state *st, PyObject *obj, int device, const char *what,
     acc_error err;
 
     if (obj == NULL || obj == Py_None) {
-        if (acc_current_stream(device, out, &err) != ACC_OK) {
+        if (acc_stream_for(device, 1, out, &err) != ACC_OK) {
             acc_raise(st, &err);
             return -1;
         }

@@ -107,7 +107,7 @@ stream_arg(acc_state *st, PyObject *stream, const char *what,
         if (acc_require_usable(st) < 0) {
             return -1;
         }
-        if (acc_current_stream(acc_current_device(), out, &err) != ACC_OK) {
+        if (acc_stream_for(acc_current_device(), 1, out, &err) != ACC_OK) {
             acc_raise(st, &err);
             return -1;
         }
@@ -164,8 +164,9 @@ event_record(EventObject *self, PyObject *const *args, Py_ssize_t nargs,
         || stream_arg(st, stream, "Event.record()", &s) < 0) {
         return NULL;
     }
-    if (self->e.native == NULL) {
-        /* The first record creates the driver event: may be slow. */
+    if (!acc_event_made(&self->e)) {
+        /* The first record creates the driver event, or waits for the
+         * thread creating it: may be slow. */
         Py_BEGIN_ALLOW_THREADS
         status = acc_event_record(&self->e, s, &err);
         Py_END_ALLOW_THREADS
@@ -280,14 +281,14 @@ event_get_device(EventObject *self, void *closure)
 {
     (void)closure;
     return acc_device_new(event_state(self), acc_device_type(),
-                          self->e.device);
+                          acc_event_made(&self->e) ? self->e.device : -1);
 }
 
 static PyObject *
 event_get_device_index(EventObject *self, void *closure)
 {
     (void)closure;
-    if (self->e.device < 0) {
+    if (!acc_event_made(&self->e)) {
         Py_RETURN_NONE;
     }
     return PyLong_FromLong(self->e.device);
@@ -297,7 +298,8 @@ static PyObject *
 event_get_handle(EventObject *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromUnsignedLongLong(self->e.handle);
+    return PyLong_FromUnsignedLongLong(
+        acc_event_made(&self->e) ? self->e.handle : 0);
 }
 
 static PyObject *
@@ -318,9 +320,10 @@ static PyObject *
 event_repr(EventObject *self)
 {
     char device[48], text[200];
+    int made = acc_event_made(&self->e);
 
     /* No device index until the first record. */
-    if (self->e.device < 0) {
+    if (!made) {
         snprintf(device, sizeof(device), "%s", acc_device_type());
     }
     else {
@@ -332,7 +335,7 @@ event_repr(EventObject *self)
              "blocking=%s, handle=%#llx)", device,
              self->e.flags & ACC_EVENT_TIMING ? "True" : "False",
              self->e.flags & ACC_EVENT_BLOCKING ? "True" : "False",
-             (unsigned long long)self->e.handle);
+             (unsigned long long)(made ? self->e.handle : 0));
     return PyUnicode_FromString(text);
 }
 

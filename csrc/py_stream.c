@@ -388,8 +388,9 @@ stream_record_event(StreamObject *self, PyObject *const *args,
         Py_INCREF(event);
     }
     e = acc_event_of(event);
-    if (e->native == NULL) {
-        /* The first record creates the driver event: may be slow. */
+    if (!acc_event_made(e)) {
+        /* The first record creates the driver event, or waits for the
+         * thread creating it: may be slow. */
         Py_BEGIN_ALLOW_THREADS
         status = acc_event_record(e, self->s, &err);
         Py_END_ALLOW_THREADS
@@ -418,7 +419,7 @@ stream_enter(StreamObject *self, PyObject *unused)
     (void)unused;
     /* The module state is only looked up when needed: this is hot. */
     if (acc_check_usable(&err) != ACC_OK
-        || acc_current_stream(self->s->device, &current, &err) != ACC_OK) {
+        || acc_stream_for(self->s->device, 1, &current, &err) != ACC_OK) {
         goto fail;
     }
     if (self->s->device == device && same_stream(current, self->s)) {
@@ -603,7 +604,7 @@ stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         || foreign_handle(st, obj, &handle, &owner) < 0) {
         return NULL;
     }
-    if (acc_default_stream((int)index, &default_stream, &err) != ACC_OK) {
+    if (acc_stream_for((int)index, 0, &default_stream, &err) != ACC_OK) {
         Py_XDECREF(owner);
         return acc_raise(st, &err);
     }

@@ -87,6 +87,25 @@ acc_ensure_probed(void)
  * that are not UTF-8 (a library path, a driver's name) show as \xNN. */
 PyObject *acc_text(const char *text, size_t size);
 
+/* acc_current_stream (current != 0) or acc_default_stream, with the GIL
+ * released the first time, when making the default stream may call the
+ * driver (and hold the dispatcher's lock meanwhile). */
+static inline acc_status
+acc_stream_for(int device, int current, acc_stream **out, acc_error *err)
+{
+    acc_status status;
+
+    if (acc_default_stream_ready(device)) {
+        return current ? acc_current_stream(device, out, err)
+                       : acc_default_stream(device, out, err);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = current ? acc_current_stream(device, out, err)
+                     : acc_default_stream(device, out, err);
+    Py_END_ALLOW_THREADS
+    return status;
+}
+
 /* Raise the exception for err; returns NULL for convenience. */
 PyObject *acc_raise(acc_state *st, const acc_error *err);
 

@@ -95,6 +95,11 @@ class DriverDouble:
     #: Debian's loader 1.8 lacks: query() then answers from the stream's
     #: own last work, and synchronize() still waits for everything)
     query_sees_foreign_work = True
+    #: a driver function that probing the backend calls (to hold a probe)
+    probe_call = ""
+    #: (driver function, Python call): the call's first use of device 1
+    #: calls that function while holding the dispatcher's lock
+    first_use_under_lock: tuple[str, str] = ("", "")
 
     def __init__(self, path: pathlib.Path, prefix: str) -> None:
         self.path = path
@@ -109,6 +114,8 @@ class DriverDouble:
         f("clear_faults").restype = None
         f("live").argtypes = [ctypes.c_char_p]
         f("live").restype = ctypes.c_longlong
+        f("delay").argtypes = [ctypes.c_char_p, ctypes.c_double]
+        f("delay").restype = ctypes.c_int
 
     @classmethod
     def environment(cls, devices: int) -> dict[str, str]:
@@ -154,6 +161,11 @@ class DriverDouble:
     def clear_faults(self) -> None:
         self._fn("clear_faults")()
 
+    def delay(self, name: str, ms: float) -> None:
+        """Make every later call of name sleep ms first (0: no delay),
+        holding no lock of the double: keeps a thread inside that call."""
+        assert self._fn("delay")(name.encode(), ms) == 0, name
+
     def live(self, kind: str) -> int:
         """Live driver objects: 'stream' or 'event' (or the double's kind)."""
         count = self._fn("live")(self.kinds.get(kind, kind).encode())
@@ -195,6 +207,8 @@ class CudaDouble(DriverDouble):
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
     null_stream_handle = True
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
+    probe_call = "cuInit"
+    first_use_under_lock = ("cuDeviceGetName", "a.get_device_properties(1)")
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
         super().__init__(path, "cuda")
@@ -282,6 +296,9 @@ class ZeDouble(DriverDouble):
     stream_create_api = "zeCommandListCreateImmediate"
     unknown_error = (0x7FFFFFFE, "ZE_RESULT_ERROR_UNKNOWN")
     oom_error = (0x70000003, "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY")
+    probe_call = "zeDriverGet"
+    first_use_under_lock = ("zeCommandListCreateImmediate",
+                            "a.current_stream(1)")
 
     def __init__(self, path: pathlib.Path = ZE_DRIVER) -> None:
         super().__init__(path, "ze")

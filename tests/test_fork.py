@@ -358,3 +358,138 @@ def test_multiprocessing_fork_refuses_and_spawn_works(
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "pool ok"
+
+
+# A child forked while another thread of the parent holds a lock -----------
+#
+# fork() copies only the calling thread: a lock that another thread holds at
+# that instant stays held in the child for good.  The double's delay
+# control keeps a thread inside a driver call made under one of the
+# module's locks; the main thread forks meanwhile.  The child must answer
+# (the 'spawn' error or a correct result) and exit; the parent kills it
+# after a generous deadline and reports it hung (a harness timeout, not a
+# timed assertion).
+
+HELD = """
+import threading
+import accelerator as a
+held = fake_drivers.{double}()
+NAME = {name!r}
+
+def hold():
+    {call}
+
+before = held.calls(NAME)
+held.delay(NAME, 1500)
+thread = threading.Thread(target=hold)
+thread.start()
+for _ in range(30000):                 # until the thread is inside NAME
+    if held.calls(NAME) > before:
+        break
+    time.sleep(0.001)
+else:
+    raise AssertionError(f"the thread never called {{NAME}}")
+time.sleep(0.05)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    report = {{}}
+    try:
+        report["available"] = a.is_available()
+        report["backends"] = [[b["name"], b["available"], b["reason"]]
+                              for b in a.backends()]
+        try:
+            a.Stream(0).synchronize()
+            report["stream"] = "ok"
+        except a.AcceleratorError as exc:
+            report["stream"] = str(exc)
+    except BaseException as exc:
+        report["crash"] = repr(exc)
+    os.write(w, json.dumps(report).encode())
+    os._exit(0)
+os.close(w)
+for _ in range(6000):                  # the harness's deadline: 60 s
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.01)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print(json.dumps({{"hung": True}}))
+    thread.join()
+    sys.exit(0)
+with os.fdopen(r) as pipe:
+    child = json.loads(pipe.read())
+thread.join()
+held.delay(NAME, 0)
+a.Stream(0).synchronize()              # the parent is unaffected
+print(json.dumps(child))
+"""
+
+
+def run_held(backend: str, double: str, name: str, call: str,
+             **env: str) -> dict:
+    script = HELD.format(double=double, name=name, call=call)
+    saved = dict(BACKENDS[backend])
+    try:
+        BACKENDS[backend].update(env)
+        for key in [k for k, v in BACKENDS[backend].items() if v is None]:
+            del BACKENDS[backend][key]
+        result = run(backend, script)
+    finally:
+        BACKENDS[backend].clear()
+        BACKENDS[backend].update(saved)
+    child = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "hung" not in child, f"the child hangs: {result.stderr}"
+    assert "crash" not in child, child
+    return child
+
+
+def spawn_refused(message: str) -> bool:
+    return "'spawn'" in message and "forked" in message
+
+
+@pytest.mark.skipif(not CUDA_DOUBLE.exists() or not ZE_DRIVER.exists(),
+                    reason="needs both driver doubles built")
+def test_a_child_forked_while_backends_probes_does_not_hang() -> None:
+    """backends() probes, under the dispatcher's lock, the backends that
+    selection skipped: here CUDA is selected and Level Zero is probed
+    while the process forks."""
+    child = run_held(
+        "cuda", "ZeDouble", fake_drivers.ZeDouble.probe_call,
+        "a.backends()", ACCELERATOR_BACKEND=None,
+        ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER), FAKE_ZE_DEVICES="2")
+    assert child["available"] is True
+    (cuda, xpu) = child["backends"]
+    assert cuda[:2] == ["cuda", True]
+    # Half probed in the parent: the child says so instead of guessing.
+    assert xpu[:2] == ["xpu", False]
+    assert spawn_refused(xpu[2]), xpu
+    assert spawn_refused(child["stream"]), child
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_child_forked_while_a_device_is_first_used_does_not_hang(
+        backend: str) -> None:
+    """The first use of a device fills per-device state under the
+    dispatcher's lock, calling the driver."""
+    double = getattr(fake_drivers, DOUBLES[backend])
+    name, call = double.first_use_under_lock
+    child = run_held(backend, DOUBLES[backend], name, call)
+    assert child["available"] is True
+    assert [b[0] for b in child["backends"]] == ["cuda", "xpu"]
+    assert spawn_refused(child["stream"]), child
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_child_forked_during_the_first_probe_does_not_hang(
+        backend: str) -> None:
+    """Forked while another thread probes the drivers for the first time:
+    the driver is half initialised, so the child refuses, naming
+    'spawn'."""
+    double = getattr(fake_drivers, DOUBLES[backend])
+    child = run_held(backend, DOUBLES[backend], double.probe_call,
+                     "a.is_available()")
+    assert spawn_refused(child["stream"]), child
+    assert [b[0] for b in child["backends"]] == ["cuda", "xpu"]

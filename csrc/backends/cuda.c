@@ -301,6 +301,12 @@ cuda_shutdown(void)
     }
 }
 
+static void
+cuda_after_fork_child(void)
+{
+    pthread_mutex_init(&cu.lock, NULL);
+}
+
 /* Contexts --------------------------------------------------------------- */
 
 /* The device's primary context, retained once per process. */
@@ -945,6 +951,7 @@ const acc_backend acc_cuda_backend = {
     .initialize = cuda_initialize,
     .select_devices = cuda_select_devices,
     .shutdown = cuda_shutdown,
+    .after_fork_child = cuda_after_fork_child,
     .device_activate = cuda_device_activate,
     .device_synchronize = cuda_device_synchronize,
     .device_properties = cuda_device_properties,

@@ -1006,8 +1006,12 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
         }
     }
     if (status == ACC_OK) {
-        /* Claimed now, so a concurrent record cannot take it too. */
+        /* Claimed now, so a concurrent record cannot take it too; the
+         * handle follows ev->slot under the same lock, so a concurrent
+         * record on another stream cannot leave it naming a retired
+         * slot. */
         slot->armed = 1;
+        e->handle = (uintptr_t)slot->event;
     }
     pthread_mutex_unlock(&lz.lock);
     if (status == ACC_OK) {
@@ -1019,9 +1023,6 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
         }
     }
     pthread_mutex_unlock(t.lock);
-    if (status == ACC_OK) {
-        e->handle = (uintptr_t)slot->event;
-    }
     return status;
 }
 
@@ -2359,6 +2360,20 @@ lz_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     return ACC_OK;
 }
 
+/* The child of fork(): the dispatcher never calls a backend there once
+ * one was initialised, so only the global locks need to be usable again;
+ * the reaper thread was not copied. */
+static void
+lz_after_fork_child(void)
+{
+    pthread_mutex_init(&lz.default_lock, NULL);
+    pthread_mutex_init(&lz.reg_lock, NULL);
+    pthread_mutex_init(&lz.foreign_lock, NULL);
+    pthread_mutex_init(&lz.lock, NULL);
+    pthread_cond_init(&lz.reaper_cv, NULL);
+    lz.reaper_running = 0;
+}
+
 const acc_backend acc_level_zero_backend = {
     .name = LZ_BACKEND,
     .device_type = LZ_BACKEND,
@@ -2368,6 +2383,7 @@ const acc_backend acc_level_zero_backend = {
     .probe = lz_probe,
     .select_devices = lz_select_devices,
     .shutdown = lz_shutdown,
+    .after_fork_child = lz_after_fork_child,
     .device_activate = NULL, /* Level Zero has no current device */
     .device_synchronize = lz_device_synchronize,
     .device_properties = lz_device_properties,

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int
 dc_fn_index(const dc_control *ctl, const char *name)
@@ -84,8 +85,33 @@ fault_fires(dc_control *ctl, int fn, int *code)
 bool
 dc_enter(dc_control *ctl, int fn, int *code)
 {
+    long long us = fn < DC_MAX_FNS
+                       ? atomic_load_explicit(&ctl->delay_us[fn],
+                                              memory_order_relaxed)
+                       : 0;
+
     atomic_fetch_add_explicit(&ctl->calls[fn], 1, memory_order_relaxed);
+    if (us > 0) {
+        /* No lock held: only the calling thread waits here. */
+        struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000)
+                                                          * 1000};
+
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
     return atomic_load(&ctl->have_faults) && fault_fires(ctl, fn, code);
+}
+
+int
+dc_delay(dc_control *ctl, const char *name, double ms)
+{
+    int fn = dc_fn_index(ctl, name);
+
+    if (fn < 0 || fn >= DC_MAX_FNS || !(ms >= 0.0 && ms < 1e9)) {
+        return -1;
+    }
+    atomic_store(&ctl->delay_us[fn], (long long)(ms * 1e3));
+    return 0;
 }
 
 long long

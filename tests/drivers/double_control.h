@@ -22,6 +22,12 @@
  *   void fake_<prefix>_clear_faults(void)
  *   long long fake_<prefix>_live(const char *kind)
  *       Live objects of one kind; -1 for an unknown kind.
+ *   int fake_<prefix>_delay(const char *name, double ms)
+ *       Makes every later call of that function sleep ms milliseconds on
+ *       entry (before a fault answers it), holding no lock of the double,
+ *       so that a test can keep a thread inside a driver call (races,
+ *       fork); 0 removes the delay.  0, or -1 for an unknown name or a
+ *       bad ms.
  *
  * Control functions are not counted and never affected by faults.
  */
@@ -35,6 +41,7 @@
 #include <stddef.h>
 
 #define DC_MAX_FAULTS 64
+#define DC_MAX_FNS 128      /* functions a double may describe */
 #define DC_EXPORT __attribute__((visibility("default")))
 
 /* A driver function: the unit of counting and of fault injection. */
@@ -68,6 +75,7 @@ typedef struct dc_control {
     dc_fault faults[DC_MAX_FAULTS];
     int nfaults;
     atomic_int have_faults;
+    atomic_llong delay_us[DC_MAX_FNS]; /* per function, 0: none */
 } dc_control;
 
 /* The fields every double sets, from its arrays of functions, call
@@ -92,6 +100,7 @@ long long dc_call_count(dc_control *ctl, const char *name);
 void dc_reset_counts(dc_control *ctl);
 int dc_fail(dc_control *ctl, const char *name, int nth, int code);
 void dc_clear_faults(dc_control *ctl);
+int dc_delay(dc_control *ctl, const char *name, double ms);
 
 /* Live objects: kind by index (the double's own enum) or by name. */
 void dc_live_add(dc_control *ctl, int kind, long long delta);
@@ -136,6 +145,7 @@ void dc_env_faults(dc_control *ctl, const char *var);
                                        int code);                       \
     DC_EXPORT void fake_##prefix##_clear_faults(void);                  \
     DC_EXPORT long long fake_##prefix##_live(const char *kind);         \
+    DC_EXPORT int fake_##prefix##_delay(const char *name, double ms);   \
     long long fake_##prefix##_call_count(const char *name)              \
     {                                                                   \
         return dc_call_count(&(ctl), name);                             \
@@ -155,6 +165,10 @@ void dc_env_faults(dc_control *ctl, const char *var);
     long long fake_##prefix##_live(const char *kind)                    \
     {                                                                   \
         return dc_live(&(ctl), kind);                                   \
+    }                                                                   \
+    int fake_##prefix##_delay(const char *name, double ms)              \
+    {                                                                   \
+        return dc_delay(&(ctl), name, ms);                              \
     }
 
 #endif /* DOUBLE_CONTROL_H */
