@@ -218,6 +218,11 @@ class CudaDouble(DriverDouble):
         for name in ("event_sync_blocked", "event_sync_spun"):
             self._fn(name).restype = ctypes.c_longlong
         self.lib.fake_cuda_current_device.restype = ctypes.c_int
+        self.lib.fake_cuda_foreign_work.argtypes = [ctypes.c_int,
+                                                    ctypes.c_double]
+        self.lib.fake_cuda_foreign_work.restype = ctypes.c_int
+        self.lib.fake_cuda_foreign_done.argtypes = [ctypes.c_int]
+        self.lib.fake_cuda_foreign_done.restype = ctypes.c_int
 
     @classmethod
     def environment(cls, devices: int) -> dict[str, str]:
@@ -250,6 +255,18 @@ class CudaDouble(DriverDouble):
     def current_device(self) -> int:
         """The device of the calling thread's current driver context."""
         return self.lib.fake_cuda_current_device()
+
+    def foreign_work(self, device: int, ms: float) -> None:
+        """As another library would: retain device's primary context for
+        itself and queue ms of work on its legacy default stream."""
+        rc = self.lib.fake_cuda_foreign_work(device, ms)
+        assert rc == 0, f"fake_cuda_foreign_work failed: {rc}"
+
+    def foreign_done(self, device: int) -> bool:
+        """Whether the work foreign_work queued on device has run."""
+        done = self.lib.fake_cuda_foreign_done(device)
+        assert done >= 0, device
+        return bool(done)
 
 
 class NvmlDouble(DriverDouble):

@@ -383,14 +383,22 @@ cuda_device_activate(int device, acc_error *err)
 static acc_status
 cuda_device_synchronize(int device, acc_error *err)
 {
+    unsigned flags = 0;
+    int active = 0;
     int pushed;
     acc_status st;
 
-    /* Nothing can be queued on a context nobody retained through us;
-     * torch likewise skips devices it never initialised. */
+    /* Another library (the CUDA runtime, torch, CuPy) may have queued
+     * work on the device's primary context without us: wait for it when
+     * that context is active.  An inactive one has no work, and is not
+     * made by asking. */
     if (atomic_load_explicit(&cu.contexts[device], memory_order_acquire)
         == NULL) {
-        return ACC_OK;
+        st = CU(cuDevicePrimaryCtxGetState,
+                (cu.devices[device], &flags, &active));
+        if (st != ACC_OK || !active) {
+            return st;
+        }
     }
     st = cuda_enter(device, &pushed, err);
     if (st == ACC_OK) {

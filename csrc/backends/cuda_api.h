@@ -167,6 +167,8 @@ typedef struct CUuuid_st {
       (CUcontext *pctx, CUdevice dev))                                      \
     X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, 11000,       \
       (CUdevice dev))                                                       \
+    X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000,         \
+      (CUdevice dev, unsigned int *flags, int *active))                     \
     X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, (CUcontext ctx))              \
     X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, (CUcontext *pctx))            \
     X(cuCtxPushCurrent, cuCtxPushCurrent_v2, 4000, (CUcontext ctx))         \

@@ -325,6 +325,7 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "exit from device 1 in a new thread": lambda st: in_new_thread(
         exit_to_device_0, same_device=False),
     "synchronize(0)": lambda st: acc.synchronize(0),
+    "synchronize(1)": lambda st: acc.synchronize(1),
     "get_memory_info(0)": lambda st: acc.get_memory_info(0),
     "get_memory_info(1) from device 0": lambda st: acc.get_memory_info(1),
     "get_device_properties(0)": lambda st: acc.get_device_properties(0),
@@ -467,6 +468,9 @@ CUDA_SITES = [
     Site("cuDevicePrimaryCtxRetain", FRESH,
          "set_device_index(1) in a new thread"),
     Site("cuDevicePrimaryCtxRelease", EXIT),
+    # Asked only while this process has not retained the context.
+    Site("cuDevicePrimaryCtxGetState", FRESH, "synchronize(1)",
+         prepare=nothing),
     Site("cuCtxSetCurrent", RAISE, "set_device_index(1) in a new thread"),
     Site("cuCtxSetCurrent", RAISE, "with Stream(1) in a new thread"),
     Site("cuCtxSetCurrent", RAISE, "set_stream(Stream(1)) in a new thread"),

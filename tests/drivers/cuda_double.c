@@ -55,6 +55,15 @@
  *       CUDA_ERROR_INVALID_CONTEXT); otherwise a CUstream as an integer and
  *       `device` is ignored.  Returns a CUresult (INVALID_HANDLE for a
  *       stream that is not live, INVALID_VALUE for ms < 0 or NaN).
+ *   int fake_cuda_foreign_work(int device, double ms)
+ *       What another library (the CUDA runtime, torch, CuPy) does behind
+ *       the product's back: retains the primary context of `device` for
+ *       itself (the first time; it keeps that reference for good) and
+ *       queues ms milliseconds of work on that context's legacy default
+ *       stream.  Returns a CUresult.
+ *   int fake_cuda_foreign_done(int device)
+ *       1 when all the work fake_cuda_foreign_work queued on `device` has
+ *       run (or none was queued), 0 when not, -1 for a bad device.
  *   int fake_cuda_current_device(void)
  *       Device of the calling thread's current context, -1 if none.
  *   long long fake_cuda_event_sync_blocked(void)
@@ -173,6 +182,8 @@ FAKE_EXPORT void fake_cuda_report_at_exit(void);
 FAKE_EXPORT int fake_cuda_enqueue_sleep(int device, unsigned long long stream,
                                         double ms);
 FAKE_EXPORT int fake_cuda_current_device(void);
+FAKE_EXPORT int fake_cuda_foreign_work(int device, double ms);
+FAKE_EXPORT int fake_cuda_foreign_done(int device);
 FAKE_EXPORT long long fake_cuda_event_sync_blocked(void);
 FAKE_EXPORT long long fake_cuda_event_sync_spun(void);
 
@@ -285,6 +296,10 @@ static struct {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUctx_st g_ctx[FAKE_MAX_DEVICES];
 static struct CUstream_st *g_streams;
+/* Another library's reference to each primary context, and the end of
+ * the work it queued there (fake_cuda_foreign_work). */
+static bool g_foreign_retained[FAKE_MAX_DEVICES];
+static struct fake_mark *g_foreign_end[FAKE_MAX_DEVICES];
 static struct CUevent_st *g_events;
 /* The same objects as sets, so that each lookup is O(1) in the number of
  * live objects (the lists serve walks by context). */
@@ -1247,6 +1262,23 @@ cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     pthread_mutex_lock(&g_mu);
     g_ctx[dev].retain++;
     *pctx = &g_ctx[dev];
+    pthread_mutex_unlock(&g_mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    FAKE_ENTER(cuDevicePrimaryCtxGetState, true);
+    if (flags == NULL || active == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad_device(dev)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    pthread_mutex_lock(&g_mu);
+    *flags = 0;
+    *active = g_ctx[dev].retain > 0;
     pthread_mutex_unlock(&g_mu);
     return CUDA_SUCCESS;
 }
@@ -2527,6 +2559,70 @@ fake_cuda_enqueue_sleep(int device, unsigned long long stream, double ms)
     }
     pthread_mutex_unlock(&g_mu);
     return rc;
+}
+
+int
+fake_cuda_foreign_work(int device, double ms)
+{
+    struct CUstream_st *s = NULL;
+    struct fake_mark *m;
+    struct fake_op *record;
+    CUresult rc;
+
+    if (atomic_load(&g_poisoned) || !atomic_load(&g_initialized)) {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if (bad_device(device)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (!(ms >= 0.0)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    m = mark_new(2);
+    record = m != NULL ? op_new(OP_RECORD, 0, m) : NULL;
+    if (record == NULL) {
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (!g_foreign_retained[device]) {
+        g_foreign_retained[device] = true;
+        g_ctx[device].retain++;
+    }
+    rc = legacy_stream(&g_ctx[device], &s);
+    if (rc == CUDA_SUCCESS) {
+        rc = stream_enqueue(s, op_new(OP_SLEEP, ms, NULL));
+    }
+    if (rc == CUDA_SUCCESS) {
+        rc = stream_enqueue(s, record);
+        record = NULL;
+    }
+    if (rc == CUDA_SUCCESS) {
+        mark_unref(g_foreign_end[device]);
+        g_foreign_end[device] = m;
+    }
+    else {
+        if (record != NULL) {
+            op_free(record); /* the op's reference */
+        }
+        mark_unref(m);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+int
+fake_cuda_foreign_done(int device)
+{
+    int done;
+
+    if (bad_device(device)) {
+        return -1;
+    }
+    pthread_mutex_lock(&g_mu);
+    done = g_foreign_end[device] == NULL || mark_done(g_foreign_end[device]);
+    pthread_mutex_unlock(&g_mu);
+    return done;
 }
 
 int
