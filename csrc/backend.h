@@ -91,6 +91,14 @@ struct acc_backend {
      * *device_count to the count the initialised driver reports. */
     acc_status (*initialize)(int *device_count, acc_error *err);
 
+    /* OPTIONAL (NULL: only initialize() could have initialised the
+     * driver).  Asked while initialize() has not run: nonzero when
+     * another library of this process initialised the driver already,
+     * so that its work may be queued on a device (and initialising costs
+     * no fork safety any more).  Must not initialise the driver or
+     * block. */
+    int (*initialized_elsewhere)(void);
+
     /* OPTIONAL (NULL: the backend cannot restrict its devices, and the
      * dispatcher refuses ACCELERATOR_VISIBLE_DEVICES for it).  Expose only
      * the probed devices order[0..count), in that order: device i becomes
@@ -105,10 +113,11 @@ struct acc_backend {
      * probed; never after fork in the child. */
     void (*shutdown)(void);
 
-    /* In the child of fork(), before anything else runs there: make the
-     * backend's own locks usable again (another thread of the parent may
-     * have held one at the fork).  Only locks the child could take while
-     * it is refused every driver call need it.  May be NULL. */
+    /* OPTIONAL (NULL: no locks of its own).  In the child of fork(),
+     * before anything else runs there: make the backend's own locks
+     * usable again (another thread of the parent may have held one at
+     * the fork).  Only locks the child could take while it is refused
+     * every driver call need it. */
     void (*after_fork_child)(void);
 
     /* Devices ------------------------------------------------------------ */

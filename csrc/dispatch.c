@@ -93,6 +93,7 @@ typedef struct visible_list {
 static struct {
     pthread_mutex_t probe_lock; /* the one-time probe */
     int probing;               /* under probe_lock: probe_once() runs */
+    int probing_backend;       /* 1 + the backend whose probe runs, or 0 */
     atomic_int probed;         /* acc_probe() has completed */
     int forked;                /* we are a child forked after init */
     int debug;                 /* ACCELERATOR_DEBUG=1 */
@@ -264,6 +265,23 @@ acc_error_driver(acc_error *err, const char *backend, const char *api,
 
 /* Probe ------------------------------------------------------------------ */
 
+/* In a child of fork(): report backend i, unless its probe completed,
+ * as not probed, for `why`. */
+static void
+not_probed_after_fork(int i, const char *why)
+{
+    acc_backend_info *info = &g.info[i];
+
+    if (g.probed_backend[i]) {
+        return;
+    }
+    memset(info, 0, sizeof(*info));
+    info->name = registry[i]->name;
+    info->device_type = registry[i]->device_type;
+    snprintf(info->reason, sizeof(info->reason), "not probed: %s", why);
+    g.probed_backend[i] = 1;
+}
+
 static void
 after_fork_in_child(void)
 {
@@ -291,28 +309,28 @@ after_fork_in_child(void)
     if (!(g.selected != NULL
           && atomic_load_explicit(&g.ready, memory_order_acquire))
         && !g.probing && !g.initializing) {
+        /* Usable here, but not the backend another thread was probing
+         * for the report (backends()): its driver is half initialised. */
+        if (g.probing_backend > 0) {
+            not_probed_after_fork(g.probing_backend - 1,
+                                  "this process was forked while another "
+                                  "thread was probing it, and a driver "
+                                  "half initialised cannot be used here");
+        }
+        g.probing_backend = 0;
         return;
     }
     g.forked = 1;
     g.probing = 0;
+    g.probing_backend = 0;
     g.initializing = 0;
     atomic_store_explicit(&g.probed, 1, memory_order_release);
     for (int i = 0; i < N_BACKENDS; i++) {
-        acc_backend_info *info = &g.info[i];
-
-        if (g.probed_backend[i]) {
-            continue;
-        }
         /* Never probed, or probed by a thread the fork left behind. */
-        memset(info, 0, sizeof(*info));
-        info->name = registry[i]->name;
-        info->device_type = registry[i]->device_type;
-        snprintf(info->reason, sizeof(info->reason),
-                 "not probed: this process was forked from one that had "
-                 "initialised an accelerator backend, and drivers cannot "
-                 "be used in a forked child (use the 'spawn' start "
-                 "method)");
-        g.probed_backend[i] = 1;
+        not_probed_after_fork(i, "this process was forked from one that "
+                              "had initialised an accelerator backend, and "
+                              "drivers cannot be used in a forked child "
+                              "(use the 'spawn' start method)");
     }
 }
 
@@ -394,7 +412,9 @@ probe_backend(int i)
 
     memset(&result, 0, sizeof(result));
     memset(&err, 0, sizeof(err));
+    g.probing_backend = i + 1;
     st = b->probe(&result, &err);
+    g.probing_backend = 0;
     info->library = result.library;
     info->loaded = result.loaded;
     info->driver_version = result.driver_version;
@@ -1066,8 +1086,17 @@ acc_synchronize_device(int device, acc_error *err)
     }
     if (!acc_initialized()) {
         /* Nothing can be queued on a driver nobody initialised (and
-         * waiting must not initialise it: fork stays safe). */
-        return ACC_OK;
+         * waiting must not initialise it: fork stays safe).  But another
+         * library of this process (CuPy, torch) may have: then its work
+         * is waited for, and initialising costs nothing more. */
+        if (g.selected->initialized_elsewhere == NULL
+            || !g.selected->initialized_elsewhere()) {
+            return ACC_OK;
+        }
+        st = acc_ready(err);
+        if (st != ACC_OK) {
+            return st;
+        }
     }
     return g.selected->device_synchronize(device, err);
 }

@@ -39,8 +39,14 @@ assert a.is_available()
 """
 
 
-def run(code: str) -> None:
+#: how the probe counts devices: through NVML (cuInit deferred to the first
+#: use), or with cuInit (the CUDA double alone)
+COUNTING = {"nvml": {}, "cuinit": fake_drivers.CudaDouble.eager_probe_env}
+
+
+def run(code: str, counting: str = "nvml") -> None:
     env = fake_drivers.clean_environment()
+    env.update(COUNTING[counting])
     env.update(ACCELERATOR_BACKEND="cuda",
                ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE),
                FAKE_CUDA_DEVICES="2",
@@ -51,8 +57,9 @@ def run(code: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("counting", list(COUNTING))
 def test_synchronize_waits_for_another_librarys_work_on_an_unused_device(
-) -> None:
+        counting: str) -> None:
     run("""
     driver.foreign_work(1, 300)
     assert not driver.foreign_done(1)
@@ -67,7 +74,7 @@ def test_synchronize_waits_for_another_librarys_work_on_an_unused_device(
     driver.foreign_work(1, 100)
     a.synchronize(1)
     assert driver.foreign_done(1)
-    """)
+    """, counting)
 
 
 def test_synchronize_waits_for_another_librarys_work_on_a_used_device(
@@ -80,18 +87,26 @@ def test_synchronize_waits_for_another_librarys_work_on_a_used_device(
     """)
 
 
-def test_synchronize_makes_no_context_on_an_idle_device() -> None:
+@pytest.mark.parametrize("counting", list(COUNTING))
+def test_synchronize_makes_no_context_on_an_idle_device(
+        counting: str) -> None:
     """Nobody made device 1's primary context: nothing can be queued
     there, and asking makes no context (it would cost device memory)."""
     run("""
-    a.synchronize(1)
-    assert driver.calls("cuDevicePrimaryCtxGetState") == 1
+    a.synchronize(1)                       # maybe nobody initialised CUDA
     assert driver.calls("cuDevicePrimaryCtxRetain") == 0
     assert driver.live("context") == 0
-    """)
+    a.Stream(0).synchronize()              # now this process has
+    states = driver.calls("cuDevicePrimaryCtxGetState")
+    a.synchronize(1)
+    assert driver.calls("cuDevicePrimaryCtxGetState") == states + 1
+    assert driver.live("context") == 1     # device 0's only
+    """, counting)
 
 
-def test_synchronize_waits_only_on_the_device_asked_for() -> None:
+@pytest.mark.parametrize("counting", list(COUNTING))
+def test_synchronize_waits_only_on_the_device_asked_for(
+        counting: str) -> None:
     run("""
     driver.foreign_work(0, 100)
     driver.foreign_work(1, 1000)
@@ -100,4 +115,4 @@ def test_synchronize_waits_only_on_the_device_asked_for() -> None:
     assert not driver.foreign_done(1)
     a.synchronize(1)
     assert driver.foreign_done(1)
-    """)
+    """, counting)

@@ -301,6 +301,17 @@ cuda_shutdown(void)
     }
 }
 
+static int
+cuda_initialized_elsewhere(void)
+{
+    int count = 0;
+
+    /* Before cuInit (by anyone) the driver answers NOT_INITIALIZED; this
+     * call changes nothing either way. */
+    return cu.fn.cuDeviceGetCount != NULL
+           && cu.fn.cuDeviceGetCount(&count) == CUDA_SUCCESS;
+}
+
 static void
 cuda_after_fork_child(void)
 {
@@ -957,6 +968,7 @@ const acc_backend acc_cuda_backend = {
     .caps = ACC_CAP_CUDA_STREAM_PROTOCOL | ACC_CAP_NULL_STREAM_HANDLE,
     .probe = cuda_probe,
     .initialize = cuda_initialize,
+    .initialized_elsewhere = cuda_initialized_elsewhere,
     .select_devices = cuda_select_devices,
     .shutdown = cuda_shutdown,
     .after_fork_child = cuda_after_fork_child,

@@ -57,7 +57,8 @@
  *       stream that is not live, INVALID_VALUE for ms < 0 or NaN).
  *   int fake_cuda_foreign_work(int device, double ms)
  *       What another library (the CUDA runtime, torch, CuPy) does behind
- *       the product's back: retains the primary context of `device` for
+ *       the product's back: initialises the driver (as cuInit), retains
+ *       the primary context of `device` for
  *       itself (the first time; it keeps that reference for good) and
  *       queues ms milliseconds of work on that context's legacy default
  *       stream.  Returns a CUresult.
@@ -1057,12 +1058,12 @@ apply_visible_devices(void)
     cfg.devices = n;
 }
 
-CUresult
-cuInit(unsigned int Flags)
+/* cuInit's work, also done by another library (fake_cuda_foreign_work). */
+static CUresult
+init_driver(unsigned int Flags)
 {
     static pthread_once_t visible_once = PTHREAD_ONCE_INIT;
 
-    FAKE_ENTER(cuInit, false);
     if (atomic_load(&g_poisoned)) {
         return CUDA_ERROR_NOT_INITIALIZED;
     }
@@ -1076,6 +1077,13 @@ cuInit(unsigned int Flags)
     pthread_once(&g_pin_once, pin_library);
     atomic_store(&g_initialized, 1);
     return CUDA_SUCCESS;
+}
+
+CUresult
+cuInit(unsigned int Flags)
+{
+    FAKE_ENTER(cuInit, false);
+    return init_driver(Flags);
 }
 
 CUresult
@@ -2569,8 +2577,10 @@ fake_cuda_foreign_work(int device, double ms)
     struct fake_op *record;
     CUresult rc;
 
-    if (atomic_load(&g_poisoned) || !atomic_load(&g_initialized)) {
-        return CUDA_ERROR_NOT_INITIALIZED;
+    /* The other library initialises the driver for itself. */
+    rc = init_driver(0);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
     }
     if (bad_device(device)) {
         return CUDA_ERROR_INVALID_DEVICE;
