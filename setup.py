@@ -23,7 +23,10 @@ extension = Extension(
     sources=sorted(glob.glob("csrc/*.c") + glob.glob("csrc/backends/*.c")),
     depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/backends/*.h")),
     libraries=["dl", "pthread"],
-    extra_compile_args=["-std=gnu11", *WARNINGS]
+    # Hidden by default: the module exports PyInit__accelerator alone (its
+    # PyMODINIT_FUNC says so), not the core's acc_* symbols, which would
+    # clash with other libraries' in the global namespace.
+    extra_compile_args=["-std=gnu11", "-fvisibility=hidden", *WARNINGS]
     + os.environ.get("ACCELERATOR_CFLAGS", "").split(),
     extra_link_args=os.environ.get("ACCELERATOR_LDFLAGS", "").split(),
 )

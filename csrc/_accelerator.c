@@ -883,11 +883,20 @@ new_error(PyObject *module, const char *name, const char *doc,
     return cls;
 }
 
+/* Module instances made so far in this process (not a Python object). */
+static _Atomic unsigned long long instances;
+
 static int
 module_exec(PyObject *module)
 {
     acc_state *st = acc_module_state(module);
     PyObject *bases;
+
+    st->instance = ++instances;
+    st->stream_wrappers = PyDict_New();
+    if (st->stream_wrappers == NULL) {
+        return -1;
+    }
 
     if (add_type(module, &acc_device_spec, NULL, &st->device_type) < 0
         || add_type(module, &acc_stream_spec, NULL, &st->stream_type) < 0
@@ -946,6 +955,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
 {
     acc_state *st = acc_module_state(module);
 
+    Py_VISIT(st->stream_wrappers);
     Py_VISIT(st->device_type);
     Py_VISIT(st->stream_type);
     Py_VISIT(st->event_type);
@@ -971,6 +981,7 @@ module_clear(PyObject *module)
 {
     acc_state *st = acc_module_state(module);
 
+    Py_CLEAR(st->stream_wrappers);
     Py_CLEAR(st->device_type);
     Py_CLEAR(st->stream_type);
     Py_CLEAR(st->event_type);

@@ -58,7 +58,11 @@ typedef struct acc_stream {
     unsigned flags;               /* ACC_STREAM_* */
     uintptr_t handle;             /* the native handle, as users see it */
     void *native;                 /* backend data */
-    void *wrapper;                /* Python layer's borrowed back-pointer */
+    /* The Python layer's borrowed back-pointer to the object that one
+     * module instance (wrapper_owner, never 0) hands out for this
+     * stream; other instances keep theirs in their own state. */
+    void *wrapper;
+    unsigned long long wrapper_owner;
 } acc_stream;
 
 enum {
@@ -200,9 +204,10 @@ acc_status acc_synchronize_device(int device, acc_error *err);
 /* Streams (dispatch.c) */
 /* The device's default stream (borrowed; immortal).  device is valid. */
 acc_status acc_default_stream(int device, acc_stream **out, acc_error *err);
-/* Nonzero when the default stream of device is made (no driver call
- * left in acc_default_stream); never blocks. */
-int acc_default_stream_ready(int device);
+/* The thread's current stream (current != 0) or the default stream of a
+ * valid device (borrowed) when that needs no driver call: 1 and *out
+ * filled; 0 when the default stream must be made first.  Never blocks. */
+int acc_stream_cached(int device, int current, acc_stream **out);
 /* The thread's current stream on a valid device (borrowed). */
 acc_status acc_current_stream(int device, acc_stream **out, acc_error *err);
 /* Make s the thread's current stream on its device (takes a reference);

@@ -1191,10 +1191,19 @@ acc_default_stream(int device, acc_stream **out, acc_error *err)
 }
 
 int
-acc_default_stream_ready(int device)
+acc_stream_cached(int device, int current, acc_stream **out)
 {
-    return atomic_load_explicit(&g.defaults[device].ready,
-                                memory_order_acquire);
+    default_slot *slot = &g.defaults[device];
+
+    if (current && tls_streams != NULL && tls_streams[device] != NULL) {
+        *out = tls_streams[device];
+        return 1;
+    }
+    if (atomic_load_explicit(&slot->ready, memory_order_acquire)) {
+        *out = &slot->s;
+        return 1;
+    }
+    return 0;
 }
 
 acc_status

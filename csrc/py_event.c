@@ -422,6 +422,7 @@ static PyType_Slot event_slots[] = {
 PyType_Spec acc_event_spec = {
     .name = "accelerator.Event",
     .basicsize = sizeof(EventObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE
+             | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = event_slots,
 };

@@ -17,12 +17,99 @@ typedef struct {
     acc_stream *s;
     PyObject *owner;        /* keeps a foreign stream's owner alive */
     PyObject *weakreflist;
+    acc_state *state;       /* of the module that made it (its type's) */
 } StreamObject;
 
 acc_stream *
 acc_stream_of(PyObject *stream)
 {
     return ((StreamObject *)stream)->s;
+}
+
+/*
+ * Which object a module instance hands out for a core stream.  The core
+ * stream is process-global (a thread's current stream outlives any one
+ * module), but objects belong to one module instance: after a re-import
+ * or in a subinterpreter each instance must hand out its own.  The core
+ * stream's back-pointer serves the instance that claimed it first (the
+ * fast path); any other instance keeps its object in its stream_wrappers
+ * map.  Both are borrowed: each object removes itself as it dies.
+ */
+static PyObject *
+wrapper_key(const acc_stream *s)
+{
+    return PyLong_FromVoidPtr((void *)s);
+}
+
+static int
+remember_wrapper(acc_state *st, acc_stream *s, StreamObject *self)
+{
+    PyObject *key, *value;
+    int rc;
+
+    if (s->wrapper == NULL) {
+        s->wrapper = self;
+        s->wrapper_owner = st->instance;
+        return 0;
+    }
+    key = wrapper_key(s);
+    value = PyLong_FromVoidPtr(self);
+    rc = key != NULL && value != NULL
+             ? PyDict_SetItem(st->stream_wrappers, key, value)
+             : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    return rc;
+}
+
+/* This instance's object for s (borrowed), or NULL; never fails. */
+static PyObject *
+known_wrapper(acc_state *st, const acc_stream *s)
+{
+    PyObject *key, *value;
+
+    if (s->wrapper != NULL && s->wrapper_owner == st->instance) {
+        return (PyObject *)s->wrapper;
+    }
+    if (st->stream_wrappers == NULL
+        || PyDict_Size(st->stream_wrappers) == 0) {
+        return NULL;
+    }
+    key = wrapper_key(s);
+    if (key == NULL) {
+        PyErr_Clear(); /* then a new object is made, or fails likewise */
+        return NULL;
+    }
+    value = PyDict_GetItem(st->stream_wrappers, key);
+    Py_DECREF(key);
+    return value != NULL ? (PyObject *)PyLong_AsVoidPtr(value) : NULL;
+}
+
+/* In dealloc: may run with an exception set, must not disturb it. */
+static void
+forget_wrapper(StreamObject *self)
+{
+    acc_stream *s = self->s;
+    acc_state *st = self->state;
+    PyObject *key, *value;
+
+    if (s->wrapper == self) {
+        s->wrapper = NULL;
+        return;
+    }
+    if (st == NULL || st->stream_wrappers == NULL
+        || PyDict_Size(st->stream_wrappers) == 0) {
+        return;
+    }
+    key = wrapper_key(s);
+    if (key == NULL) {
+        return;
+    }
+    value = PyDict_GetItem(st->stream_wrappers, key);
+    if (value != NULL && PyLong_AsVoidPtr(value) == (void *)self) {
+        (void)PyDict_DelItem(st->stream_wrappers, key);
+    }
+    Py_DECREF(key);
 }
 
 /* A new object of cls around s; takes a new reference to s. */
@@ -37,8 +124,11 @@ stream_wrap(PyTypeObject *cls, acc_stream *s, PyObject *owner)
     acc_stream_incref(s);
     self->s = s;
     self->owner = Py_XNewRef(owner);
-    if (!(s->flags & ACC_STREAM_DEFAULT)) {
-        s->wrapper = self;
+    self->state = acc_state_from_type(cls);
+    if (!(s->flags & ACC_STREAM_DEFAULT)
+        && remember_wrapper(self->state, s, self) < 0) {
+        Py_DECREF(self);
+        return NULL;
     }
     return (PyObject *)self;
 }
@@ -46,7 +136,7 @@ stream_wrap(PyTypeObject *cls, acc_stream *s, PyObject *owner)
 PyObject *
 acc_stream_object(acc_state *st, acc_stream *s)
 {
-    PyObject **slot;
+    PyObject **slot, *known;
 
     if (s->flags & ACC_STREAM_DEFAULT) {
         /* The module keeps default stream objects for good, so every
@@ -57,8 +147,9 @@ acc_stream_object(acc_state *st, acc_stream *s)
         }
         return Py_XNewRef(*slot);
     }
-    if (s->wrapper != NULL) {
-        return Py_NewRef((PyObject *)s->wrapper);
+    known = known_wrapper(st, s);
+    if (known != NULL) {
+        return Py_NewRef(known);
     }
     return stream_wrap(st->stream_type, s, NULL);
 }
@@ -156,8 +247,8 @@ stream_dealloc(StreamObject *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     if (self->s != NULL) {
-        if (self->s->wrapper == self) {
-            self->s->wrapper = NULL;
+        if (!(self->s->flags & ACC_STREAM_DEFAULT)) {
+            forget_wrapper(self);
         }
         /* Destroying a stream with queued work is fine: the driver lets
          * the work finish and does not block. */
@@ -740,6 +831,7 @@ static PyType_Slot stream_slots[] = {
 PyType_Spec acc_stream_spec = {
     .name = "accelerator.Stream",
     .basicsize = sizeof(StreamObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC
+             | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = stream_slots,
 };

@@ -18,6 +18,14 @@
 #include "accel.h"
 
 typedef struct acc_state {
+    /* This module instance, unique in the process (a re-import or a
+     * subinterpreter makes another): owner tag of core stream
+     * back-pointers. */
+    unsigned long long instance;
+    /* core stream address (int) -> address (int) of this instance's
+     * Stream object for it, when the core stream's back-pointer belongs
+     * to another instance; each object removes its entry as it dies. */
+    PyObject *stream_wrappers;
     PyTypeObject *device_type;
     PyTypeObject *stream_type;
     PyTypeObject *event_type;
@@ -95,9 +103,8 @@ acc_stream_for(int device, int current, acc_stream **out, acc_error *err)
 {
     acc_status status;
 
-    if (acc_default_stream_ready(device)) {
-        return current ? acc_current_stream(device, out, err)
-                       : acc_default_stream(device, out, err);
+    if (acc_stream_cached(device, current, out)) {
+        return ACC_OK;
     }
     Py_BEGIN_ALLOW_THREADS
     status = current ? acc_current_stream(device, out, err)

@@ -75,7 +75,8 @@ report = _report.collect_report(init=False)
 print(json.dumps(dict(
     answers=answers, cuInit=cuda.calls("cuInit"),
     cuda_calls=cuda.calls() - cuda.calls("cuGetProcAddress")
-    - cuda.calls("cuDriverGetVersion"),
+    - cuda.calls("cuDriverGetVersion") - cuda.calls("cuDeviceGetCount"),
+    asked=cuda.calls("cuDeviceGetCount"),
     nvml_calls=nvml.calls(), nvml_open=nvml.live("init"),
     counted_by=report["backends"][0]["counted_by"],
     initialized=report["backends"][0]["initialized"],
@@ -87,8 +88,11 @@ def test_questions_answer_through_nvml_without_cuinit() -> None:
     got = last_json(run(QUESTIONS, **CUDA, FAKE_CUDA_DEVICES="3"))
     assert got["answers"] == [True, 3, "cuda", 0]
     assert got["cuInit"] == 0
-    # Only the calls that need no initialisation: entry points, version.
+    # Only the calls that need no initialisation: entry points, version,
+    # and synchronize() asking whether another library initialised CUDA
+    # (cuDeviceGetCount answers NOT_INITIALIZED and initialises nothing).
     assert got["cuda_calls"] == 0
+    assert got["asked"] == 1
     assert got["nvml_calls"] >= 3 and got["nvml_open"] == 0  # shut down
     assert got["counted_by"] == (f"NVML ({NVML_DOUBLE}), CUDA not "
                                  "initialised until first use")

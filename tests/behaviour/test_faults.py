@@ -468,9 +468,10 @@ CUDA_SITES = [
     Site("cuDevicePrimaryCtxRetain", FRESH,
          "set_device_index(1) in a new thread"),
     Site("cuDevicePrimaryCtxRelease", EXIT),
-    # Asked only while this process has not retained the context.
+    # Asked only while this process has not retained the context (and
+    # has initialised the driver: device 0 is in use).
     Site("cuDevicePrimaryCtxGetState", FRESH, "synchronize(1)",
-         prepare=nothing),
+         prepare=on_device_0),
     Site("cuCtxSetCurrent", RAISE, "set_device_index(1) in a new thread"),
     Site("cuCtxSetCurrent", RAISE, "with Stream(1) in a new thread"),
     Site("cuCtxSetCurrent", RAISE, "set_stream(Stream(1)) in a new thread"),

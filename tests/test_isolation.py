@@ -1,0 +1,170 @@
+"""Module instances are isolated: a re-import and a subinterpreter each
+hand out their own objects.
+
+The C core is process-global (a thread's current stream is one core
+stream whichever module instance asks), but Python objects belong to one
+module instance: after the extension is imported again (its entries
+deleted from sys.modules) or in a subinterpreter, current_stream() must
+return a Stream of that instance's own type, which its set_stream()
+accepts.  The types are immutable like the built-ins, and the built
+extension exports PyInit__accelerator alone.  Each case runs in a fresh
+interpreter, once per backend.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import fake_drivers
+from fake_drivers import CUDA_DOUBLE, REPO, ZE_DRIVER
+
+BACKENDS = {
+    "cuda": dict(ACCELERATOR_BACKEND="cuda",
+                 ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE),
+                 FAKE_CUDA_DEVICES="2"),
+    "xpu": dict(ACCELERATOR_BACKEND="xpu",
+                ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER),
+                FAKE_ZE_DEVICES="2"),
+}
+
+
+def backend_params() -> list:
+    return [
+        pytest.param("cuda", marks=pytest.mark.skipif(
+            not CUDA_DOUBLE.exists(), reason="run make -C tests/drivers")),
+        pytest.param("xpu", marks=pytest.mark.skipif(
+            not ZE_DRIVER.exists(),
+            reason=f"{ZE_DRIVER} is not built (needs libze-dev)")),
+    ]
+
+
+def run(backend: str, code: str) -> str:
+    env = fake_drivers.clean_environment()
+    env.update(BACKENDS[backend])
+    env["PYTHONPATH"] = str(REPO / "src")
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                            env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+REIMPORT = """
+import gc, sys
+import accelerator as a1
+first = sys.modules["accelerator._accelerator"]
+mine = a1.Stream(1)
+a1.set_stream(mine)                  # device 1, stream `mine`, this thread
+for name in [n for n in sys.modules
+             if n == "accelerator" or n.startswith("accelerator.")]:
+    del sys.modules[name]
+import accelerator as a2
+assert sys.modules["accelerator._accelerator"] is not first
+assert a2.Stream is not a1.Stream
+
+# The same core stream, as an object of the new instance's own type.
+cur = a2.current_stream()
+assert type(cur) is a2.Stream, type(cur)
+assert cur is a2.current_stream() and cur is a2.current_stream(1)
+assert cur == a2.Stream.from_handle(mine.handle, 1)
+assert cur.handle == mine.handle and cur.device_index == 1
+a2.set_stream(cur)
+with cur:
+    assert a2.current_stream() is cur
+e = a2.Event()
+e.record()
+assert type(cur.record_event()) is a2.Event
+e.synchronize()
+a2.synchronize(1)
+
+# The first instance still hands out its own object.
+assert a1.current_stream() is mine
+
+# Either instance's object may die first; the other keeps working.
+handle = mine.handle
+del mine
+gc.collect()
+again = a1.current_stream()
+assert type(again) is a1.Stream and again.handle == handle
+assert a2.current_stream() is cur
+del cur
+gc.collect()
+assert type(a2.current_stream()) is a2.Stream
+assert a1.current_stream() is again
+a1.set_stream(a1.current_stream(0))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_reimported_module_hands_out_its_own_streams(backend: str) -> None:
+    assert run(backend, REIMPORT).strip() == "ok"
+
+
+SUBINTERPRETER = """
+import sys
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+import accelerator as a
+mine = a.Stream(1)
+a.set_stream(mine)
+code = '''
+import accelerator as a
+cur = a.current_stream()
+assert type(cur) is a.Stream, type(cur)
+assert cur is a.current_stream()
+assert cur.handle == HANDLE and cur.device_index == 1
+a.set_stream(cur)
+e = a.Event()
+e.record(cur)
+e.synchronize()
+other = a.Stream(0)
+a.set_stream(other)
+assert a.current_stream() is other
+a.set_stream(cur)
+del e, other
+'''.replace("HANDLE", str(mine.handle))
+for _ in range(3):                   # a new interpreter each time
+    interp = interpreters.create()
+    interpreters.run_string(interp, code)
+    interpreters.destroy(interp)
+assert a.current_stream() is mine
+a.Event().record(mine)
+mine.synchronize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_subinterpreter_hands_out_its_own_streams(backend: str) -> None:
+    assert run(backend, SUBINTERPRETER).strip() == "ok"
+
+
+def test_stream_and_event_types_are_immutable() -> None:
+    import accelerator as acc
+    for cls in (acc.Stream, acc.Event, acc.device):
+        with pytest.raises(TypeError, match="immutable"):
+            cls.query = None  # type: ignore[attr-defined]
+        with pytest.raises(TypeError, match="immutable"):
+            del cls.__repr__  # type: ignore[misc]
+    # Still subclassable, as torch's are.
+    assert issubclass(type("MyStream", (acc.Stream,), {}), acc.Stream)
+
+
+@pytest.mark.skipif(shutil.which("nm") is None,
+                    reason="nm (binutils) is not installed")
+def test_the_extension_exports_only_its_init_function() -> None:
+    import accelerator._accelerator as ext
+    result = subprocess.run(["nm", "-D", "--defined-only", ext.__file__],
+                            capture_output=True, text=True, check=True)
+    names = {line.split()[-1] for line in result.stdout.splitlines()
+             if len(line.split()) == 3 and line.split()[1] in "TDBRVW"}
+    assert names == {"PyInit__accelerator"}, sorted(names)
+    assert os.path.getsize(ext.__file__) > 0
