@@ -2370,6 +2370,7 @@ lz_after_fork_child(void)
     pthread_mutex_init(&lz.reg_lock, NULL);
     pthread_mutex_init(&lz.foreign_lock, NULL);
     pthread_mutex_init(&lz.lock, NULL);
+    pthread_mutex_init(&lz_mem.lock, NULL);
     pthread_cond_init(&lz.reaper_cv, NULL);
     lz.reaper_running = 0;
 }
