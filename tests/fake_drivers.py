@@ -406,6 +406,9 @@ class OpenCLDouble(DriverDouble):
     kinds = {"stream": "queue"}
     live_kinds = ("queue", "event", "context")
     fail_env = "FAKE_OCL_FAIL"
+    probe_call = "clGetPlatformIDs"
+    first_use_under_lock = ("clCreateCommandQueueWithProperties",
+                            "a.current_stream(1)")
     unknown_error = (-59, "CL_INVALID_OPERATION")
     oom_error = (-4, "CL_MEM_OBJECT_ALLOCATION_FAILURE")
 

@@ -850,6 +850,14 @@ ocl_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
     return st;
 }
 
+/* The child of fork(): only the global lock can be taken there (the
+ * dispatcher calls no backend in a child of an initialised parent). */
+static void
+ocl_after_fork_child(void)
+{
+    pthread_mutex_init(&ocl.lock, NULL);
+}
+
 const acc_backend acc_opencl_backend = {
     .name = "opencl",
     .device_type = "opencl",
@@ -859,6 +867,7 @@ const acc_backend acc_opencl_backend = {
     .probe = ocl_probe,
     .select_devices = ocl_select_devices,
     .shutdown = ocl_shutdown,
+    .after_fork_child = ocl_after_fork_child,
     .device_activate = NULL,
     .device_synchronize = ocl_device_synchronize,
     .device_properties = ocl_device_properties,

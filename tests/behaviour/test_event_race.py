@@ -113,6 +113,8 @@ print(json.dumps(report))
 
 def test_a_first_record_from_two_threads_makes_one_native_event(
         driver) -> None:
+    if not driver.has("driver_events"):
+        pytest.skip(driver.lacks["driver_events"])
     rounds, delayed = 2000, 30
     report = run_fresh(driver, RACE.format(rounds=rounds, delayed=delayed,
                                            delay_ms=5))
@@ -175,6 +177,8 @@ print(json.dumps(dict(outcomes=outcomes, lonely=lonely_state,
 
 
 def test_a_refused_first_record_leaves_the_event_whole(driver) -> None:
+    if not driver.has("driver_events"):
+        pytest.skip(driver.lacks["driver_events"])
     rounds = 10
     report = run_fresh(driver, FAULT.format(rounds=rounds))
     for outcome in report["outcomes"]:
