@@ -2362,7 +2362,7 @@ lz_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
 
 /* The child of fork(): the dispatcher never calls a backend there once
  * one was initialised, so only the global locks need to be usable again;
- * the reaper thread was not copied. */
+ * the reaper and bridge threads were not copied. */
 static void
 lz_after_fork_child(void)
 {
@@ -2370,9 +2370,12 @@ lz_after_fork_child(void)
     pthread_mutex_init(&lz.reg_lock, NULL);
     pthread_mutex_init(&lz.foreign_lock, NULL);
     pthread_mutex_init(&lz.lock, NULL);
+    pthread_mutex_init(&lz.sysman_lock, NULL);
     pthread_mutex_init(&lz_mem.lock, NULL);
     pthread_cond_init(&lz.reaper_cv, NULL);
+    pthread_cond_init(&lz.bridge_cv, NULL);
     lz.reaper_running = 0;
+    lz.bridge_running = 0;
 }
 
 const acc_backend acc_level_zero_backend = {
