@@ -235,3 +235,22 @@ def test_free_memory_and_pci_address_come_from_the_driver(
     buses = {acc.get_device_properties(i).pci_bus_id
              for i in range(device_count)}
     assert len(buses) == device_count
+
+
+def test_device_index_exits_out_of_order_restore_their_own_enter() -> None:
+    """As torch, where each object restores what its own enter saw."""
+    first, second = acc.device_index(1), acc.device_index(0)
+    first.__enter__()                      # saves 0
+    second.__enter__()                     # saves 1
+    first.__exit__(None, None, None)       # not innermost: restores 0
+    assert acc.current_device_index() == 0
+    second.__exit__(None, None, None)      # restores 1
+    assert acc.current_device_index() == 1
+    acc.set_device_index(0)
+    guards = [acc.device_index(i % 2) for i in range(40)]
+    for guard in guards:                   # deep nesting grows the stack
+        guard.__enter__()
+    for guard in reversed(guards):
+        guard.__exit__(None, None, None)
+    assert acc.current_device_index() == 0
+    assert repr(first) == "device_index(1)" and first.idx == 1
