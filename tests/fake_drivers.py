@@ -33,6 +33,41 @@ OPENCL_INTERPOSER = DRIVERS / "libopencl_interposer.so"
 TEST_BACKEND = os.environ.get("ACCELERATOR_TEST_BACKEND", "cuda")
 
 
+class Gate:
+    """Work on a stream that completes only when the test opens the gate:
+    "not done yet" without racing a timed sleep on a loaded machine.
+
+    A context manager that opens the gate on exit, whatever happens, so
+    that no test leaves a stream blocked for ever; DriverDouble.open_gates
+    opens any left closed (the behaviour suite's teardown calls it).
+    """
+
+    def __init__(self, opener: ctypes._CFuncPtr, gate_id: int) -> None:
+        self._opener = opener
+        self.id = gate_id
+        self.is_open = False
+
+    def open(self) -> None:
+        """Let the work complete (idempotent)."""
+        if not self.is_open:
+            self.is_open = True
+            assert self._opener(self.id) == 0, f"unknown gate {self.id}"
+
+    def open_soon(self, seconds: float = 0.05) -> None:
+        """Open it from another thread a little later: for a test that
+        then blocks in a wait which must last until the gate opens."""
+        import threading
+        timer = threading.Timer(seconds, self.open)
+        timer.daemon = True
+        timer.start()
+
+    def __enter__(self) -> "Gate":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.open()
+
+
 class DriverDouble:
     """Backend-neutral view of one driver double's control API.
 
@@ -116,6 +151,7 @@ class DriverDouble:
         f("live").restype = ctypes.c_longlong
         f("delay").argtypes = [ctypes.c_char_p, ctypes.c_double]
         f("delay").restype = ctypes.c_int
+        self._gates: list[Gate] = []
 
     @classmethod
     def environment(cls, devices: int) -> dict[str, str]:
@@ -175,6 +211,29 @@ class DriverDouble:
     def enqueue_sleep(self, stream: object, ms: float) -> None:
         """Keep a stream busy for ms milliseconds, like a kernel."""
         raise NotImplementedError
+
+    def gate(self, stream: object) -> Gate:
+        """Keep a stream busy until the returned gate is opened.
+
+        Use it where a test asserts that work is not done yet; use
+        enqueue_sleep where a delay only makes the test realistic.
+        """
+        gate_id = ctypes.c_int(0)
+        rc = self._fn("enqueue_gate")(*self._gate_target(stream),
+                                      ctypes.byref(gate_id))
+        assert rc == 0, f"fake_{self.prefix}_enqueue_gate failed: {rc:#x}"
+        gate = Gate(self._fn("open_gate"), gate_id.value)
+        self._gates.append(gate)
+        return gate
+
+    def open_gates(self) -> None:
+        """Open every gate this object made that is still closed."""
+        while self._gates:
+            self._gates.pop().open()
+
+    def _gate_target(self, stream: object) -> tuple[object, ...]:
+        """The arguments before the gate pointer of enqueue_gate."""
+        return (ctypes.c_ulonglong(stream.handle),)  # type: ignore[attr-defined]
 
     def live_all(self) -> dict[str, int]:
         """Every live-object count of the double, by its own kind names."""
@@ -248,6 +307,10 @@ class CudaDouble(DriverDouble):
         rc = self.lib.fake_cuda_enqueue_sleep(
             stream.device_index, stream.handle, ms)  # type: ignore[attr-defined]
         assert rc == 0, f"fake_cuda_enqueue_sleep failed: {rc}"
+
+    def _gate_target(self, stream: object) -> tuple[object, ...]:
+        return (ctypes.c_int(stream.device_index),  # type: ignore[attr-defined]
+                ctypes.c_ulonglong(stream.handle))  # type: ignore[attr-defined]
 
     def blocking_syncs(self) -> int:
         return self.lib.fake_cuda_event_sync_blocked()

@@ -88,6 +88,7 @@ def restore_state(default_streams: list[accelerator.Stream]) -> Iterator[None]:
     """Each test ends on device 0 with the default streams current."""
     yield
     if _driver is not None:
+        _driver.open_gates()
         _driver.clear_faults()
     for stream in default_streams:
         accelerator.set_stream(stream)

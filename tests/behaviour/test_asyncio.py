@@ -11,10 +11,13 @@ import pytest
 
 import accelerator as acc
 from accelerator import _aio
+from fake_drivers import Gate
 
 
-async def _tick_while(awaitable: object) -> int:
-    """Await awaitable while a task ticks; the ticks counted meanwhile."""
+async def _tick_while(awaitable: object, gate: Gate | None = None) -> int:
+    """Await awaitable while a task ticks; the ticks counted meanwhile.
+    The ticker opens gate (the work awaited) after a few ticks: a loop
+    blocked in the wait would never tick, so the wait would never end."""
     ticks = 0
     done = False
 
@@ -22,6 +25,8 @@ async def _tick_while(awaitable: object) -> int:
         nonlocal ticks
         while not done:
             ticks += 1
+            if gate is not None and ticks >= 3:
+                gate.open()
             await asyncio.sleep(0.001)
 
     task = asyncio.create_task(ticker())
@@ -36,9 +41,9 @@ async def _tick_while(awaitable: object) -> int:
 def test_await_event_lets_other_tasks_run(driver) -> None:
     stream = acc.Stream()
     event = acc.Event()
-    driver.enqueue_sleep(stream, 150)
-    event.record(stream)
-    ticks = asyncio.run(_tick_while(event))
+    with driver.gate(stream) as gate:
+        event.record(stream)
+        ticks = asyncio.run(_tick_while(event, gate))
     assert event.query() is True
     # A loop blocked in the wait would give the ticker no turn at all.
     assert ticks > 1
@@ -46,18 +51,18 @@ def test_await_event_lets_other_tasks_run(driver) -> None:
 
 def test_await_stream_and_the_method_spellings(driver) -> None:
     stream = acc.Stream()
-    driver.enqueue_sleep(stream, 150)
-    ticks = asyncio.run(_tick_while(stream))
+    with driver.gate(stream) as gate:
+        ticks = asyncio.run(_tick_while(stream, gate))
     assert stream.query() is True and ticks > 1
 
-    driver.enqueue_sleep(stream, 100)
-    ticks = asyncio.run(_tick_while(stream.synchronize_async()))
+    with driver.gate(stream) as gate:
+        ticks = asyncio.run(_tick_while(stream.synchronize_async(), gate))
     assert stream.query() is True and ticks > 1
 
     event = acc.Event()
-    driver.enqueue_sleep(stream, 100)
-    event.record(stream)
-    ticks = asyncio.run(_tick_while(event.wait_async()))
+    with driver.gate(stream) as gate:
+        event.record(stream)
+        ticks = asyncio.run(_tick_while(event.wait_async(), gate))
     assert event.query() is True and ticks > 1
 
 
@@ -139,9 +144,9 @@ def test_two_loops_in_two_threads(driver) -> None:
 
     def worker(n: int) -> None:
         stream = acc.Stream()
-        driver.enqueue_sleep(stream, 100)
         try:
-            results[n] = asyncio.run(_tick_while(stream))
+            with driver.gate(stream) as gate:
+                results[n] = asyncio.run(_tick_while(stream, gate))
             assert stream.query() is True
         except BaseException as exc:  # reported by the main thread
             results[n] = exc

@@ -145,11 +145,14 @@ def test_synchronize_keeps_the_current_device(driver) -> None:
 
 def test_synchronize_waits_for_all_streams_of_the_device(driver) -> None:
     streams = [acc.Stream(0) for _ in range(3)]
+    gates = [driver.gate(stream) for stream in streams]
     for stream in streams:
-        driver.enqueue_sleep(stream, 40)
         stream.record_event()  # so that query() sees it on every backend
     assert not any(stream.query() for stream in streams)
+    for gate in gates:
+        gate.open_soon()
     acc.synchronize(0)
+    assert all(gate.is_open for gate in gates)
     assert all(stream.query() for stream in streams)
 
 

@@ -15,7 +15,7 @@ import pytest
 import accelerator as acc
 
 from test_memory import (  # noqa: F401 (autouse fixtures)
-    SLOW_MS, _memory_supported, memory_checks, no_allocation_left)
+    _memory_supported, memory_checks, no_allocation_left)
 
 pytestmark = pytest.mark.skipif(
     not _memory_supported(), reason="the backend has no device memory slots")
@@ -131,11 +131,11 @@ def test_export_waits_for_the_work_on_the_current_stream(driver) -> None:
     producer, consumer = acc.Stream(0), acc.Stream(0)
     consumer.synchronize()
     b = acc.Buffer(64)
-    with producer:
-        driver.enqueue_sleep(producer, SLOW_MS)
+    with producer, driver.gate(producer) as gate:
         b.fill(3)
         b.__dlpack__(stream=consumer.handle)
-    assert not consumer.query()  # waits for the fill behind 150 ms
+        assert not consumer.query()  # waits for the fill behind the gate
+        gate.open()
     consumer.synchronize()
     assert producer.query()
 

@@ -38,12 +38,14 @@ def test_event_flags_are_checked() -> None:
 def test_record_query_synchronize(driver, accel_type: str) -> None:
     stream = acc.Stream(1)
     event = acc.Event()
-    driver.enqueue_sleep(stream, 80)
-    event.record(stream)
-    assert event.handle != 0
-    assert event.device == acc.device(accel_type, 1)
-    assert event.query() is False
-    event.synchronize()
+    with driver.gate(stream) as gate:
+        event.record(stream)
+        assert event.handle != 0
+        assert event.device == acc.device(accel_type, 1)
+        assert event.query() is False
+        gate.open_soon()
+        event.synchronize()
+        assert gate.is_open, "synchronize returned before the work ran"
     assert event.query() is True
     assert stream.query() is True
 
@@ -51,22 +53,23 @@ def test_record_query_synchronize(driver, accel_type: str) -> None:
 def test_record_defaults_to_the_current_stream(driver) -> None:
     stream = acc.Stream()
     event = acc.Event()
-    with stream:
-        driver.enqueue_sleep(stream, 60)
+    with stream, driver.gate(stream) as gate:
         event.record()
-    assert event.query() is False
+        assert event.query() is False
+        gate.open()
     stream.synchronize()
     assert event.query() is True
 
 
 def test_wait_orders_later_work(driver) -> None:
     producer, consumer = acc.Stream(), acc.Stream()
-    driver.enqueue_sleep(producer, 80)
-    event = acc.Event()
-    event.record(producer)
-    event.wait(consumer)
-    assert consumer.query() is False
-    consumer.synchronize()
+    with driver.gate(producer) as gate:
+        event = acc.Event()
+        event.record(producer)
+        event.wait(consumer)
+        assert consumer.query() is False
+        gate.open()
+        consumer.synchronize()
     assert event.query() is True
 
 
@@ -96,10 +99,10 @@ def test_elapsed_time_of_unfinished_work_is_an_error(driver) -> None:
     stream = acc.Stream()
     start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
     start.record(stream)
-    driver.enqueue_sleep(stream, 100)
-    end.record(stream)
-    with pytest.raises(acc.AcceleratorError, match="must be completed"):
-        start.elapsed_time(end)
+    with driver.gate(stream):
+        end.record(stream)
+        with pytest.raises(acc.AcceleratorError, match="must be completed"):
+            start.elapsed_time(end)
     end.synchronize()
 
 

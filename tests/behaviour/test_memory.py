@@ -16,9 +16,6 @@ import pytest
 import accelerator as acc
 
 SIZES = [0, 1, 511, 4096, 64 << 20]
-#: timed work that the checks right after it must see still running: long
-#: enough for a loaded machine (the tests wait for it, so keep it to few)
-SLOW_MS = 1000
 
 
 def _memory_supported() -> bool:
@@ -42,9 +39,13 @@ def settle() -> None:
 
 @pytest.fixture(autouse=True)
 def memory_checks(request: pytest.FixtureRequest) -> Iterator[None]:
-    """No bad access and no damaged guard bytes, in every test."""
+    """No bad access and no damaged guard bytes, in every test; tests
+    that count allocations start with none pending from earlier tests (a
+    test without the driver fixture leaves its frees deferred)."""
     double = request.getfixturevalue("driver") \
         if "driver" in request.fixturenames else None
+    if double is not None:
+        settle()
     yield
     if double is not None:
         settle()
@@ -203,13 +204,15 @@ def test_copy_behind_slow_work_is_not_done(driver) -> None:
     h = acc.HostBuffer(4096)
     memoryview(h)[:] = b"\x01" * 4096
     b.fill(2, stream=s)
-    driver.enqueue_sleep(s, SLOW_MS)
-    b.copy_to(h, stream=s)
-    done = s.record_event()
-    # Queued behind 200 ms of work: not done yet, the host side unchanged.
-    assert not done.query()
-    assert bytes(memoryview(h)) == b"\x01" * 4096
-    done.synchronize()
+    with driver.gate(s) as gate:
+        b.copy_to(h, stream=s)
+        done = s.record_event()
+        # Queued behind work that cannot finish yet: not done, the host
+        # side unchanged.
+        assert not done.query()
+        assert bytes(memoryview(h)) == b"\x01" * 4096
+        gate.open()
+        done.synchronize()
     assert bytes(memoryview(h)) == b"\x02" * 4096
 
 
@@ -327,12 +330,13 @@ def test_record_stream_keeps_memory_until_the_work_is_done(driver) -> None:
     b = acc.Buffer(4096)
     before = driver.live("alloc")
     b.record_stream(s)
-    driver.enqueue_sleep(s, SLOW_MS)
-    b.close()
-    gc.collect()
-    acc.empty_cache()
-    assert driver.live("alloc") == before  # still waiting on s
-    s.synchronize()
+    with driver.gate(s) as gate:
+        b.close()
+        gc.collect()
+        acc.empty_cache()
+        assert driver.live("alloc") == before  # still waiting on s
+        gate.open()
+        s.synchronize()
     acc.empty_cache()
     assert driver.live("alloc") == before - 1
 
@@ -384,11 +388,12 @@ def test_close_with_a_stream(driver) -> None:
     s = acc.Stream(0)
     b = acc.Buffer(64)
     before = driver.live("alloc")
-    driver.enqueue_sleep(s, SLOW_MS)
-    b.close(stream=s)
-    acc.empty_cache()
-    assert driver.live("alloc") == before
-    s.synchronize()
+    with driver.gate(s) as gate:
+        b.close(stream=s)
+        acc.empty_cache()
+        assert driver.live("alloc") == before
+        gate.open()
+        s.synchronize()
     acc.empty_cache()
     assert driver.live("alloc") == before - 1
 
@@ -416,13 +421,14 @@ def test_host_buffer_freed_after_its_copies(driver) -> None:
     b.fill(5, stream=s)
     before = driver.live("host_alloc")
     h = acc.HostBuffer(4096)
-    driver.enqueue_sleep(s, SLOW_MS)
-    b.copy_to(h, stream=s)
-    del h
-    gc.collect()
-    acc.empty_cache()
-    assert driver.live("host_alloc") == before + 1
-    s.synchronize()
+    with driver.gate(s) as gate:
+        b.copy_to(h, stream=s)
+        del h
+        gc.collect()
+        acc.empty_cache()
+        assert driver.live("host_alloc") == before + 1
+        gate.open()
+        s.synchronize()
     acc.empty_cache()
     assert driver.live("host_alloc") == before
 

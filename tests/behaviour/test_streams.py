@@ -4,7 +4,6 @@ from __future__ import annotations
 import gc
 import pickle
 import threading
-import time
 import weakref
 
 import pytest
@@ -62,46 +61,49 @@ def test_stream_rejects_bad_devices(device_count: int) -> None:
 def test_query_and_synchronize_follow_queued_work(driver) -> None:
     stream = acc.Stream()
     assert stream.query() is True
-    driver.enqueue_sleep(stream, 80)
-    if driver.query_sees_foreign_work:
+    with driver.gate(stream) as gate:
+        if driver.query_sees_foreign_work:
+            assert stream.query() is False
+        stream.record_event()  # our own work behind it: seen everywhere
         assert stream.query() is False
-    stream.record_event()  # our own work behind it: seen everywhere
-    assert stream.query() is False
-    start = time.monotonic()
-    stream.synchronize()
-    assert time.monotonic() - start > 0.03
+        gate.open_soon()
+        stream.synchronize()
+        assert gate.is_open, "synchronize returned before the work ran"
     assert stream.query() is True
 
 
 def test_default_stream_work_is_seen_by_query(driver) -> None:
     acc.set_device_index(0)  # the default stream lives in the context
     default = acc.current_stream()
-    driver.enqueue_sleep(default, 60)
-    if driver.query_sees_foreign_work:
+    with driver.gate(default) as gate:
+        if driver.query_sees_foreign_work:
+            assert default.query() is False
+        default.record_event()
         assert default.query() is False
-    default.record_event()
-    assert default.query() is False
-    default.synchronize()
+        gate.open()
+        default.synchronize()
     assert default.query() is True
 
 
 def test_wait_event_orders_work_across_streams(driver) -> None:
     producer, consumer = acc.Stream(0), acc.Stream(1)
-    driver.enqueue_sleep(producer, 80)
-    event = producer.record_event()
-    consumer.wait_event(event)
-    assert consumer.query() is False
-    consumer.synchronize()
+    with driver.gate(producer) as gate:
+        event = producer.record_event()
+        consumer.wait_event(event)
+        assert consumer.query() is False
+        gate.open()
+        consumer.synchronize()
     assert event.query() is True
     assert producer.query() is True
 
 
 def test_wait_stream_orders_work_across_devices(driver) -> None:
     first, second = acc.Stream(0), acc.Stream(1)
-    driver.enqueue_sleep(first, 80)
-    second.wait_stream(first)
-    assert second.query() is False
-    second.synchronize()
+    with driver.gate(first) as gate:
+        second.wait_stream(first)
+        assert second.query() is False
+        gate.open()
+        second.synchronize()
     assert first.query() is True
 
 

@@ -65,6 +65,13 @@
  *   int fake_cuda_foreign_done(int device)
  *       1 when all the work fake_cuda_foreign_work queued on `device` has
  *       run (or none was queued), 0 when not, -1 for a bad device.
+ *   int fake_cuda_enqueue_gate(int device, unsigned long long stream,
+ *                              int *gate)
+ *       Enqueues work that keeps the stream busy until the test calls
+ *       fake_cuda_open_gate(*gate): "not done yet" without a race against
+ *       the clock.  Streams as for enqueue_sleep; returns a CUresult.
+ *   int fake_cuda_open_gate(int gate)
+ *       Lets that work complete; 0, or -1 for an unknown gate.
  *   int fake_cuda_current_device(void)
  *       Device of the calling thread's current context, -1 if none.
  *   long long fake_cuda_event_sync_blocked(void)
@@ -182,6 +189,9 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(
 FAKE_EXPORT void fake_cuda_report_at_exit(void);
 FAKE_EXPORT int fake_cuda_enqueue_sleep(int device, unsigned long long stream,
                                         double ms);
+FAKE_EXPORT int fake_cuda_enqueue_gate(int device, unsigned long long stream,
+                                       int *gate);
+FAKE_EXPORT int fake_cuda_open_gate(int gate);
 FAKE_EXPORT int fake_cuda_current_device(void);
 FAKE_EXPORT int fake_cuda_foreign_work(int device, double ms);
 FAKE_EXPORT int fake_cuda_foreign_done(int device);
@@ -216,12 +226,13 @@ struct fake_mark {
     double stamp_ms;
 };
 
-enum fake_op_kind { OP_SLEEP, OP_RECORD, OP_WAIT, OP_MEMORY };
+enum fake_op_kind { OP_SLEEP, OP_GATE, OP_RECORD, OP_WAIT, OP_MEMORY };
 
 struct fake_op {
     struct fake_op *next;
     enum fake_op_kind kind;
     double ms;
+    int gate; /* OP_GATE: a double_control gate */
     struct fake_mark *mark;
     dm_op mem; /* OP_MEMORY: a copy or fill */
 };
@@ -495,6 +506,9 @@ op_run(struct fake_op *op)
     switch (op->kind) {
     case OP_SLEEP:
         sleep_ms(op->ms);
+        break;
+    case OP_GATE:
+        dc_gate_wait(op->gate);
         break;
     case OP_RECORD:
         mark_complete(op->mark);
@@ -2534,17 +2548,16 @@ fake_cuda_report_at_exit(void)
     atexit(report_live_objects);
 }
 
-int
-fake_cuda_enqueue_sleep(int device, unsigned long long stream, double ms)
+/* Queues op (taken over) on a test's stream: see enqueue_sleep above. */
+static int
+enqueue_control_op(int device, unsigned long long stream, struct fake_op *op)
 {
     struct CUstream_st *s = NULL;
     CUresult rc;
 
     if (atomic_load(&g_poisoned) || !atomic_load(&g_initialized)) {
+        op_free(op);
         return CUDA_ERROR_NOT_INITIALIZED;
-    }
-    if (!(ms >= 0.0)) {
-        return CUDA_ERROR_INVALID_VALUE;
     }
     pthread_mutex_lock(&g_mu);
     if (stream == 0 || stream == 1) {
@@ -2563,7 +2576,10 @@ fake_cuda_enqueue_sleep(int device, unsigned long long stream, double ms)
         rc = s != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
     }
     if (rc == CUDA_SUCCESS) {
-        rc = stream_enqueue(s, op_new(OP_SLEEP, ms, NULL));
+        rc = stream_enqueue(s, op);
+    }
+    else {
+        op_free(op);
     }
     pthread_mutex_unlock(&g_mu);
     return rc;
@@ -2633,6 +2649,44 @@ fake_cuda_foreign_done(int device)
     done = g_foreign_end[device] == NULL || mark_done(g_foreign_end[device]);
     pthread_mutex_unlock(&g_mu);
     return done;
+}
+
+int
+fake_cuda_enqueue_sleep(int device, unsigned long long stream, double ms)
+{
+    if (!(ms >= 0.0)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return enqueue_control_op(device, stream, op_new(OP_SLEEP, ms, NULL));
+}
+
+int
+fake_cuda_enqueue_gate(int device, unsigned long long stream, int *gate)
+{
+    struct fake_op *op;
+    int id = dc_gate_new();
+    int rc;
+
+    if (gate == NULL || id < 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    op = op_new(OP_GATE, 0.0, NULL);
+    if (op != NULL) {
+        op->gate = id;
+    }
+    rc = enqueue_control_op(device, stream, op);
+    if (rc != CUDA_SUCCESS) {
+        dc_gate_open(id);
+        return rc;
+    }
+    *gate = id;
+    return CUDA_SUCCESS;
+}
+
+int
+fake_cuda_open_gate(int gate)
+{
+    return dc_gate_open(gate);
 }
 
 int

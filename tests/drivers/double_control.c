@@ -395,3 +395,53 @@ dc_handles_has(const dc_handles *h, const void *p)
 {
     return handles_find(h, (uintptr_t)p) != (size_t)-1;
 }
+
+/* Gates -------------------------------------------------------------- */
+
+static atomic_uchar g_gate_open[DC_MAX_GATES];
+static atomic_int g_gate_next = 1;
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+
+int
+dc_gate_new(void)
+{
+    int id = atomic_fetch_add(&g_gate_next, 1);
+
+    if (id <= 0 || id >= DC_MAX_GATES) {
+        return -1;
+    }
+    return id;
+}
+
+int
+dc_gate_open(int id)
+{
+    if (id <= 0 || id >= DC_MAX_GATES || id >= atomic_load(&g_gate_next)) {
+        return -1;
+    }
+    pthread_mutex_lock(&g_gate_mu);
+    atomic_store(&g_gate_open[id], 1);
+    pthread_cond_broadcast(&g_gate_cv);
+    pthread_mutex_unlock(&g_gate_mu);
+    return 0;
+}
+
+bool
+dc_gate_is_open(int id)
+{
+    return id > 0 && id < DC_MAX_GATES && atomic_load(&g_gate_open[id]);
+}
+
+void
+dc_gate_wait(int id)
+{
+    if (id <= 0 || id >= DC_MAX_GATES) {
+        return;
+    }
+    pthread_mutex_lock(&g_gate_mu);
+    while (!atomic_load(&g_gate_open[id])) {
+        pthread_cond_wait(&g_gate_cv, &g_gate_mu);
+    }
+    pthread_mutex_unlock(&g_gate_mu);
+}

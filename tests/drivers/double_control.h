@@ -122,6 +122,19 @@ bool dc_handles_add(dc_handles *h, const void *p);
 void dc_handles_remove(dc_handles *h, const void *p);
 bool dc_handles_has(const dc_handles *h, const void *p);
 
+/* Gates: work that a test enqueues on a stream and that does not
+ * complete until the test opens it, so a test that asserts "not done
+ * yet" does not race a timed sleep on a loaded machine.  Ids start at 1
+ * and are never reused; DC_MAX_GATES per process. */
+#define DC_MAX_GATES 65536
+/* A new closed gate's id, or -1 when all are used. */
+int dc_gate_new(void);
+/* 0, or -1 for an id that dc_gate_new did not return. */
+int dc_gate_open(int id);
+bool dc_gate_is_open(int id);
+/* Blocks the calling (worker) thread until the gate is open. */
+void dc_gate_wait(int id);
+
 /* fork(): hold the fault lock across it, so a child finds it usable. */
 void dc_fork_prepare(dc_control *ctl);
 void dc_fork_release(dc_control *ctl);

@@ -18,6 +18,9 @@
  *   references the backend holds (creations and retains less releases,
  *   counted when the real call succeeded).
  *   int fake_ocl_enqueue_sleep(unsigned long long queue, double ms)
+ *   int fake_ocl_enqueue_gate(unsigned long long queue, int *gate)
+ *       Work that completes when the test calls fake_ocl_open_gate(*gate).
+ *   int fake_ocl_open_gate(int gate)
  *       Queues a native kernel that sleeps ms milliseconds on that command
  *       queue, and flushes it: timed work, like a kernel launch.  Returns
  *       the cl_int of the real calls (CL_INVALID_VALUE for a bad ms).
@@ -46,6 +49,8 @@ ACC_OPENCL_FUNCTIONS(FAKE_DECLARE)
 #undef FAKE_DECLARE
 
 FAKE_EXPORT int fake_ocl_enqueue_sleep(unsigned long long queue, double ms);
+FAKE_EXPORT int fake_ocl_enqueue_gate(unsigned long long queue, int *gate);
+FAKE_EXPORT int fake_ocl_open_gate(int gate);
 
 #define FAKE_FN_ID(name, ret, params) FN_##name,
 enum { ACC_OPENCL_FUNCTIONS(FAKE_FN_ID) FN_COUNT };
@@ -355,4 +360,39 @@ fake_ocl_enqueue_sleep(unsigned long long queue, double ms)
         rc = real.clFlush(q);
     }
     return rc;
+}
+
+static void
+gate_kernel(void *args)
+{
+    dc_gate_wait(*(const int *)args);
+}
+
+int
+fake_ocl_enqueue_gate(unsigned long long queue, int *gate)
+{
+    cl_command_queue q = (cl_command_queue)(uintptr_t)queue;
+    int id = dc_gate_new();
+    cl_int rc;
+
+    if (gate == NULL || id < 0 || real_native_kernel == NULL) {
+        return CL_INVALID_VALUE;
+    }
+    rc = real_native_kernel(q, gate_kernel, &id, sizeof(id), 0, NULL, NULL,
+                            0, NULL, NULL);
+    if (rc == CL_SUCCESS) {
+        rc = real.clFlush(q);
+    }
+    if (rc != CL_SUCCESS) {
+        dc_gate_open(id);
+        return rc;
+    }
+    *gate = id;
+    return CL_SUCCESS;
+}
+
+int
+fake_ocl_open_gate(int gate)
+{
+    return dc_gate_open(gate);
 }

@@ -58,6 +58,8 @@
  *   int fake_ze_drivers(void)               drivers presented
  *   int fake_ze_enqueue_sleep(unsigned long long command_list, double ms)
  *   int fake_ze_enqueue_sleep_default(int device, double ms)
+ *   int fake_ze_enqueue_gate(unsigned long long command_list, int *gate)
+ *   int fake_ze_open_gate(int gate)
  * Load this library with ctypes by the same absolute path as in
  * ZE_ENABLE_ALT_DRIVERS: dlopen then returns the instance the loader
  * opened, with the same state.
@@ -129,11 +131,13 @@ typedef struct fake_event {
     uint64_t ts_start, ts_end;
 } fake_event;
 
-enum cmd_kind { CMD_SLEEP, CMD_BARRIER, CMD_SIGNAL, CMD_WAIT, CMD_MEMORY };
+enum cmd_kind {
+    CMD_SLEEP, CMD_GATE, CMD_BARRIER, CMD_SIGNAL, CMD_WAIT, CMD_MEMORY
+};
 
 typedef struct fake_cmd {
     enum cmd_kind kind;
-    uint64_t ns;            /* CMD_SLEEP */
+    uint64_t ns;            /* CMD_SLEEP; CMD_GATE: the gate's id */
     uint64_t start, deadline;
     fake_event *signal;
     uint32_t nwait;
@@ -710,12 +714,14 @@ list_worker(void *arg)
         uint64_t next = 0;
         for (fake_cmd **p = &l->running; *p != NULL;) {
             fake_cmd *c = *p;
-            if (c->deadline <= now) {
+            int finished = c->kind == CMD_GATE ? dc_gate_is_open((int)c->ns)
+                                               : c->deadline <= now;
+            if (finished) {
                 *p = c->next;
                 cmd_finish(c, now);
                 continue;
             }
-            if (next == 0 || c->deadline < next) {
+            if (c->kind != CMD_GATE && (next == 0 || c->deadline < next)) {
                 next = c->deadline;
             }
             p = &c->next;
@@ -732,7 +738,8 @@ list_worker(void *arg)
                 if (c->kind == CMD_MEMORY) {
                     dm_op_run(&c->mem);
                 }
-                if (c->kind == CMD_SLEEP && c->ns > 0) {
+                if ((c->kind == CMD_SLEEP && c->ns > 0)
+                    || c->kind == CMD_GATE) {
                     c->deadline = now + c->ns;
                     c->next = l->running;
                     l->running = c;
@@ -1763,6 +1770,43 @@ fake_ze_enqueue_sleep(unsigned long long command_list, double ms)
 {
     pthread_mutex_lock(&g.lock);
     int r = enqueue_sleep(resolve_list(command_list), ms);
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+/*
+ * Queue work on a command list (as for fake_ze_enqueue_sleep) that does
+ * not complete until the test calls fake_ze_open_gate(*gate).  Returns a
+ * ze_result_t.
+ */
+EXPORT int
+fake_ze_enqueue_gate(unsigned long long command_list, int *gate)
+{
+    int id = dc_gate_new();
+    if (gate == NULL || id < 0) {
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_list *l = resolve_list(command_list);
+    int r = l != NULL ? (int)append_locked(l, CMD_GATE, (uint64_t)id, NULL,
+                                           0, NULL)
+                      : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        dc_gate_open(id);
+        return r;
+    }
+    *gate = id;
+    return ZE_RESULT_SUCCESS;
+}
+
+/* Lets a gate's work complete: 0, or -1 for an unknown gate. */
+EXPORT int
+fake_ze_open_gate(int gate)
+{
+    pthread_mutex_lock(&g.lock);
+    int r = dc_gate_open(gate);
+    pthread_cond_broadcast(&g.cond);
     pthread_mutex_unlock(&g.lock);
     return r;
 }
