@@ -305,6 +305,7 @@ static PyType_Slot graph_slots[] = {
 PyType_Spec acc_graph_spec = {
     .name = "accelerator.Graph",
     .basicsize = sizeof(GraphObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE
+             | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = graph_slots,
 };
