@@ -193,3 +193,18 @@ def test_without_sysman_free_memory_is_an_estimate() -> None:
     assert bus == ""
     assert estimates == ["free_memory"]
     assert free == total == 16 << 30
+
+
+def test_a_loader_path_too_long_is_refused_not_cut() -> None:
+    """A path longer than the backend keeps must not be cut short: the
+    first 511 bytes here name the real loader, the whole path nothing."""
+    import glob
+    found = glob.glob("/usr/lib/*/libze_loader.so.1")
+    if not found:
+        pytest.skip("Debian's loader is not at /usr/lib/<triplet>/")
+    loader = found[0].lstrip("/")
+    path = "/" * (511 - len(loader)) + loader + "-not-this-one"
+    result = run(UNAVAILABLE, **ze(2, ACCELERATOR_BACKEND="xpu",
+                                   ACCELERATOR_ZE_LIBRARY=path))
+    reason = xpu_reason(result)
+    assert "ACCELERATOR_ZE_LIBRARY" in reason and "at most 511" in reason

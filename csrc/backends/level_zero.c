@@ -1916,6 +1916,14 @@ lz_load(acc_error *err)
     if (path == NULL || *path == '\0') {
         path = LZ_LIBRARY;
     }
+    if (strlen(path) >= sizeof(lz.library)) {
+        /* Cut short, it would name another file: refuse it instead. */
+        snprintf(lz.library, sizeof(lz.library), "(a path too long)");
+        return lz_unavailable(err, ACC_ERR_NO_ACCELERATOR,
+                              "ACCELERATOR_ZE_LIBRARY is %zu bytes long; "
+                              "expected a path of at most %zu bytes",
+                              strlen(path), sizeof(lz.library) - 1);
+    }
     snprintf(lz.library, sizeof(lz.library), "%s", path);
     lz.lib = dlopen(lz.library, RTLD_NOW | RTLD_LOCAL);
     if (lz.lib == NULL) {
