@@ -267,8 +267,8 @@ acc_switch_device(acc_state *st, int device)
 }
 
 /* A device argument that defaults to the current device, range-checked. */
-static int
-optional_device(acc_state *st, PyObject *const *args, Py_ssize_t nargs,
+int
+acc_optional_device(acc_state *st, PyObject *const *args, Py_ssize_t nargs,
                 const char *name, int *device)
 {
     long long index;
@@ -435,7 +435,7 @@ synchronize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     acc_status status;
     int device;
 
-    if (optional_device(st, args, nargs, "synchronize", &device) < 0) {
+    if (acc_optional_device(st, args, nargs, "synchronize", &device) < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -467,7 +467,7 @@ current_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         device = acc_current_device();
     }
-    else if (optional_device(st, args, nargs, "current_stream", &device)
+    else if (acc_optional_device(st, args, nargs, "current_stream", &device)
              < 0 || acc_require_ready(st) < 0) {
         return NULL;
     }
@@ -522,7 +522,7 @@ get_memory_info(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     acc_status status;
     int device;
 
-    if (optional_device(st, args, nargs, "get_memory_info", &device) < 0) {
+    if (acc_optional_device(st, args, nargs, "get_memory_info", &device) < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -645,7 +645,7 @@ get_device_properties(PyObject *module, PyObject *const *args,
     acc_state *st = acc_module_state(module);
     int device;
 
-    if (optional_device(st, args, nargs, "get_device_properties", &device)
+    if (acc_optional_device(st, args, nargs, "get_device_properties", &device)
         < 0) {
         return NULL;
     }
@@ -663,7 +663,7 @@ get_device_name(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *props, *name;
     int device;
 
-    if (optional_device(st, args, nargs, "get_device_name", &device) < 0) {
+    if (acc_optional_device(st, args, nargs, "get_device_name", &device) < 0) {
         return NULL;
     }
     props = properties_of(st, device);
@@ -777,21 +777,28 @@ probed(PyObject *module, PyObject *unused)
 
 PyDoc_STRVAR(empty_cache_doc,
 "empty_cache($module, /)\n--\n\n"
-"Release the driver streams and events kept for reuse.  Dropped streams\n"
-"and events go to a small pool so that creating new ones costs no driver\n"
-"call; this gives them back to the driver (exit does too).");
+"Give back to the driver the device memory the caching allocator holds\n"
+"unused (every wholly free segment, once the work queued before it was\n"
+"freed has completed: this synchronizes, as torch's), and the driver\n"
+"streams and events kept for reuse.  Live buffers are untouched.");
 
 static PyObject *
 empty_cache(PyObject *module, PyObject *unused)
 {
-    (void)module;
+    acc_error err;
+    acc_status status;
+
     (void)unused;
     if (!acc_probed()) {
         Py_RETURN_NONE;
     }
     Py_BEGIN_ALLOW_THREADS
+    status = acc_allocator_empty_cache(&err);
     acc_empty_cache();
     Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(acc_module_state(module), &err);
+    }
     Py_RETURN_NONE;
 }
 
@@ -945,6 +952,9 @@ module_exec(PyObject *module)
     }
     st->device_cache = PyDict_New();
     if (st->device_cache == NULL) {
+        return -1;
+    }
+    if (PyModule_AddFunctions(module, acc_memory_methods) < 0) {
         return -1;
     }
     return PyModule_AddIntConstant(module, "MAX_DEVICES", ACC_MAX_DEVICES);

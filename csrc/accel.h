@@ -299,21 +299,29 @@ typedef struct acc_pointer_info {
 
 /*
  * Device memory blocks (allocator.c).  A block is one allocation handed to
- * a Buffer, ordered on a stream of its device.
+ * a Buffer, ordered on a stream of its device: the caching allocator's, or
+ * with ACCELERATOR_ALLOCATOR=direct one driver allocation per block.
  */
 typedef struct acc_block acc_block;
 
 /* nbytes may be 0 (a valid empty block; ptr 0).  The block is ordered on
- * stream (its device is the block's device).  OUT_OF_MEMORY names the
- * size asked for and the device's free and total memory.  May block (call
- * without the GIL). */
+ * stream (its device is the block's device).  Out of memory (after
+ * releasing the cache and retrying once): ACC_ERR_OUT_OF_MEMORY with
+ * torch's message (the size asked for, the device's free and total, what
+ * this process reserved and allocated).  May block (call without the
+ * GIL). */
 acc_status acc_malloc(int device, size_t nbytes, acc_stream *stream,
                       acc_block **out, acc_error *err);
+/* The cache only, never a driver call, for callers that hold a lock such
+ * as the GIL: ACC_OK with a block, or ACC_NOT_READY when acc_malloc is
+ * needed (a miss, direct mode, zero bytes, pending work to settle). */
+acc_status acc_malloc_try(int device, size_t nbytes, acc_stream *stream,
+                          acc_block **out);
 uintptr_t acc_block_ptr(const acc_block *b);
 size_t acc_block_size(const acc_block *b);   /* bytes asked for */
 int acc_block_device(const acc_block *b);
 /* As torch's Tensor.record_stream: not reused until work queued on s so
- * far has completed. */
+ * far (when the block is freed) has completed. */
 acc_status acc_block_record_stream(acc_block *b, acc_stream *s,
                                    acc_error *err);
 /* Give the block back.  Never blocks on the device.  The memory is not
@@ -321,8 +329,9 @@ acc_status acc_block_record_stream(acc_block *b, acc_stream *s,
  * queued on the block's stream, and on every recorded stream, has
  * completed. */
 void acc_free(acc_block *b);
-/* Return to the driver what the allocator holds and no work uses any
- * more; never waits for the device.  acc_empty_cache() calls it. */
+/* Settle the freed blocks whose work has completed (direct mode: return
+ * them to the driver); never waits for the device.  acc_empty_cache()
+ * calls it. */
 void acc_allocator_release(void);
 
 /* Copies and fills (memory.c).  The dispatcher checks the sizes and
@@ -381,6 +390,54 @@ void acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
 /* Release what has become ready; with wait, wait for everything first.
  * Returns the number still pending. */
 int acc_deferred_poll(int wait);
+
+/* torch's allocator statistics: one Stat per kind and pool. */
+typedef struct acc_stat {
+    long long current, peak, allocated, freed;
+} acc_stat;
+
+enum {
+    ACC_STAT_ALL,
+    ACC_STAT_SMALL_POOL,
+    ACC_STAT_LARGE_POOL,
+    ACC_STAT_TYPES,
+};
+
+typedef struct acc_mem_stats {
+    acc_stat allocation[ACC_STAT_TYPES];      /* live blocks */
+    acc_stat segment[ACC_STAT_TYPES];         /* driver allocations */
+    acc_stat active[ACC_STAT_TYPES];          /* live or awaiting events */
+    acc_stat inactive_split[ACC_STAT_TYPES];  /* free parts of segments */
+    acc_stat allocated_bytes[ACC_STAT_TYPES];
+    acc_stat reserved_bytes[ACC_STAT_TYPES];
+    acc_stat active_bytes[ACC_STAT_TYPES];
+    acc_stat inactive_split_bytes[ACC_STAT_TYPES];
+    acc_stat requested_bytes[ACC_STAT_TYPES]; /* as asked, unrounded */
+    long long num_alloc_retries;   /* cache released after a failure */
+    long long num_ooms;            /* out-of-memory errors reported */
+    long long num_sync_all_streams;/* device synchronizations to release */
+    long long num_device_alloc;    /* successful driver allocations */
+    long long num_device_free;     /* successful driver frees */
+} acc_mem_stats;
+
+/* Nonzero once anything was allocated (torch's memory_stats is empty
+ * before). */
+int acc_allocator_used(void);
+/* Nonzero with ACCELERATOR_ALLOCATOR=direct. */
+int acc_allocator_direct(void);
+acc_status acc_memory_stats(int device, acc_mem_stats *out,
+                            acc_error *err);
+acc_status acc_reset_peak_memory_stats(int device, acc_error *err);
+acc_status acc_reset_accumulated_memory_stats(int device, acc_error *err);
+/* Cap what this process may reserve on device at fraction (0..1) of its
+ * memory; beyond it, allocations fail with ACC_ERR_OUT_OF_MEMORY. */
+acc_status acc_set_memory_fraction(int device, double fraction,
+                                   acc_error *err);
+/* Give every wholly free cached segment back to the driver (may block:
+ * synchronizes the devices that have any). */
+acc_status acc_allocator_empty_cache(acc_error *err);
+/* The dispatcher is about to destroy the native stream of s. */
+void acc_allocator_stream_destroyed(const acc_stream *s);
 
 /* Errors (dispatch.c) */
 /* The length of text[0, length) without a last UTF-8 character that a cut

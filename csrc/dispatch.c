@@ -842,6 +842,12 @@ acc_probe_all(void)
     pthread_mutex_unlock(&g.lock);
 }
 
+const acc_backend *
+acc_selected_backend(void)
+{
+    return g.selected;
+}
+
 int
 acc_is_available(void)
 {
@@ -876,12 +882,6 @@ unsigned
 acc_backend_caps(void)
 {
     return g.selected ? g.selected->caps : 0;
-}
-
-const acc_backend *
-acc_selected_backend(void)
-{
-    return g.selected;
 }
 
 int
@@ -1331,7 +1331,10 @@ stream_recycle(acc_stream *s)
         return;
     }
     pthread_mutex_unlock(&g.pool_lock);
-    s->backend->stream_destroy(s);
+    acc_allocator_stream_destroyed(s);
+    if (s->backend->stream_destroy != NULL) {
+        s->backend->stream_destroy(s);
+    }
 }
 
 /* Fill s from the pool when a free stream of its priority is there. */
@@ -1824,7 +1827,10 @@ acc_empty_cache(void)
             s.handle = g.streams[d].items[g.streams[d].n].handle;
             s.native = g.streams[d].items[g.streams[d].n].native;
             pthread_mutex_unlock(&g.pool_lock);
-            g.selected->stream_destroy(&s);
+            acc_allocator_stream_destroyed(&s);
+            if (g.selected->stream_destroy != NULL) {
+                g.selected->stream_destroy(&s);
+            }
         }
         for (unsigned kind = 0; kind < EVENT_KINDS; kind++) {
             event_pool *pool = &g.events[d][kind];

@@ -147,6 +147,11 @@ int acc_require_ready(acc_state *st);
 int acc_resolve_device(acc_state *st, PyObject *obj, int optional,
                        long long *index);
 
+/* A device argument of a function taking (device=None, /): the current
+ * device when absent or None, range-checked; -1 with an error set. */
+int acc_optional_device(acc_state *st, PyObject *const *args,
+                        Py_ssize_t nargs, const char *name, int *device);
+
 /* Check index against the device count (DeviceIndexError). */
 int acc_check_index(acc_state *st, long long index);
 
@@ -176,6 +181,9 @@ acc_event *acc_event_of(PyObject *event);
 /* Call accelerator._aio.<name>(obj): the asyncio support, written in
  * Python (Event/Stream __await__ and the *_async methods).  New reference. */
 PyObject *acc_call_aio(const char *name, PyObject *obj);
+
+/* The allocator's statistics and controls (py_memory.c). */
+extern PyMethodDef acc_memory_methods[];
 
 extern PyType_Spec acc_device_spec;
 extern PyType_Spec acc_stream_spec;

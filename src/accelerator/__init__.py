@@ -44,6 +44,18 @@ from ._accelerator import (
     synchronize,
 )
 from ._launch import local_device_index
+from . import memory
+from .memory import (
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
 
 __all__ = [
     "MAX_DEVICES",
@@ -71,8 +83,18 @@ __all__ = [
     "get_memory_info",
     "is_available",
     "local_device_index",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
     "set_device_idx",
     "set_device_index",
+    "set_per_process_memory_fraction",
     "set_stream",
     "synchronize",
 ]
