@@ -76,7 +76,7 @@ APIS = [
     Api("Event.record()", "Event.record() (current)"),
     Api("Event.query", "Event.query()", "driver50"),
     Api("synchronize", "synchronize() (idle)"),
-    Api("Buffer(4096)", "Buffer(4096) (+free)"),
+    Api("Buffer(4096)", "Buffer(4096) (+free, cached)", "noop5"),
     Api("copy_from_4k", "Buffer.copy_from(4 KiB bytes)"),
     Api("Stream.synchronize", "Stream.synchronize() (idle)"),
 ]
@@ -107,6 +107,9 @@ def budget_met(budget: str, ratio: float | None, overhead: float | None
             f"NO, +{overhead - limit:,.0f} ns"
     return "-"
 
+# The driver allocation a cached Buffer avoids, timed from C and shown
+# beside the Buffer row.
+DRIVER_ALLOC = "cuMemAlloc+cuMemFree"
 
 # The driver functions each API calls on the CUDA backend, as counted on the
 # double (which the double run re-checks); used where nothing counts them.
@@ -120,10 +123,8 @@ CUDA_CALLS: dict[str, dict[str, float]] = {
     "Event.record()": {"cuCtxGetCurrent": 1, "cuEventRecord": 1},
     "Event.query": {"cuEventQuery": 1},
     "synchronize": {"cuCtxGetCurrent": 1, "cuCtxSynchronize": 1},
-    # The free: one query of the (idle, legacy) stream, then cuMemFree at
-    # once; each of the three enters the device's context.
-    "Buffer(4096)": {"cuCtxGetCurrent": 3, "cuMemAlloc": 1,
-                     "cuStreamQuery": 1, "cuMemFree": 1},
+    # The caching allocator reuses the block: no driver call.
+    "Buffer(4096)": {},
     "copy_from_4k": {"cuCtxGetCurrent": 1, "cuMemcpyHtoDAsync": 1},
     "Stream.synchronize": {"cuStreamSynchronize": 1},
 }
@@ -249,7 +250,8 @@ def suite_torch_accelerator() -> Suite:
         "set_device_index", "device_index", "synchronize")}
     names.update(noop=noop_baseline(), S=torch.Stream, E=torch.Event, s=s,
                  e=torch.Event(device="cuda"), done=done,
-                 default=T.current_stream(0))
+                 default=T.current_stream(0), empty=torch.empty,
+                 u8=torch.uint8)
     stmts = {
         "is_available": ["T_is_available()"],
         "device_count": ["T_device_count()"],
@@ -269,6 +271,7 @@ def suite_torch_accelerator() -> Suite:
         "Event.query": ["done.query()"],
         "synchronize": ["T_synchronize()"],
         "Stream.synchronize": ["s.synchronize()"],
+        "Buffer(4096)": ["empty(4096, dtype=u8, device='cuda')"],
     }
     return Suite(names, stmts,
                  "T_set_stream(default); T_set_device_index(0); "
@@ -290,7 +293,8 @@ def suite_torch_cuda() -> Suite:
         current_stream=C.current_stream, set_stream=C.set_stream,
         device=C.device, stream=C.stream, Stream=C.Stream, Event=C.Event,
         synchronize=C.synchronize, s=s, e=C.Event(), done=done,
-        default=C.current_stream(0), torch_set=C.set_device)
+        default=C.current_stream(0), torch_set=C.set_device,
+        empty=torch.empty, u8=torch.uint8)
     stmts = {
         "is_available": ["is_available()"],
         "device_count": ["device_count()"],
@@ -309,6 +313,7 @@ def suite_torch_cuda() -> Suite:
         "Event.query": ["done.query()"],
         "synchronize": ["synchronize()"],
         "Stream.synchronize": ["s.synchronize()"],
+        "Buffer(4096)": ["empty(4096, dtype=u8, device='cuda')"],
     }
     return Suite(names, stmts,
                  "set_stream(default); torch_set(0); synchronize()",
@@ -344,6 +349,7 @@ def suite_cuda_core() -> Suite:
         "Event.query": ["done.is_done"],
         "synchronize": ["dev.sync()"],
         "Stream.synchronize": ["s.sync()"],
+        "Buffer(4096)": ["dev.allocate(4096)"],
     }
     return Suite(names, stmts, "s.sync(); dev.sync()",
                  {"library": "cuda.core",
@@ -370,7 +376,8 @@ def suite_cupy() -> Suite:
         Stream=cuda.Stream, Event=cuda.Event,
         deviceSynchronize=cuda.runtime.deviceSynchronize, s=s,
         e=cuda.Event(disable_timing=True), done=done,
-        default=cuda.Stream.null, setDevice=cuda.runtime.setDevice)
+        default=cuda.Stream.null, setDevice=cuda.runtime.setDevice,
+        empty=cupy.empty, u8=cupy.uint8)
     stmts = {
         "is_available": ["is_available()"],
         "device_count": ["getDeviceCount()"],
@@ -389,6 +396,7 @@ def suite_cupy() -> Suite:
         "Event.query": ["done.done"],
         "synchronize": ["deviceSynchronize()"],
         "Stream.synchronize": ["s.synchronize()"],
+        "Buffer(4096)": ["empty(4096, dtype=u8)"],
     }
     return Suite(names, stmts,
                  "default.use(); setDevice(0); deviceSynchronize()",
@@ -978,6 +986,17 @@ def main_table(result: dict[str, Any], c_ns: dict[str, Any],
         data.append({"api": api.key, "ns": r["ns"], "ratio": r["ratio"],
                      "driver_ns": drv, "overhead_ns": overhead,
                      "budget": budget, "met": met, "driver_calls": calls})
+        if api.key == "Buffer(4096)" and DRIVER_ALLOC in c_ns:
+            # Beside it: what one driver allocation and free cost, from C.
+            alloc_ns = c_ns[DRIVER_ALLOC]
+            noop_ns = result["noop_ns"]
+            rows.append([f"  (driver: {DRIVER_ALLOC}, 4096 B, from C)",
+                         fmt(alloc_ns),
+                         fmt(alloc_ns / noop_ns if noop_ns > 0.5 else None,
+                             2), fmt(alloc_ns), "-", "report", "-"]
+                        + (["-"] if counted is not None else []))
+            data.append({"api": DRIVER_ALLOC, "ns": alloc_ns,
+                         "driver_ns": alloc_ns})
     if imports is not None:
         ok = (imports["extra_ms"] < 2.0 and not imports["drivers_loaded"]
               and imports["driver_calls"] in (0, None))

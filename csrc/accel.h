@@ -329,6 +329,9 @@ acc_status acc_block_record_stream(acc_block *b, acc_stream *s,
  * queued on the block's stream, and on every recorded stream, has
  * completed. */
 void acc_free(acc_block *b);
+/* acc_free when it needs no driver call (a cached block used on no other
+ * stream): ACC_OK, or ACC_NOT_READY and nothing done. */
+acc_status acc_free_try(acc_block *b);
 /* Settle the freed blocks whose work has completed (direct mode: return
  * them to the driver); never waits for the device.  acc_empty_cache()
  * calls it. */

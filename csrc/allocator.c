@@ -156,9 +156,7 @@ after_fork_in_child(void)
     /* The driver cannot be used here: blocks inherited from the parent
      * are never touched again (their memory belongs to the parent). */
     A.forked = 1;
-    for (int i = 0; i < ACC_MAX_DEVICES; i++) {
-        pthread_mutex_init(&A.dev[i].lock, NULL);
-    }
+    unlock_all();
 }
 
 static void
@@ -874,8 +872,9 @@ reserve(int device, int pool, size_t nbytes, size_t asked, uintptr_t *ptr,
     for (int attempt = 0; attempt < 2; attempt++) {
         pthread_mutex_lock(&d->lock);
         by_cap = d->capped
-                 && (size_t)d->stats.reserved_bytes[ACC_STAT_ALL].current
-                        + d->reserving + nbytes > d->limit;
+                 && (nbytes > d->limit
+                     || (size_t)d->stats.reserved_bytes[ACC_STAT_ALL].current
+                            + d->reserving > d->limit - nbytes);
         if (!by_cap) {
             d->reserving += nbytes;
         }
@@ -996,12 +995,16 @@ acc_status
 acc_malloc_try(int device, size_t nbytes, acc_stream *stream,
                acc_block **out)
 {
-    device_state *d = &A.dev[device];
+    device_state *d = &A.dev[device & (ACC_MAX_DEVICES - 1)];
     size_t size;
     int pool;
 
     ensure_init();
-    if (A.direct || nbytes == 0 || A.forked || atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
+    /* Anything unusual, including bad arguments, goes to acc_malloc. */
+    if (A.direct || A.forked || nbytes == 0 || nbytes > SMALL_BUFFER * 8
+        || device < 0 || device >= acc_device_count()
+        || stream->device != device
+        || atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
         return ACC_NOT_READY;
     }
     size = round_size(nbytes);
@@ -1154,13 +1157,41 @@ acc_block_record_stream(acc_block *b, acc_stream *s, acc_error *err)
     return rc == 0 ? ACC_OK : host_oom(err);
 }
 
+/* The block is no longer allocated (under the lock); it stays active
+ * until free_block or its release. */
+static void
+unallocate(device_state *d, acc_block *b)
+{
+    b->allocated = 0;
+    b->stream = NULL;
+    stat_pool(d->stats.allocation, b->pool, -1);
+    stat_pool(d->stats.allocated_bytes, b->pool, -(long long)b->size);
+}
+
+acc_status
+acc_free_try(acc_block *b)
+{
+    device_state *d;
+    acc_stream *stream = b->stream;
+
+    if (stream == NULL || A.direct || A.forked || b->n_uses > 0) {
+        return ACC_NOT_READY;
+    }
+    d = &A.dev[b->device];
+    pthread_mutex_lock(&d->lock);
+    unallocate(d, b);
+    free_block(d, b);
+    pthread_mutex_unlock(&d->lock);
+    acc_stream_decref(stream);
+    return ACC_OK;
+}
+
 void
 acc_free(acc_block *b)
 {
     device_state *d;
     acc_stream *stream = b->stream;
     acc_error err;
-    int pool;
 
     if (stream == NULL) {
         free(b);          /* an empty block */
@@ -1170,7 +1201,6 @@ acc_free(acc_block *b)
         return;           /* the parent's memory: leave it alone */
     }
     d = &A.dev[b->device];
-    pool = b->pool;
     if (A.direct && acc_stream_query(stream, &err) != ACC_OK
         && add_use(b, stream) != 0) {
         /* Work on the allocation stream may still use the memory. */
@@ -1180,10 +1210,7 @@ acc_free(acc_block *b)
         record_uses(b);
     }
     pthread_mutex_lock(&d->lock);
-    b->allocated = 0;
-    b->stream = NULL;
-    stat_pool(d->stats.allocation, pool, -1);
-    stat_pool(d->stats.allocated_bytes, pool, -(long long)b->size);
+    unallocate(d, b);
     if (b->n_events > 0 || b->needs_sync) {
         push_pending(d, b);
         b = NULL;

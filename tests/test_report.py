@@ -40,7 +40,8 @@ TOP_KEYS = {
 DEVICE_KEYS = {
     "index", "device", "name", "uuid", "total_memory", "free_memory",
     "compute_capability", "pci_bus_id", "multi_processor_count",
-    "vendor_id", "device_id", "is_integrated", "error",
+    "vendor_id", "device_id", "is_integrated", "memory_reserved",
+    "memory_allocated", "error",
 }
 BACKEND_KEYS = {
     "name", "device_type", "library", "loaded", "available", "selected",
@@ -207,6 +208,8 @@ def test_json_agrees_with_the_double(device_count: int) -> None:
         assert device["total_memory"] == total
         assert device["free_memory"] == total - CONTEXT_FOOTPRINT
         assert device["compute_capability"] == [8, 6]
+        # a fresh process has not allocated device memory
+        assert device["memory_reserved"] is device["memory_allocated"] is None
         assert device["multi_processor_count"] == 84
         assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9]",
                             device["pci_bus_id"])
@@ -297,7 +300,8 @@ def make_device(**changes: object) -> _report.DeviceReport:
         index=0, device="xpu:0", name="Some GPU", uuid=None,
         total_memory=8 * GIB, free_memory=None, compute_capability=None,
         pci_bus_id=None, multi_processor_count=448, vendor_id=0x8086,
-        device_id=0x56A0, is_integrated=False, error=None,
+        device_id=0x56A0, is_integrated=False, memory_reserved=None,
+        memory_allocated=None, error=None,
     )
     device.update(changes)  # type: ignore[typeddict-item]
     return device
@@ -309,6 +313,40 @@ def test_device_without_compute_capability_prints_none() -> None:
     assert "execution units: 448" in text
     assert "memory: 8.00 GiB total, unknown free" in text
     assert "PCI bus id: unknown" in text
+
+
+def test_memory_of_this_process_is_printed() -> None:
+    text = "\n".join(_report.format_device(
+        make_device(memory_reserved=22 * 1024**2, memory_allocated=4096),
+        "xpu"))
+    assert "this process: 22.00 MiB reserved, 4.00 KiB allocated" in text
+    assert "this process" not in "\n".join(
+        _report.format_device(make_device(), "xpu"))
+
+
+@needs_double
+def test_report_shows_memory_after_allocation() -> None:
+    code = (
+        "import json, accelerator\n"
+        "from accelerator import _report\n"
+        "b = accelerator.Buffer(4096, 1)\n"
+        "print(json.dumps(_report.collect_report()))\n"
+    )
+    env = {
+        name: value for name, value in os.environ.items()
+        if not name.startswith(("ACCELERATOR_", "FAKE_CUDA_", "FAKE_ZE_"))
+    }
+    env.update(PYTHONPATH=str(PACKAGE_PARENT),
+               ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE),
+               ACCELERATOR_ZE_LIBRARY=MISSING_LIBRARY, FAKE_CUDA_DEVICES="2")
+    result = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    devices = json.loads(result.stdout)["devices"]
+    assert devices[1]["memory_allocated"] == 4096
+    assert devices[1]["memory_reserved"] == 2 * 1024**2
+    assert devices[0]["memory_allocated"] == 0
+    assert devices[0]["memory_reserved"] == 0
 
 
 def test_device_error_is_printed() -> None:

@@ -33,6 +33,18 @@ from ._accelerator import (
     synchronize as synchronize,
 )
 from ._launch import local_device_index as local_device_index
+from . import memory as memory
+from .memory import (
+    max_memory_allocated as max_memory_allocated,
+    max_memory_reserved as max_memory_reserved,
+    memory_allocated as memory_allocated,
+    memory_reserved as memory_reserved,
+    memory_stats as memory_stats,
+    memory_summary as memory_summary,
+    reset_accumulated_memory_stats as reset_accumulated_memory_stats,
+    reset_peak_memory_stats as reset_peak_memory_stats,
+    set_per_process_memory_fraction as set_per_process_memory_fraction,
+)
 
 __all__ = [
     "MAX_DEVICES",
@@ -60,8 +72,18 @@ __all__ = [
     "get_memory_info",
     "is_available",
     "local_device_index",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
     "set_device_idx",
     "set_device_index",
+    "set_per_process_memory_fraction",
     "set_stream",
     "synchronize",
 ]

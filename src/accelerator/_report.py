@@ -50,6 +50,9 @@ JSON document (schema 1; keys are only ever added, under the same number):
                                  compute units (OpenCL)
       ``vendor_id``, ``device_id``  PCI ids as integers, or null
       ``is_integrated``          true when it shares memory with the host
+      ``memory_reserved``, ``memory_allocated``  bytes this process holds
+                                 from the driver and in live buffers, or
+                                 null before it allocated device memory
       ``error``                  null, or why a query of this device failed
   ``backends``        one object per known backend, in probe order:
       ``name``, ``device_type``, ``library`` (path or name tried),
@@ -111,6 +114,8 @@ class DeviceReport(TypedDict):
     vendor_id: int | None
     device_id: int | None
     is_integrated: bool | None
+    memory_reserved: int | None
+    memory_allocated: int | None
     error: str | None
 
 
@@ -154,7 +159,8 @@ def device_report_skeleton(device_type: str, index: int) -> DeviceReport:
         index=index, device=f"{device_type}:{index}", name=None, uuid=None,
         total_memory=None, free_memory=None, compute_capability=None,
         pci_bus_id=None, multi_processor_count=None, vendor_id=None,
-        device_id=None, is_integrated=None, error=None,
+        device_id=None, is_integrated=None, memory_reserved=None,
+        memory_allocated=None, error=None,
     )
 
 
@@ -179,6 +185,10 @@ def device_report(device_type: str, index: int) -> DeviceReport:
         report["free_memory"], total = accelerator.get_memory_info(index)
         if report["total_memory"] is None:
             report["total_memory"] = total
+        stats = accelerator.memory_stats(index)
+        if stats:
+            report["memory_reserved"] = stats["reserved_bytes.all.current"]
+            report["memory_allocated"] = stats["allocated_bytes.all.current"]
     except accelerator.AcceleratorError as error:
         report["error"] = str(error)
     return report
@@ -230,6 +240,16 @@ def gib(size: int | None) -> str:
     return "unknown" if size is None else f"{size / GIB:.2f} GiB"
 
 
+def human(size: int) -> str:
+    """A byte count in the largest binary unit it reaches, two decimals."""
+    value, unit = float(size), "bytes"
+    for next_unit in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, next_unit
+    return f"{size} bytes" if unit == "bytes" else f"{value:.2f} {unit}"
+
+
 def format_device(device: DeviceReport, device_type: str) -> list[str]:
     """The text lines that describe one device."""
     lines = [f"  {device['device']}  {device['name'] or 'unknown name'}"]
@@ -239,6 +259,11 @@ def format_device(device: DeviceReport, device_type: str) -> list[str]:
         f"      memory: {gib(device['total_memory'])} total, "
         f"{gib(device['free_memory'])} free"
     )
+    if device["memory_reserved"] is not None:
+        lines.append(
+            f"      this process: {human(device['memory_reserved'])} "
+            f"reserved, {human(device['memory_allocated'] or 0)} allocated"
+        )
     if device["compute_capability"] is not None:
         major, minor = device["compute_capability"]
         lines.append(f"      compute capability: {major}.{minor}")

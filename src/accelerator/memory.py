@@ -17,7 +17,7 @@ string; None means the current device).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._accelerator import (
     _memory_stats,
@@ -27,6 +27,9 @@ from ._accelerator import (
     empty_cache,
     get_memory_info,
 )
+
+if TYPE_CHECKING:
+    from ._accelerator import _DeviceLike
 
 __all__ = [
     "empty_cache",
@@ -43,7 +46,7 @@ __all__ = [
 ]
 
 
-def memory_stats(device: Any = None, /) -> dict[str, int]:
+def memory_stats(device: _DeviceLike | None = None, /) -> dict[str, int]:
     """memory_stats(device=None, /)
 
     The allocator's statistics for device, as torch's: a dict sorted by
@@ -69,7 +72,7 @@ def memory_stats(device: Any = None, /) -> dict[str, int]:
     return dict(sorted(_memory_stats(device).items()))
 
 
-def memory_allocated(device: Any = None, /) -> int:
+def memory_allocated(device: _DeviceLike | None = None, /) -> int:
     """memory_allocated(device=None, /)
 
     Bytes of device memory held by live buffers (rounded sizes).
@@ -77,7 +80,7 @@ def memory_allocated(device: Any = None, /) -> int:
     return memory_stats(device).get("allocated_bytes.all.current", 0)
 
 
-def max_memory_allocated(device: Any = None, /) -> int:
+def max_memory_allocated(device: _DeviceLike | None = None, /) -> int:
     """max_memory_allocated(device=None, /)
 
     The peak of :func:`memory_allocated` since the last reset.
@@ -85,7 +88,7 @@ def max_memory_allocated(device: Any = None, /) -> int:
     return memory_stats(device).get("allocated_bytes.all.peak", 0)
 
 
-def memory_reserved(device: Any = None, /) -> int:
+def memory_reserved(device: _DeviceLike | None = None, /) -> int:
     """memory_reserved(device=None, /)
 
     Bytes this process holds from the driver: used or cached.
@@ -93,7 +96,7 @@ def memory_reserved(device: Any = None, /) -> int:
     return memory_stats(device).get("reserved_bytes.all.current", 0)
 
 
-def max_memory_reserved(device: Any = None, /) -> int:
+def max_memory_reserved(device: _DeviceLike | None = None, /) -> int:
     """max_memory_reserved(device=None, /)
 
     The peak of :func:`memory_reserved` since the last reset.
@@ -101,7 +104,7 @@ def max_memory_reserved(device: Any = None, /) -> int:
     return memory_stats(device).get("reserved_bytes.all.peak", 0)
 
 
-def reset_peak_memory_stats(device: Any = None, /) -> None:
+def reset_peak_memory_stats(device: _DeviceLike | None = None, /) -> None:
     """reset_peak_memory_stats(device=None, /)
 
     Set every ``peak`` statistic of device to its ``current`` value.
@@ -109,7 +112,7 @@ def reset_peak_memory_stats(device: Any = None, /) -> None:
     _reset_peak_memory_stats(device)
 
 
-def reset_accumulated_memory_stats(device: Any = None, /) -> None:
+def reset_accumulated_memory_stats(device: _DeviceLike | None = None, /) -> None:
     """reset_accumulated_memory_stats(device=None, /)
 
     Zero the ``allocated`` and ``freed`` totals and the ``num_*``
@@ -118,7 +121,7 @@ def reset_accumulated_memory_stats(device: Any = None, /) -> None:
     _reset_accumulated_memory_stats(device)
 
 
-def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+def set_per_process_memory_fraction(fraction: float, device: _DeviceLike | None = None) -> None:
     """set_per_process_memory_fraction(fraction, device=None)
 
     Cap the memory this process may reserve on device at ``fraction``
@@ -163,7 +166,7 @@ _SECTIONS = [
 ]
 
 
-def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+def memory_summary(device: _DeviceLike | None = None, abbreviated: bool = False) -> str:
     """memory_summary(device=None, abbreviated=False)
 
     A readable table of :func:`memory_stats`, as torch's: for each
