@@ -804,7 +804,7 @@ out_of_memory(int device, size_t nbytes, int by_cap, acc_error *err)
     const char *type = acc_device_type();
     size_t free_bytes = 0, total_bytes = 0;
     char asked[32], free_text[32], total_text[32], cap[64], alloc[32];
-    char unused[32], upper[16];
+    char unused[32], upper[16], exact[48], driver[200];
     long long reserved, allocated;
     acc_error info_err;
     int have_info;
@@ -831,6 +831,10 @@ out_of_memory(int device, size_t nbytes, int by_cap, acc_error *err)
     }
     upper[i] = '\0';
     format_size(asked, sizeof(asked), nbytes);
+    exact[0] = '\0';
+    if (nbytes >= 1024) {
+        snprintf(exact, sizeof(exact), " (%zu bytes)", nbytes);
+    }
     format_size(alloc, sizeof(alloc), (unsigned long long)allocated);
     format_size(unused, sizeof(unused),
                 (unsigned long long)(reserved - allocated));
@@ -842,18 +846,23 @@ out_of_memory(int device, size_t nbytes, int by_cap, acc_error *err)
         snprintf(free_text, sizeof(free_text), "an unknown amount");
         snprintf(total_text, sizeof(total_text), "unknown size");
     }
+    driver[0] = '\0';
     if (by_cap) {
         acc_error_set(err, ACC_ERR_OUT_OF_MEMORY, "%s", "");
     }
+    else {
+        snprintf(driver, sizeof(driver), " [%.190s]", err->message);
+    }
     err->status = ACC_ERR_OUT_OF_MEMORY;
     snprintf(err->message, sizeof(err->message),
-             "%s out of memory. Tried to allocate %s. Device %d has a total "
-             "capacity of %s of which %s is free. %sOf the memory this "
-             "process reserved, %s is allocated and %s is reserved but "
-             "unallocated.%s",
-             upper, asked, device, total_text, free_text, cap, alloc, unused,
+             "%s out of memory. Tried to allocate %s%s. Device %d has a "
+             "total capacity of %s of which %s is free. %sOf the memory "
+             "this process reserved, %s is allocated and %s is reserved but "
+             "unallocated.%s%s",
+             upper, asked, exact, device, total_text, free_text, cap, alloc,
+             unused,
              by_cap ? " The allocation would exceed the limit set by "
-                      "set_per_process_memory_fraction()." : "");
+                      "set_per_process_memory_fraction()." : "", driver);
     return ACC_ERR_OUT_OF_MEMORY;
 }
 
@@ -1048,6 +1057,8 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
         return empty_block(device, out, err);
     }
     if (nbytes > SIZE_MAX - ROUND_LARGE) {
+        acc_error_set(err, ACC_ERR_OUT_OF_MEMORY,
+                      "no device can hold %zu bytes", nbytes);
         return out_of_memory(device, nbytes, 0, err);
     }
     if (!atomic_load_explicit(&A.used, memory_order_relaxed)) {
@@ -1067,6 +1078,7 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
         return ACC_OK;
     }
     seg = segment_size(size);
+    (void)acc_deferred_poll(0);  /* memory.c's, as the direct path did */
     st = reserve(device, pool, seg, nbytes, &ptr, err);
     if (st != ACC_OK) {
         return st;
@@ -1343,7 +1355,8 @@ acc_set_memory_fraction(int device, double fraction, acc_error *err)
     ensure_init();
     pthread_mutex_lock(&A.dev[device].lock);
     A.dev[device].limit = (size_t)(fraction * (double)total_bytes);
-    A.dev[device].capped = 1;
+    /* 1.0 lets the device itself say no, with the driver's error. */
+    A.dev[device].capped = fraction < 1.0;
     pthread_mutex_unlock(&A.dev[device].lock);
     return ACC_OK;
 }
@@ -1351,7 +1364,11 @@ acc_set_memory_fraction(int device, double fraction, acc_error *err)
 void
 acc_allocator_release(void)
 {
-    if (!acc_allocator_used() || A.forked) {
+    if (A.forked) {
+        return;
+    }
+    (void)acc_deferred_poll(0);  /* memory.c's (page-locked host memory) */
+    if (!acc_allocator_used()) {
         return;
     }
     for (int device = 0; device < acc_device_count(); device++) {

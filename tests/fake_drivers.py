@@ -253,7 +253,8 @@ class CudaDouble(DriverDouble):
                  "event_record": "cuEventRecord", "query": "cuStreamQuery",
                  "event_synchronize": "cuEventSynchronize",
                  "graph_launch": "cuGraphLaunch",
-                 "graph_instantiate": "cuGraphInstantiateWithFlags"}
+                 "graph_instantiate": "cuGraphInstantiateWithFlags",
+                 "mem_alloc": "cuMemAlloc", "mem_free": "cuMemFree"}
     env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",

@@ -18,7 +18,8 @@
 #    also with the devices on two drivers: waits across drivers), then on
 #    OpenCL with PoCL (ocl-icd-libopencl1, pocl-opencl-icd,
 #    opencl-c-headers, installed when missing as for Level Zero; skipped
-#    with the reason otherwise).
+#    with the reason otherwise); and the memory tests with the caching
+#    allocator turned off (ACCELERATOR_ALLOCATOR=direct).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -127,6 +128,10 @@ ACCELERATOR_WERROR=1 "$PYTHON" setup.py -q build_ext --inplace
 
 say "the suite on the CUDA driver double"
 "$PYTHON" -m pytest tests "$@"
+
+say "the memory tests without caching (ACCELERATOR_ALLOCATOR=direct)"
+ACCELERATOR_ALLOCATOR=direct "$PYTHON" -m pytest \
+    tests/behaviour/test_memory.py tests/behaviour/test_allocator.py "$@"
 
 if have_level_zero && [ -f tests/drivers/build/libze_test_driver.so ]; then
     say "the behaviour suite on Level Zero (real loader, direct mode)"

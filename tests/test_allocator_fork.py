@@ -17,6 +17,11 @@ BUSY_FORK = """
 import threading
 import accelerator as a
 
+try:
+    a.Buffer(0)
+except NotImplementedError:
+    print("no device memory")
+    sys.exit(0)
 inherited = [a.Buffer(n) for n in (100, 5 << 20, 12 << 20)]
 stop = threading.Event()
 
@@ -81,7 +86,10 @@ print(json.dumps(results))
 
 @pytest.mark.parametrize("backend", backend_params())
 def test_fork_while_threads_allocate(backend: str) -> None:
-    results = json.loads(run(backend, BUSY_FORK).stdout.splitlines()[-1])
+    last = run(backend, BUSY_FORK).stdout.splitlines()[-1]
+    if last == "no device memory":
+        pytest.skip(f"the {backend} backend has no device memory slots")
+    results = json.loads(last)
     assert len(results) == 20
     for report in results:
         assert "crash" not in report, report

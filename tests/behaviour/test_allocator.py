@@ -17,10 +17,13 @@ import pytest
 
 import accelerator as acc
 import fake_drivers
+from test_memory import _memory_supported
 
 MIB = 1024 * 1024
 KIB = 1024
 DIRECT = os.environ.get("ACCELERATOR_ALLOCATOR") == "direct"
+pytestmark = pytest.mark.skipif(
+    not _memory_supported(), reason="the backend has no device memory slots")
 caching_only = pytest.mark.skipif(
     DIRECT, reason="ACCELERATOR_ALLOCATOR=direct does not cache")
 
@@ -46,7 +49,8 @@ def stat(key: str, device: int | None = None) -> int:
 
 
 def counts(driver: fake_drivers.DriverDouble) -> tuple[int, int]:
-    return driver.calls(driver.alloc_api), driver.calls(driver.free_api)
+    return (driver.calls(driver.functions["mem_alloc"]),
+            driver.calls(driver.functions["mem_free"]))
 
 
 # torch's test_memory_stats, with buffers ------------------------------------
@@ -116,10 +120,13 @@ def test_pools_segments_and_rounding(accel_type: str) -> None:
     assert stat("allocated_bytes.small_pool.current") == 1024
     assert stat("requested_bytes.small_pool.current") == 1000
     assert stat("reserved_bytes.small_pool.current") == 2 * MIB
-    middle = acc.Buffer(3 * MIB)    # 20 MiB large segment
-    assert stat("reserved_bytes.large_pool.current") == 20 * MIB
     big = acc.Buffer(11 * MIB + 1)  # its own segment, rounded to 2 MiB
+    assert stat("reserved_bytes.large_pool.current") == 12 * MIB
+    # the rest (under 1 MiB) is not worth a block of the large pool
+    assert stat("allocated_bytes.large_pool.current") == 12 * MIB
+    middle = acc.Buffer(3 * MIB)    # 20 MiB large segment
     assert stat("reserved_bytes.large_pool.current") == 20 * MIB + 12 * MIB
+    assert stat("requested_bytes.all.current") == 1000 + 11 * MIB + 1 + 3 * MIB
     assert stat("segment.all.current") == 3
     assert acc.memory_reserved() == base + 34 * MIB
     # the rest of each split segment is inactive split memory
@@ -232,8 +239,56 @@ def test_free_blocks_merge(accel_type: str) -> None:
     parts[3].close()
     assert stat("inactive_split.all.current") == 0
     assert stat("inactive_split_bytes.all.current") == 0
-    with acc.Buffer(2 * MIB - 512) as whole:
+    with acc.Buffer(MIB) as whole:      # the largest small request
         assert whole.ptr == base
+
+
+# ACCELERATOR_ALLOCATOR=direct ------------------------------------------------
+
+direct_only = pytest.mark.skipif(
+    not DIRECT, reason="needs ACCELERATOR_ALLOCATOR=direct (tests/run.sh)")
+
+
+@direct_only
+def test_direct_every_buffer_is_a_driver_allocation(
+        driver: fake_drivers.DriverDouble) -> None:
+    assert acc._accelerator._allocator() == "direct"
+    base = acc.memory_stats()
+    before = counts(driver)
+    for _ in range(5):
+        with acc.Buffer(1000):
+            stats = acc.memory_stats()
+            # exactly the bytes asked for: memory checkers see the bounds
+            assert stats["allocated_bytes.all.current"] == 1000 + base[
+                "allocated_bytes.all.current"]
+            assert stats["reserved_bytes.small_pool.current"] == 1000 + base[
+                "reserved_bytes.small_pool.current"]
+    assert counts(driver) == (before[0] + 5, before[1] + 5)
+    stats = acc.memory_stats()
+    assert stats["num_device_alloc"] - base["num_device_alloc"] == 5
+    assert stats["num_device_free"] - base["num_device_free"] == 5
+    assert stats["reserved_bytes.all.current"] == base[
+        "reserved_bytes.all.current"]
+
+
+@direct_only
+def test_direct_free_waits_for_the_stream(
+        driver: fake_drivers.DriverDouble) -> None:
+    s = acc.Stream()
+    live = driver.live("alloc")
+    b = acc.Buffer(4096, stream=s)
+    b.fill(1, stream=s)
+    driver.enqueue_sleep(s, 200)
+    b.close()
+    acc.Buffer(1).close()      # settles what is done, without waiting
+    assert driver.live("alloc") == live + 1
+    assert stat("active_bytes.all.current") == 4096
+    assert stat("allocated_bytes.all.current") == 0
+    s.synchronize()
+    acc.empty_cache()
+    assert driver.live("alloc") == live
+    assert stat("active_bytes.all.current") == 0
+    assert stat("reserved_bytes.all.current") == 0
 
 
 # Out of memory and the cap ---------------------------------------------------
@@ -245,7 +300,7 @@ def test_oom_releases_the_cache_and_retries(
     acc.Buffer(4096).close()          # a cached small segment
     acc.reset_accumulated_memory_stats()
     code, _ = driver.oom_error
-    driver.fail(driver.alloc_api, 1, code)
+    driver.fail(driver.functions["mem_alloc"], 1, code)
     with acc.Buffer(5 * MIB) as b:
         assert b.nbytes == 5 * MIB
     stats = acc.memory_stats()
@@ -260,7 +315,7 @@ def test_oom_raises_torchs_message(
         driver: fake_drivers.DriverDouble, accel_type: str) -> None:
     keep = acc.Buffer(3 * MIB)
     code, name = driver.oom_error
-    driver.fail(driver.alloc_api, 0, code)
+    driver.fail(driver.functions["mem_alloc"], 0, code)
     before = acc.memory_stats()
     with pytest.raises(acc.OutOfMemoryError) as info:
         acc.Buffer(300 * MIB)

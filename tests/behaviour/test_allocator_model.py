@@ -20,10 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accelerator as acc
+from test_memory import _memory_supported
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("ACCELERATOR_ALLOCATOR") == "direct",
-    reason="models the caching allocator")
+pytestmark = [
+    pytest.mark.skipif(not _memory_supported(),
+                       reason="the backend has no device memory slots"),
+    pytest.mark.skipif(os.environ.get("ACCELERATOR_ALLOCATOR") == "direct",
+                       reason="models the caching allocator"),
+]
 
 KIB = 1024
 MIB = 1024 * KIB
