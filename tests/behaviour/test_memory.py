@@ -431,7 +431,7 @@ def test_host_buffer_freed_after_its_copies(driver) -> None:
         b.copy_to(h, stream=s)
         del h
         gc.collect()
-        acc.empty_cache()
+        poll_freed_memory()
         assert driver.live("host_alloc") == before + 1
         gate.open()
         s.synchronize()
