@@ -153,9 +153,11 @@ unlock_all(void)
 static void
 after_fork_in_child(void)
 {
-    /* The driver cannot be used here: blocks inherited from the parent
-     * are never touched again (their memory belongs to the parent). */
-    A.forked = 1;
+    /* After the parent allocated, the driver cannot be used here: blocks
+     * inherited from the parent are never touched again (their memory
+     * belongs to the parent).  A child of a parent that allocated nothing
+     * may initialise the driver itself and start afresh. */
+    A.forked = atomic_load_explicit(&A.used, memory_order_relaxed);
     unlock_all();
 }
 

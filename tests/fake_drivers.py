@@ -365,7 +365,8 @@ class ZeDouble(DriverDouble):
                  "event_create": "zeEventCreate",
                  "event_record": "zeCommandListAppendBarrier",
                  "query": "zeEventQueryStatus",
-                 "event_synchronize": "zeEventHostSynchronize"}
+                 "event_synchronize": "zeEventHostSynchronize",
+                 "mem_alloc": "zeMemAllocDevice", "mem_free": "zeMemFree"}
     env_devices = "FAKE_ZE_DEVICES"
     kinds = {"stream": "list"}
     live_kinds = ("list", "event", "pool", "context", "alloc", "host_alloc",
