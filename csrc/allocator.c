@@ -926,6 +926,42 @@ host_oom(acc_error *err)
     return ACC_ERR_HOST_MEMORY;
 }
 
+/* Carve a block of size bytes (nbytes asked) out of the segment of seg
+ * bytes at ptr that the driver just gave, for stream. */
+static acc_status
+carve_segment(int device, int pool, uintptr_t ptr, size_t seg, size_t size,
+              size_t nbytes, acc_stream *stream, acc_block **out,
+              acc_error *err)
+{
+    device_state *d = &A.dev[device];
+    acc_block *b, *got = NULL;
+
+    pthread_mutex_lock(&d->lock);
+    b = block_new(d);
+    if (b != NULL) {
+        b->ptr = ptr;
+        b->size = seg;
+        b->device = device;
+        b->pool = (unsigned char)pool;
+        b->key = stream->handle;
+        got = take_block(d, b, size, nbytes, stream);
+        if (got == NULL) {
+            block_drop(d, b);
+        }
+    }
+    if (got == NULL) {
+        segment_removed(d, pool, seg);
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (got == NULL) {
+        driver_free(device, ptr);
+        return host_oom(err);
+    }
+    acc_stream_incref(stream);
+    *out = got;
+    return ACC_OK;
+}
+
 static acc_status
 malloc_direct(int device, size_t nbytes, acc_stream *stream,
               acc_block **out, acc_error *err)
@@ -933,7 +969,6 @@ malloc_direct(int device, size_t nbytes, acc_stream *stream,
     device_state *d = &A.dev[device];
     int pool = nbytes <= SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
     uintptr_t ptr;
-    acc_block *b;
     acc_status st;
 
     if (atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
@@ -943,27 +978,8 @@ malloc_direct(int device, size_t nbytes, acc_stream *stream,
     if (st != ACC_OK) {
         return st;
     }
-    pthread_mutex_lock(&d->lock);
-    b = block_new(d);
-    if (b != NULL) {
-        b->ptr = ptr;
-        b->size = nbytes;
-        b->device = device;
-        b->pool = (unsigned char)pool;
-        b->key = stream->handle;
-        take_block(d, b, nbytes, nbytes, stream);
-    }
-    else {
-        segment_removed(d, pool, nbytes);
-    }
-    pthread_mutex_unlock(&d->lock);
-    if (b == NULL) {
-        driver_free(device, ptr);
-        return host_oom(err);
-    }
-    acc_stream_incref(stream);
-    *out = b;
-    return ACC_OK;
+    return carve_segment(device, pool, ptr, nbytes, nbytes, nbytes, stream,
+                         out, err);
 }
 
 /* Look in the cache only: the block, or NULL on a miss. */
@@ -1031,7 +1047,7 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     device_state *d = &A.dev[device];
     size_t size, seg;
     uintptr_t ptr;
-    acc_block *b, *got;
+    acc_block *got;
     acc_status st;
     int pool;
 
@@ -1085,31 +1101,8 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     if (st != ACC_OK) {
         return st;
     }
-    pthread_mutex_lock(&d->lock);
-    b = block_new(d);
-    got = NULL;
-    if (b != NULL) {
-        b->ptr = ptr;
-        b->size = seg;
-        b->device = device;
-        b->pool = (unsigned char)pool;
-        b->key = stream->handle;
-        got = take_block(d, b, size, nbytes, stream);
-        if (got == NULL) {
-            block_drop(d, b);
-        }
-    }
-    if (got == NULL) {
-        segment_removed(d, pool, seg);
-    }
-    pthread_mutex_unlock(&d->lock);
-    if (got == NULL) {
-        driver_free(device, ptr);
-        return host_oom(err);
-    }
-    acc_stream_incref(stream);
-    *out = got;
-    return ACC_OK;
+    return carve_segment(device, pool, ptr, seg, size, nbytes, stream, out,
+                         err);
 }
 
 uintptr_t

@@ -1,6 +1,6 @@
 """Device memory statistics and controls, as ``torch.accelerator.memory``.
 
-Device memory for :class:`Buffer` comes from a caching allocator in the
+Device memory for :class:`accelerator.Buffer` comes from a caching allocator in the
 C core, built as torch's CUDA caching allocator: sizes round up to 512
 bytes; requests up to 1 MiB are carved out of 2 MiB segments (the small
 pool), larger ones out of 20 MiB segments (requests under 10 MiB) or
@@ -11,7 +11,8 @@ any stream once the work of every stream it was used on
 turns caching off: every buffer is then its own driver allocation of the
 bytes asked for, which suits memory checkers; the statistics stay exact.
 
-The statistics have torch's keys and meanings (see :func:`memory_stats`).
+The statistics have torch's keys and meanings (see
+:func:`accelerator.memory_stats`).
 Every function takes an optional device (an index, a device, a device
 string; None means the current device).
 """
@@ -83,7 +84,7 @@ def memory_allocated(device: _DeviceLike | None = None, /) -> int:
 def max_memory_allocated(device: _DeviceLike | None = None, /) -> int:
     """max_memory_allocated(device=None, /)
 
-    The peak of :func:`memory_allocated` since the last reset.
+    The peak of :func:`accelerator.memory_allocated` since the last reset.
     """
     return memory_stats(device).get("allocated_bytes.all.peak", 0)
 
@@ -99,7 +100,7 @@ def memory_reserved(device: _DeviceLike | None = None, /) -> int:
 def max_memory_reserved(device: _DeviceLike | None = None, /) -> int:
     """max_memory_reserved(device=None, /)
 
-    The peak of :func:`memory_reserved` since the last reset.
+    The peak of :func:`accelerator.memory_reserved` since the last reset.
     """
     return memory_stats(device).get("reserved_bytes.all.peak", 0)
 
@@ -127,29 +128,30 @@ def set_per_process_memory_fraction(fraction: float, device: _DeviceLike | None 
     Cap the memory this process may reserve on device at ``fraction``
     (a float in [0, 1]) of the device's total memory.  An allocation that
     would pass the cap first releases the cache, then raises
-    :class:`OutOfMemoryError`.
+    :class:`accelerator.OutOfMemoryError`.
     """
     _set_per_process_memory_fraction(fraction, device)
 
 
-def _format_size(size: int, reference: int) -> str:
-    units = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"]
-    unit = 0
-    while unit < len(units) - 1 and reference >= 768 * 1024:
-        size //= 1024
-        reference //= 1024
+def _scaled(value: int, units: list[str], step: int, limit: int) -> tuple[int, str]:
+    """value in the first unit where it stays under limit (torch's way)."""
+    reference, unit = value, 0
+    while unit < len(units) - 1 and reference >= limit:
+        value //= step
+        reference //= step
         unit += 1
-    return f"{size:6d} {units[unit]}"
+    return value, units[unit]
 
 
-def _format_count(count: int, reference: int) -> str:
-    units = [" ", "K", "M"]
-    unit = 0
-    while unit < len(units) - 1 and reference >= 750 * 1000:
-        count //= 1000
-        reference //= 1000
-        unit += 1
-    return f"{count:7d} {units[unit]} "
+def _format_size(size: int) -> str:
+    value, unit = _scaled(size, ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"],
+                          1024, 768 * 1024)
+    return f"{value:6d} {unit}"
+
+
+def _format_count(count: int) -> str:
+    value, unit = _scaled(count, [" ", "K", "M"], 1000, 750 * 1000)
+    return f"{value:7d} {unit} "
 
 
 #: (title, key, is bytes) of each section of memory_summary
@@ -169,7 +171,7 @@ _SECTIONS = [
 def memory_summary(device: _DeviceLike | None = None, abbreviated: bool = False) -> str:
     """memory_summary(device=None, abbreviated=False)
 
-    A readable table of :func:`memory_stats`, as torch's: for each
+    A readable table of :func:`accelerator.memory_stats`, as torch's: for each
     statistic its current value, peak, total allocated and total freed,
     overall and (unless abbreviated) per pool.
     """
@@ -200,10 +202,8 @@ def memory_summary(device: _DeviceLike | None = None, abbreviated: bool = False)
         for pool, label in pools:
             values = [stats.get(f"{key}.{pool}.{field}", 0)
                       for field in ("current", "peak", "allocated", "freed")]
-            if is_bytes:
-                cells = [_format_size(v, v) for v in values]
-            else:
-                cells = [_format_count(v, v) for v in values]
+            cells = [(_format_size if is_bytes else _format_count)(v)
+                     for v in values]
             lines.append(f"| {(label or name):<22}|"
                          + "".join(f" {cell:<10} |" for cell in cells))
     lines.append(double)
