@@ -158,6 +158,10 @@ enum {
     /* 0 is a valid native stream handle (CUDA: the legacy default
      * stream); otherwise Stream.from_handle(0) is refused. */
     ACC_CAP_NULL_STREAM_HANDLE = 1u << 1,
+    /* mem_alloc returns handles, not device addresses (OpenCL's cl_mem):
+     * an address inside an allocation means nothing, so the allocator
+     * cannot carve blocks out of segments and works directly. */
+    ACC_CAP_MEMORY_HANDLES = 1u << 2,
 };
 /* The report: one record per registered backend.  acc_probe_all() also
  * probes the backends that selection did not need (may block). */

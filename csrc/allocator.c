@@ -166,7 +166,8 @@ init_once(void)
 {
     const char *mode = getenv("ACCELERATOR_ALLOCATOR");
 
-    A.direct = mode != NULL && strcmp(mode, "direct") == 0;
+    A.direct = (mode != NULL && strcmp(mode, "direct") == 0)
+               || (acc_backend_caps() & ACC_CAP_MEMORY_HANDLES) != 0;
     atomic_init(&A.orphan_key, UINTPTR_MAX);
     for (int i = 0; i < ACC_MAX_DEVICES; i++) {
         pthread_mutex_init(&A.dev[i].lock, NULL);
@@ -1026,9 +1027,9 @@ acc_malloc_try(int device, size_t nbytes, acc_stream *stream,
     size_t size;
     int pool;
 
-    ensure_init();
-    /* Anything unusual, including bad arguments, goes to acc_malloc. */
-    if (A.direct || A.forked || nbytes == 0 || nbytes > SMALL_BUFFER * 8
+    /* Anything unusual, including bad arguments, goes to acc_malloc
+     * (which also runs init_once, after the probe). */
+    if (!atomic_load_explicit(&A.ready, memory_order_acquire) || A.direct || A.forked || nbytes == 0 || nbytes > SMALL_BUFFER * 8
         || device < 0 || device >= acc_device_count()
         || stream->device != device
         || atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
@@ -1051,7 +1052,6 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     acc_status st;
     int pool;
 
-    ensure_init();
     st = acc_check_device(device, err);
     if (st == ACC_OK) {
         st = acc_ready(err);
@@ -1059,6 +1059,7 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     if (st != ACC_OK) {
         return st;
     }
+    ensure_init();   /* after the probe: the backend's facts are known */
     if (!acc_has_memory()) {
         acc_error_set(err, ACC_ERR_UNSUPPORTED,
                       "backend %s does not support device memory",

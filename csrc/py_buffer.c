@@ -63,6 +63,9 @@ buffer_release(BufferObject *root)
         return;
     }
     root->block = NULL;
+    if (acc_free_try(block) == ACC_OK) {
+        return;     /* back in the cache, no driver call: keep the GIL */
+    }
     Py_BEGIN_ALLOW_THREADS
     acc_free(block);
     Py_END_ALLOW_THREADS
@@ -207,9 +210,13 @@ buffer_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     if (acc_check_allocation_capture(s, &err) != ACC_OK) {
         return acc_raise(st, &err);
     }
-    Py_BEGIN_ALLOW_THREADS
-    status = acc_malloc((int)index, nbytes, s, &block, &err);
-    Py_END_ALLOW_THREADS
+    /* A cached block needs no driver call: take it with the GIL held. */
+    status = acc_malloc_try((int)index, nbytes, s, &block);
+    if (status != ACC_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        status = acc_malloc((int)index, nbytes, s, &block, &err);
+        Py_END_ALLOW_THREADS
+    }
     if (status != ACC_OK) {
         return acc_raise(st, &err);
     }

@@ -228,6 +228,7 @@ allocator(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
+    acc_ensure_probed();
     return PyUnicode_FromString(acc_allocator_direct() ? "direct"
                                                        : "caching");
 }
