@@ -180,14 +180,74 @@ acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr, size_t nbytes,
     return (PyObject *)self;
 }
 
+/* The Buffer around a block; steals the block (freed on failure). */
+static PyObject *
+buffer_of_block(acc_state *st, PyTypeObject *cls, acc_block *block,
+                int device, size_t nbytes, acc_stream *s)
+{
+    PyObject *stream_obj = acc_stream_object(st, s);
+    BufferObject *self;
+
+    self = stream_obj == NULL ? NULL : (BufferObject *)acc_alloc(cls);
+    if (self == NULL) {
+        Py_XDECREF(stream_obj);
+        if (acc_free_try(block) != ACC_OK) {
+            Py_BEGIN_ALLOW_THREADS
+            acc_free(block);
+            Py_END_ALLOW_THREADS
+        }
+        return NULL;
+    }
+    self->block = block;
+    self->device = device;
+    self->ptr = acc_block_ptr(block);
+    self->nbytes = nbytes;
+    self->stream = stream_obj;
+    return (PyObject *)self;
+}
+
+/* Buffer(n) served from the allocator's cache on the current device and
+ * stream, with no driver call and none of the generic parsing: the
+ * common call in a loop.  NULL without an error: take the generic path
+ * (which validates everything and reports what is wrong). */
+static PyObject *
+buffer_new_cached(PyTypeObject *cls, PyObject *args)
+{
+    PyObject *arg;
+    Py_ssize_t nbytes;
+    acc_block *block;
+    acc_stream *s;
+    acc_error err;
+    int device;
+
+    if (PyTuple_Size(args) != 1 || !acc_probed()) {
+        return NULL;
+    }
+    arg = PyTuple_GetItem(args, 0);
+    if (!PyLong_CheckExact(arg)) {
+        return NULL;
+    }
+    nbytes = PyLong_AsSsize_t(arg);
+    if (nbytes <= 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    device = acc_current_device();
+    if (acc_current_stream(device, &s, &err) != ACC_OK
+        || acc_malloc_try(device, (size_t)nbytes, s, &block) != ACC_OK) {
+        return NULL;
+    }
+    return buffer_of_block(acc_state_from_type(cls), cls, block, device,
+                           (size_t)nbytes, s);
+}
+
 static PyObject *
 buffer_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"nbytes", "device", "stream", NULL};
     acc_state *st = acc_state_from_type(cls);
     PyObject *nbytes_arg, *device_arg = Py_None, *stream_arg = Py_None;
-    PyObject *stream_obj;
-    BufferObject *self;
+    PyObject *self;
     acc_stream *s;
     acc_block *block = NULL;
     long long index;
@@ -195,6 +255,12 @@ buffer_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     acc_error err;
     acc_status status;
 
+    if (kwargs == NULL) {
+        self = buffer_new_cached(cls, args);
+        if (self != NULL || PyErr_Occurred()) {
+            return self;
+        }
+    }
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$O:Buffer", keywords,
                                      &nbytes_arg, &device_arg, &stream_arg)
         || acc_parse_nbytes(st, nbytes_arg, "Buffer()", &nbytes) < 0) {
@@ -220,21 +286,7 @@ buffer_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     if (status != ACC_OK) {
         return acc_raise(st, &err);
     }
-    stream_obj = acc_stream_object(st, s);
-    self = stream_obj == NULL ? NULL : (BufferObject *)acc_alloc(cls);
-    if (self == NULL) {
-        Py_XDECREF(stream_obj);
-        Py_BEGIN_ALLOW_THREADS
-        acc_free(block);
-        Py_END_ALLOW_THREADS
-        return NULL;
-    }
-    self->block = block;
-    self->device = (int)index;
-    self->ptr = acc_block_ptr(block);
-    self->nbytes = nbytes;
-    self->stream = stream_obj;
-    return (PyObject *)self;
+    return buffer_of_block(st, cls, block, (int)index, nbytes, s);
 }
 
 static int
