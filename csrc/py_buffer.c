@@ -234,6 +234,7 @@ buffer_new_cached(PyTypeObject *cls, PyObject *args)
     }
     device = acc_current_device();
     if (acc_current_stream(device, &s, &err) != ACC_OK
+        || acc_check_allocation_capture(s, &err) != ACC_OK
         || acc_malloc_try(device, (size_t)nbytes, s, &block) != ACC_OK) {
         return NULL;
     }
