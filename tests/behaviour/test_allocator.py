@@ -178,16 +178,17 @@ def test_reuse_on_the_same_stream_makes_no_driver_call(
 def test_reuse_on_a_busy_stream_is_stream_ordered(
         driver: fake_drivers.DriverDouble) -> None:
     s = acc.Stream()
-    driver.enqueue_sleep(s, 100)
-    first = acc.Buffer(8192, stream=s)
-    first.fill(7, stream=s)
-    ptr = first.ptr
-    first.close()
-    before = counts(driver)
-    with acc.Buffer(8192, stream=s) as again:
-        assert again.ptr == ptr      # no wait: the stream orders the work
-    assert counts(driver) == before
-    assert not s.query()
+    with driver.gate(s) as gate:
+        first = acc.Buffer(8192, stream=s)
+        first.fill(7, stream=s)
+        ptr = first.ptr
+        first.close()
+        before = counts(driver)
+        with acc.Buffer(8192, stream=s) as again:
+            assert again.ptr == ptr  # no wait: the stream orders the work
+        assert counts(driver) == before
+        assert not s.query()
+        gate.open()
     s.synchronize()
 
 
@@ -197,14 +198,15 @@ def test_cross_stream_use_waits_for_the_work(
     other = acc.Stream()
     used = acc.Buffer(64 * KIB)
     ptr = used.ptr
-    driver.enqueue_sleep(other, 300)
-    used.record_stream(other)
-    used.close()
-    assert stat("active_bytes.all.current") == 64 * KIB
-    assert stat("allocated_bytes.all.current") == 0
-    meanwhile = acc.Buffer(64 * KIB)
-    assert meanwhile.ptr != ptr      # the block waits for `other`
-    assert not other.query()
+    with driver.gate(other) as gate:
+        used.record_stream(other)
+        used.close()
+        assert stat("active_bytes.all.current") == 64 * KIB
+        assert stat("allocated_bytes.all.current") == 0
+        meanwhile = acc.Buffer(64 * KIB)
+        assert meanwhile.ptr != ptr  # the block waits for `other`
+        assert not other.query()
+        gate.open()
     other.synchronize()
     reused = acc.Buffer(64 * KIB)
     assert reused.ptr == ptr
@@ -278,12 +280,13 @@ def test_direct_free_waits_for_the_stream(
     live = driver.live("alloc")
     b = acc.Buffer(4096, stream=s)
     b.fill(1, stream=s)
-    driver.enqueue_sleep(s, 200)
-    b.close()
-    acc.Buffer(1).close()      # settles what is done, without waiting
-    assert driver.live("alloc") == live + 1
-    assert stat("active_bytes.all.current") == 4096
-    assert stat("allocated_bytes.all.current") == 0
+    with driver.gate(s) as gate:
+        b.close()
+        acc.Buffer(1).close()  # settles what is done, without waiting
+        assert driver.live("alloc") == live + 1
+        assert stat("active_bytes.all.current") == 4096
+        assert stat("allocated_bytes.all.current") == 0
+        gate.open()
     s.synchronize()
     acc.empty_cache()
     assert driver.live("alloc") == live
