@@ -11,6 +11,7 @@
 #include "backend.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,6 +391,15 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
     b = acc_selected_backend();
     if (b->host_alloc == NULL || b->host_free == NULL) {
         return memory_unsupported(b, "page-locked host memory", err);
+    }
+    if (nbytes > (size_t)PTRDIFF_MAX) {
+        /* No process can address it (nor a Python buffer expose it): out
+         * of memory with the size asked, as for a size beyond size_t. */
+        acc_error_set(err, ACC_ERR_OUT_OF_MEMORY,
+                      "cannot allocate %zu bytes of page-locked host memory: "
+                      "more than 2**%zu - 1, more than a process can address",
+                      nbytes, sizeof(size_t) * 8 - 1);
+        return ACC_ERR_OUT_OF_MEMORY;
     }
     h = calloc(1, sizeof(*h));
     if (h == NULL) {

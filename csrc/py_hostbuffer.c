@@ -68,9 +68,6 @@ host_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         || acc_parse_nbytes(st, nbytes_arg, "HostBuffer()", &nbytes) < 0) {
         return NULL;
     }
-    if (nbytes > (size_t)PY_SSIZE_T_MAX) {
-        return PyErr_NoMemory();
-    }
     acc_ensure_probed();
     if (acc_require_usable(st) < 0
         || acc_resolve_device(st, device_arg, 1, &index) < 0
@@ -92,7 +89,7 @@ host_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     }
     self->h = h;
     self->ptr = nbytes > 0 ? acc_host_block_ptr(h) : empty_host_buffer;
-    self->nbytes = (Py_ssize_t)nbytes;
+    self->nbytes = (Py_ssize_t)nbytes; /* acc_host_alloc: <= PTRDIFF_MAX */
     self->device = (int)index;
     return (PyObject *)self;
 }
