@@ -20,8 +20,11 @@ extension = Extension(
     "accelerator._accelerator",
     define_macros=[("Py_LIMITED_API", LIMITED_API)],
     py_limited_api=True,
-    sources=sorted(glob.glob("csrc/*.c") + glob.glob("csrc/backends/*.c")),
-    depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/backends/*.h")),
+    # A backend is one file in csrc/backends/ or one folder under it.
+    sources=sorted(glob.glob("csrc/*.c") + glob.glob("csrc/backends/*.c")
+                   + glob.glob("csrc/backends/*/*.c")),
+    depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/backends/*.h")
+                   + glob.glob("csrc/backends/*/*.h")),
     libraries=["dl", "pthread"],
     # Hidden by default: the module exports PyInit__accelerator alone (its
     # PyMODINIT_FUNC says so), not the core's acc_* symbols, which would

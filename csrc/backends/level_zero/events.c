@@ -1,0 +1,265 @@
+/*
+ * events.c - events: record (a barrier signalling the event's slot),
+ * waits on the same driver (a barrier with a wait list), query,
+ * synchronize and elapsed time.
+ */
+#include "lz.h"
+
+acc_status
+lz_event_create(acc_event *e, acc_error *err)
+{
+    lz_event *ev = calloc(1, sizeof(*ev));
+    if (ev == NULL) {
+        return lz_no_memory(err);
+    }
+    ev->device = e->device;
+    ev->timing = (e->flags & ACC_EVENT_TIMING) != 0;
+    acc_status status = lz_acquire(lz_driver_of(e->device), ev->timing,
+                                   &ev->slot, err);
+    if (status != ACC_OK) {
+        free(ev);
+        return status;
+    }
+    e->native = ev;
+    e->handle = (uintptr_t)ev->slot->event;
+    return ACC_OK;
+}
+
+void
+lz_event_destroy(acc_event *e)
+{
+    lz_event *ev = e->native;
+    if (ev == NULL) {
+        return;
+    }
+    e->native = NULL;
+    if (!lz.shut) {
+        lz_retire(ev->slot);
+    }
+    free(ev);
+}
+
+static acc_status
+lz_record_target(acc_event *e, lz_target t, acc_error *err)
+{
+    lz_event *ev = e->native;
+    acc_status status = ACC_OK;
+    pthread_mutex_lock(t.lock);
+    pthread_mutex_lock(&lz.lock);
+    lz_slot *slot = ev->slot;
+    if (slot->armed) {
+        /* Reuse the slot only if its last signal has landed and nothing
+         * can still wait on it; otherwise move to a fresh one.  Being
+         * this stream's tail is no obstacle: it stays the tail, and the
+         * stream's lock keeps query() out until it is armed again. */
+        int own_tail = t.st != NULL && t.st->tail == slot;
+        if (slot->waiters == own_tail
+            && lz_fn.zeEventQueryStatus(slot->event) == ZE_RESULT_SUCCESS
+            && lz_fn.zeEventHostReset(slot->event) == ZE_RESULT_SUCCESS) {
+            slot->armed = 0;
+        }
+        else {
+            lz_slot *fresh;
+            status = lz_acquire_locked(t.driver, ev->timing, &fresh, err);
+            if (status == ACC_OK) {
+                lz_retire_locked(slot);
+                ev->slot = slot = fresh;
+            }
+        }
+    }
+    if (status == ACC_OK) {
+        /* Claimed now, so a concurrent record cannot take it too; the
+         * handle follows ev->slot under the same lock, so a concurrent
+         * record on another stream cannot leave it naming a retired
+         * slot. */
+        slot->armed = 1;
+        e->handle = (uintptr_t)slot->event;
+    }
+    pthread_mutex_unlock(&lz.lock);
+    if (status == ACC_OK) {
+        status = lz_append_barrier_locked(&t, slot, NULL, err);
+        if (status != ACC_OK) {
+            pthread_mutex_lock(&lz.lock);
+            slot->armed = 0;
+            pthread_mutex_unlock(&lz.lock);
+        }
+    }
+    pthread_mutex_unlock(t.lock);
+    return status;
+}
+
+/* The slot of e if it was recorded, counted as waited on; NULL if not. */
+static lz_slot *
+lz_event_slot_wait(acc_event *e)
+{
+    lz_event *ev = e->native;
+    lz_slot *slot = NULL;
+    if (ev == NULL) {
+        return NULL;
+    }
+    pthread_mutex_lock(&lz.lock);
+    if (ev->slot->armed) {
+        slot = ev->slot;
+        slot->waiters++;
+    }
+    pthread_mutex_unlock(&lz.lock);
+    return slot;
+}
+
+static acc_status
+lz_wait_target(lz_target t, acc_event *e, acc_error *err)
+{
+    lz_slot *slot = lz_event_slot_wait(e);
+    if (slot == NULL) {
+        return ACC_OK; /* never recorded: nothing to wait for */
+    }
+    if (lz_fn.zeEventQueryStatus(slot->event) == ZE_RESULT_SUCCESS) {
+        /* Already complete (and kept so by our count): nothing to wait
+         * for. */
+        lz_unwait(slot);
+        return ACC_OK;
+    }
+    if (slot->driver != t.driver) {
+        return lz_wait_across(t, slot, err);
+    }
+    lz_slot *done = NULL;
+    pthread_mutex_lock(t.lock);
+    pthread_mutex_lock(&lz.lock);
+    acc_status status = lz_reserve_link_locked(t.driver, err);
+    if (status == ACC_OK) {
+        status = lz_acquire_locked(t.driver, 0, &done, err);
+    }
+    pthread_mutex_unlock(&lz.lock);
+    if (status == ACC_OK) {
+        status = lz_append_barrier_locked(&t, done, slot, err);
+    }
+    pthread_mutex_lock(&lz.lock);
+    if (status == ACC_OK) {
+        /* Our count on slot passes to the link. */
+        lz.drivers[t.driver].links[lz.drivers[t.driver].nlinks++] =
+            (lz_link){slot, done};
+    }
+    else {
+        slot->waiters--;
+        if (done != NULL) {
+            lz_retire_locked(done);
+        }
+    }
+    pthread_mutex_unlock(&lz.lock);
+    pthread_mutex_unlock(t.lock);
+    return status;
+}
+
+acc_status
+lz_event_query(acc_event *e, acc_error *err)
+{
+    lz_event *ev = e->native;
+    if (ev == NULL) {
+        return ACC_OK;
+    }
+    pthread_mutex_lock(&lz.lock);
+    lz_slot *slot = ev->slot;
+    ze_result_t r = slot->armed ? lz_fn.zeEventQueryStatus(slot->event)
+                                : ZE_RESULT_SUCCESS;
+    pthread_mutex_unlock(&lz.lock);
+    if (r == ZE_RESULT_SUCCESS) {
+        return ACC_OK;
+    }
+    if (r == ZE_RESULT_NOT_READY) {
+        return ACC_NOT_READY;
+    }
+    return lz_fail(err, "zeEventQueryStatus", r, slot->driver);
+}
+
+acc_status
+lz_event_synchronize(acc_event *e, acc_error *err)
+{
+    lz_slot *slot = lz_event_slot_wait(e);
+    if (slot == NULL) {
+        return ACC_OK;
+    }
+    ze_result_t r = lz_host_wait(slot, UINT64_MAX);
+    lz_unwait(slot);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeEventHostSynchronize", r, slot->driver);
+    }
+    return ACC_OK;
+}
+
+/*
+ * t1 - t0 in ticks of a counter that keeps only the bits of mask
+ * (kernelTimestampValidBits) and so wraps every mask + 1 ticks.  Both
+ * readings only say where on that cycle each event completed, so the
+ * interval is taken the shorter way round: a later reading smaller by
+ * less than half a cycle is a reversed pair (negative, as CUDA and torch
+ * answer), by more than half a cycle it is a wrap-around.  Intervals of
+ * half a cycle or more (2**31 ticks: 2.1 s at 1 ns, 112 s at 52 ns) are
+ * therefore not measurable.
+ */
+static double
+lz_ticks_between(uint64_t t0, uint64_t t1, uint64_t mask)
+{
+    uint64_t forward = (t1 - t0) & mask;
+    uint64_t half = (mask >> 1) + 1;
+    if (forward < half) {
+        return (double)forward;
+    }
+    return -((double)(mask - forward) + 1.0);
+}
+
+acc_status
+lz_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
+                    acc_error *err)
+{
+    /* The dispatcher has checked timing, records and devices. */
+    lz_event *a = start->native, *b = end->native;
+    ze_kernel_timestamp_result_t ts[2];
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    int d = lz_driver_of(a->device);
+    pthread_mutex_lock(&lz.lock);
+    int armed = a->slot->armed && b->slot->armed;
+    if (armed) {
+        r = lz_fn.zeEventQueryKernelTimestamp(a->slot->event, &ts[0]);
+        if (r == ZE_RESULT_SUCCESS) {
+            r = lz_fn.zeEventQueryKernelTimestamp(b->slot->event, &ts[1]);
+        }
+    }
+    pthread_mutex_unlock(&lz.lock);
+    if (!armed) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "both events must be recorded before measuring the "
+                      "time between them");
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (r == ZE_RESULT_NOT_READY) {
+        return ACC_NOT_READY;
+    }
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeEventQueryKernelTimestamp", r, d);
+    }
+    /* A record completes when its barrier ends: measure end to end, in
+     * the device's global clock. */
+    const lz_device *dev = &lz.devices[a->device];
+    double ticks = lz_ticks_between(ts[0].global.kernelEnd,
+                                    ts[1].global.kernelEnd, dev->ts_mask);
+    *ms = (float)(ticks * dev->ns_per_tick / 1e6);
+    return ACC_OK;
+}
+
+acc_status
+lz_event_record(acc_event *e, acc_stream *s, acc_error *err)
+{
+    lz_target t = lz_target_of(s);
+    acc_status status = lz_record_target(e, t, err);
+    lz_target_done(&t);
+    return status;
+}
+
+acc_status
+lz_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
+{
+    lz_target t = lz_target_of(s);
+    acc_status status = lz_wait_target(t, e, err);
+    lz_target_done(&t);
+    return status;
+}

@@ -1,0 +1,211 @@
+/*
+ * slots.c - contexts, event pools, and the lifetime of their events
+ * ("slots"): acquired, armed, waited on, retired, reset, reused; and
+ * the links that keep a waited-on slot until its wait has run.
+ */
+#include "lz.h"
+
+acc_status
+lz_context_locked(int d, ze_context_handle_t *out, acc_error *err)
+{
+    lz_driver *drv = &lz.drivers[d];
+    if (drv->context == NULL) {
+        ze_context_desc_t desc = {ZE_STRUCTURE_TYPE_CONTEXT_DESC, NULL, 0};
+        ze_context_handle_t ctx = NULL;
+        ze_result_t r = lz_fn.zeContextCreate(drv->handle, &desc, &ctx);
+        if (r != ZE_RESULT_SUCCESS) {
+            return lz_fail(err, "zeContextCreate", r, d);
+        }
+        drv->context = ctx;
+        acc_trace("xpu: created the context of driver %d", d);
+    }
+    *out = drv->context;
+    return ACC_OK;
+}
+
+/* Give up ownership of s: free now, or retired until it is safe. */
+void
+lz_retire_locked(lz_slot *s)
+{
+    lz_driver *drv = &lz.drivers[s->driver];
+    if (!s->armed && s->waiters == 0) {
+        s->next = drv->free[s->timing];
+        drv->free[s->timing] = s;
+    }
+    else {
+        s->next = drv->retired;
+        drv->retired = s;
+    }
+}
+
+/* Resolve the links of driver d whose wait has run, then reset the
+ * retired slots that nothing can still use.  Never blocks. */
+static void
+lz_reclaim_locked(int d)
+{
+    lz_driver *drv = &lz.drivers[d];
+    size_t keep = 0;
+    /* Waits across drivers hold slots too: move them on first. */
+    lz_pump_bridges_locked(1);
+    for (size_t i = 0; i < drv->nlinks; i++) {
+        lz_link *k = &drv->links[i];
+        if (lz_fn.zeEventQueryStatus(k->done->event) == ZE_RESULT_SUCCESS) {
+            k->waited->waiters--;
+            lz_retire_locked(k->done);
+        }
+        else {
+            drv->links[keep++] = *k;
+        }
+    }
+    drv->nlinks = keep;
+    for (lz_slot **p = &drv->retired; *p != NULL;) {
+        lz_slot *s = *p;
+        if (s->waiters == 0
+            && lz_fn.zeEventQueryStatus(s->event) == ZE_RESULT_SUCCESS
+            && lz_fn.zeEventHostReset(s->event) == ZE_RESULT_SUCCESS) {
+            *p = s->next;
+            s->armed = 0;
+            s->next = drv->free[s->timing];
+            drv->free[s->timing] = s;
+            continue;
+        }
+        p = &s->next;
+    }
+}
+
+acc_status
+lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err)
+{
+    lz_driver *drv = &lz.drivers[d];
+    if (drv->free[timing] == NULL) {
+        lz_reclaim_locked(d);
+    }
+    lz_slot *s = drv->free[timing];
+    if (s != NULL) {
+        drv->free[timing] = s->next;
+        s->next = NULL;
+        *out = s;
+        return ACC_OK;
+    }
+    lz_pool *pool = drv->pools;
+    while (pool != NULL
+           && (pool->timing != timing || pool->created == LZ_POOL_EVENTS)) {
+        pool = pool->next;
+    }
+    if (pool == NULL) {
+        ze_context_handle_t ctx;
+        acc_status st = lz_context_locked(d, &ctx, err);
+        if (st != ACC_OK) {
+            return st;
+        }
+        pool = calloc(1, sizeof(*pool));
+        if (pool == NULL) {
+            return lz_no_memory(err);
+        }
+        /* No device list: the pool is visible to every device of the
+         * context, so a stream can wait on another device's event. */
+        ze_event_pool_desc_t desc = {
+            ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, NULL,
+            ZE_EVENT_POOL_FLAG_HOST_VISIBLE
+                | (timing ? ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP : 0),
+            LZ_POOL_EVENTS,
+        };
+        ze_result_t r = lz_fn.zeEventPoolCreate(ctx, &desc, 0, NULL,
+                                             &pool->handle);
+        if (r != ZE_RESULT_SUCCESS) {
+            free(pool);
+            return lz_fail(err, "zeEventPoolCreate", r, d);
+        }
+        pool->timing = timing;
+        pool->next = drv->pools;
+        drv->pools = pool;
+    }
+    s = &pool->slots[pool->created];
+    ze_event_desc_t desc = {
+        ZE_STRUCTURE_TYPE_EVENT_DESC, NULL, pool->created,
+        ZE_EVENT_SCOPE_FLAG_HOST, ZE_EVENT_SCOPE_FLAG_HOST,
+    };
+    ze_result_t r = lz_fn.zeEventCreate(pool->handle, &desc, &s->event);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeEventCreate", r, d);
+    }
+    pool->created++;
+    s->driver = d;
+    s->timing = timing;
+    *out = s;
+    return ACC_OK;
+}
+
+/* Room for one more link of driver d, so that adding it cannot fail
+ * after the wait it stands for was appended. */
+acc_status
+lz_reserve_link_locked(int d, acc_error *err)
+{
+    lz_driver *drv = &lz.drivers[d];
+    if (drv->nlinks == drv->caplinks) {
+        size_t cap = drv->caplinks ? 2 * drv->caplinks : 16;
+        lz_link *links = realloc(drv->links, cap * sizeof(*links));
+        if (links == NULL) {
+            return lz_no_memory(err);
+        }
+        drv->links = links;
+        drv->caplinks = cap;
+    }
+    return ACC_OK;
+}
+
+/* Make s (just appended on st's list) st's tail (st->lock held). */
+void
+lz_set_tail_locked(lz_stream *st, lz_slot *s)
+{
+    if (st == NULL) {
+        return;
+    }
+    s->waiters++;
+    if (st->tail != NULL) {
+        st->tail->waiters--;
+    }
+    st->tail = s;
+}
+
+acc_status
+lz_acquire(int d, int timing, lz_slot **out, acc_error *err)
+{
+    pthread_mutex_lock(&lz.lock);
+    acc_status st = lz_acquire_locked(d, timing, out, err);
+    pthread_mutex_unlock(&lz.lock);
+    return st;
+}
+
+void
+lz_unwait(lz_slot *s)
+{
+    pthread_mutex_lock(&lz.lock);
+    s->waiters--;
+    pthread_mutex_unlock(&lz.lock);
+}
+
+void
+lz_unwait_retire(lz_slot *s)
+{
+    pthread_mutex_lock(&lz.lock);
+    s->waiters--;
+    lz_retire_locked(s);
+    pthread_mutex_unlock(&lz.lock);
+}
+
+void
+lz_retire(lz_slot *s)
+{
+    pthread_mutex_lock(&lz.lock);
+    lz_retire_locked(s);
+    pthread_mutex_unlock(&lz.lock);
+}
+
+/* Block until s signals or `timeout` ns pass.  The caller counts itself
+ * in s->waiters first, so that nobody resets s meanwhile. */
+ze_result_t
+lz_host_wait(lz_slot *s, uint64_t timeout)
+{
+    return lz_fn.zeEventHostSynchronize(s->event, timeout);
+}
