@@ -72,6 +72,23 @@ def test_query_and_synchronize_follow_queued_work(driver) -> None:
     assert stream.query() is True
 
 
+def test_query_never_waits(driver) -> None:
+    """query() asks without blocking (Level Zero: the event of the stream's
+    last command), on a busy stream and on an idle one."""
+    query = driver.functions["query"]
+    blocking = driver.functions["event_synchronize"]
+    stream = acc.Stream()
+    driver.enqueue_sleep(stream, 300)
+    stream.record_event()
+    for expected in (False, True):
+        if expected:
+            stream.synchronize()
+        asked, waited = driver.calls(query), driver.calls(blocking)
+        assert stream.query() is expected
+        assert driver.calls(query) > asked
+        assert driver.calls(blocking) == waited, "query() waited"
+
+
 def test_default_stream_work_is_seen_by_query(driver) -> None:
     acc.set_device_index(0)  # the default stream lives in the context
     default = acc.current_stream()
