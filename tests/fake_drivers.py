@@ -451,6 +451,11 @@ class OpenCLDouble(DriverDouble):
         "device_memory": ("the OpenCL backend has no memory slots yet "
                           "(Buffer and HostBuffer raise "
                           "NotImplementedError)"),
+        "pci_bus_id": ("core OpenCL has no PCI address (PoCL's CPU "
+                       "devices lack cl_khr_pci_bus_info)"),
+        "free_memory": ("OpenCL cannot say how much device memory is free: "
+                        "get_memory_info reports the total, and the "
+                        "properties list it among the estimates"),
         "set_total_memory": ("PoCL's device memory size cannot be set "
                              "to the sizes a test needs"),
         "driver_events": ("an OpenCL event is a host object holding the "

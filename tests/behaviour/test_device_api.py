@@ -227,17 +227,29 @@ def test_current_accelerator_arguments() -> None:
 
 
 def test_free_memory_and_pci_address_come_from_the_driver(
-        driver, device_count: int) -> None:
-    """Both doubles can say (the Level Zero one through Sysman): free
-    memory is read, not estimated, and the PCI address is known."""
+        driver, facts, device_count: int) -> None:
+    """Where the driver can say (Level Zero through Sysman), free memory is
+    read, not estimated, and the PCI address is known; where it cannot
+    (OpenCL), the properties say that free memory is an estimate and the
+    PCI address is empty rather than made up."""
     for index in range(device_count):
         props = acc.get_device_properties(index)
-        assert props.estimates == ()
-        assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
-                            props.pci_bus_id), props.pci_bus_id
-    buses = {acc.get_device_properties(i).pci_bus_id
-             for i in range(device_count)}
-    assert len(buses) == device_count
+        if facts.has("free_memory"):
+            assert props.estimates == ()
+        else:
+            assert props.estimates == ("free_memory",)
+            free, total = acc.get_memory_info(index)
+            assert free == total == props.total_memory
+        if facts.has("pci_bus_id"):
+            assert re.fullmatch(
+                r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+                props.pci_bus_id), props.pci_bus_id
+        else:
+            assert props.pci_bus_id == ""
+    if facts.has("pci_bus_id"):
+        buses = {acc.get_device_properties(i).pci_bus_id
+                 for i in range(device_count)}
+        assert len(buses) == device_count
 
 
 def test_device_index_exits_out_of_order_restore_their_own_enter() -> None:
