@@ -232,6 +232,16 @@ def with_buffers() -> State:
     return state
 
 
+def with_device_buffers() -> State:
+    """Device buffers only: no host memory, whose free (zeMemFree on Level
+    Zero) the fault could meet instead of the dropped buffer's."""
+    acc.set_device_index(0)
+    acc.empty_cache()
+    state = {"b": acc.Buffer(4096), "c": acc.Buffer(4096)}
+    acc.synchronize(0)
+    return state
+
+
 def drop_buffer(state: State) -> None:
     """A buffer used on a stream and dropped: the only free of the action
     (the others are freed after the fault is gone)."""
@@ -251,6 +261,20 @@ def drop_host_buffer(state: State) -> None:
     host = state.pop("h")
     state["b"].copy_from(host)
     state["b"].stream.synchronize()
+    del host
+    gc.collect()
+
+
+def with_lone_host_buffer() -> State:
+    """A HostBuffer and no device memory at all (the cache emptied)."""
+    acc.set_device_index(0)
+    acc.empty_cache()
+    return {"h": acc.HostBuffer(4096), "out": bytearray(4096)}
+
+
+def drop_lone_host_buffer(state: State) -> None:
+    host = state.pop("h")
+    memoryview(host)[:] = b"\1" * 4096
     del host
     gc.collect()
 
@@ -365,6 +389,7 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "fill()": lambda st: st["b"].fill(7),
     "drop a buffer": drop_buffer,
     "drop a host buffer": drop_host_buffer,
+    "drop a lone host buffer": drop_lone_host_buffer,
     "from_dlpack(capsule)":
         lambda st: acc.from_dlpack(st["b"].__dlpack__(max_version=(1, 0))),
     "Graph.capture_begin()": capture_begin,
@@ -404,8 +429,9 @@ PREPARE: dict[str, Callable[[], State]] = {
     "copy_from(Buffer)": with_buffers,
     "copy_from(Buffer of device 1)": with_buffers,
     "fill()": with_buffers,
-    "drop a buffer": with_buffers,
+    "drop a buffer": with_device_buffers,
     "drop a host buffer": with_buffers,
+    "drop a lone host buffer": with_lone_host_buffer,
     "from_dlpack(capsule)": with_buffers,
     "Graph.capture_begin()": with_graph,
     "Graph.capture_end()": with_capture,
@@ -590,11 +616,17 @@ XPU_SITES = [
     # Signalled by the bridge thread: retried, never reported.
     Site("zeEventHostSignal", SILENT, "stream.wait_event() across drivers"),
     Site("zeEventQueryKernelTimestamp", RAISE, "elapsed_time()"),
-    Site("zeMemAllocDevice", RAISE, "Buffer()"),
-    Site("zeMemAllocDevice", RAISE, "Buffer(1) from device 0"),
+    # As on CUDA: every call fails (nth=0), since an out-of-memory error
+    # is retried once after releasing the cache.
+    Site("zeMemAllocDevice", RAISE, "Buffer()", nth=0),
+    Site("zeMemAllocDevice", RAISE, "Buffer(1) from device 0", nth=0),
     Site("zeMemAllocHost", RAISE, "HostBuffer()"),
-    Site("zeMemFree", SILENT, "drop a buffer", refused=(("alloc", 1),)),
-    Site("zeMemFree", SILENT, "drop a host buffer",
+    # The allocator keeps a segment whose free the driver refused and
+    # frees it at the next release, as on CUDA.
+    Site("zeMemFree", SILENT, "drop a buffer"),
+    # Device and host memory share zeMemFree: the host buffer is dropped
+    # where no device segment is cached, so the fault meets its free.
+    Site("zeMemFree", SILENT, "drop a lone host buffer",
          refused=(("host_alloc", 1),)),
     Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(bytes)"),
     Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(HostBuffer)"),
