@@ -901,7 +901,7 @@ out_of_memory(int device, size_t nbytes, int by_cap, acc_error *err)
         snprintf(driver, sizeof(driver), " [%.190s]", err->message);
     }
     err->status = ACC_ERR_OUT_OF_MEMORY;
-    snprintf(err->message, sizeof(err->message),
+    acc_format(err->message, sizeof(err->message),
              "%s out of memory. Tried to allocate %s%s. Device %d has a "
              "total capacity of %s of which %s is free. %sOf the memory "
              "this process reserved, %s is allocated and %s is reserved but "
