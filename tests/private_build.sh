@@ -42,7 +42,7 @@ run_pytest() {
 
 run_opencl() {
     local dir=$1
-    if ! ldconfig -p | grep -q 'libOpenCL.so.1 ' \
+    if ! ldconfig -p | grep -c 'libOpenCL.so.1 ' >/dev/null \
             || ! ls /etc/OpenCL/vendors/*pocl* >/dev/null 2>&1 \
             || [ ! -f "$dir/tests/drivers/build/libopencl_interposer.so" ]; then
         say "SKIPPED the OpenCL run: no ICD loader, PoCL or interposer"
@@ -60,7 +60,7 @@ run_suites() {
     run_pytest "$dir" tests "${PYTEST_ARGS[@]}"
     run_opencl "$dir"
     if [ ! -f /usr/include/level_zero/ze_ddi.h ] \
-            || ! ldconfig -p | grep -q 'libze_loader.so.1 ' \
+            || ! ldconfig -p | grep -c 'libze_loader.so.1 ' >/dev/null \
             || [ ! -f "$dir/tests/drivers/build/libze_test_driver.so" ]; then
         say "SKIPPED the Level Zero runs: no loader, headers or test driver"
         return

@@ -27,7 +27,7 @@ PYTHON=${PYTHON:-python3}
 say() { printf '\n== %s\n' "$*"; }
 
 have_level_zero() {
-    [ -f /usr/include/level_zero/ze_ddi.h ] && ldconfig -p | grep -q 'libze_loader.so.1 '
+    [ -f /usr/include/level_zero/ze_ddi.h ] && ldconfig -p | grep -c 'libze_loader.so.1 ' >/dev/null
 }
 
 if ! have_level_zero; then
@@ -42,7 +42,7 @@ fi
 # OpenCL: the ICD loader, PoCL (two CPU devices with POCL_DEVICES) and
 # Khronos' headers for the header check.
 have_opencl() {
-    ldconfig -p | grep -q 'libOpenCL.so.1 ' \
+    ldconfig -p | grep -c 'libOpenCL.so.1 ' >/dev/null \
         && ls /etc/OpenCL/vendors/*pocl* >/dev/null 2>&1 \
         && [ -f /usr/include/CL/cl.h ]
 }

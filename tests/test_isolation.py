@@ -164,6 +164,9 @@ def test_the_extension_exports_only_its_init_function() -> None:
     import accelerator._accelerator as ext
     result = subprocess.run(["nm", "-D", "--defined-only", ext.__file__],
                             capture_output=True, text=True, check=True)
+    if "__gcov_" in result.stdout:
+        pytest.skip("the coverage build links libgcov, whose runtime "
+                    "exports its own symbols; the plain build is checked")
     names = {line.split()[-1] for line in result.stdout.splitlines()
              if len(line.split()) == 3 and line.split()[1] in "TDBRVW"}
     assert names == {"PyInit__accelerator"}, sorted(names)
