@@ -2,9 +2,10 @@
 
 Each worker has its own device and stream and checks after every step
 that they are still its own, whatever the 15 others do.  Blocking calls
-must release the GIL: a thread spinning a Python counter keeps counting
-while another waits on 300 ms of queued work.  Every wait is bounded, and
-a watchdog dumps all stacks and fails the run if anything deadlocks.
+must release the GIL: another Python thread takes its turns and opens
+the gate that holds back the work being waited on.  Every wait is
+bounded, and a watchdog dumps all stacks and fails the run if anything
+deadlocks.
 """
 from __future__ import annotations
 
@@ -250,32 +251,40 @@ def test_sixteen_threads_keep_their_own_device_and_stream(
     assert acc.current_stream() is default_streams[0]
 
 
-def spin_while(wait: Callable[[], None]) -> tuple[int, float]:
-    """Count in a Python thread while `wait` runs in this one."""
-    counter = 0
-    stop = threading.Event()
-    started = threading.Event()
+TICKS = 20
 
-    def spin() -> None:
-        nonlocal counter
-        started.set()
-        while not stop.is_set():
-            counter += 1
 
-    thread = threading.Thread(target=spin)
+def wait_while_python_opens(wait: Callable[[], None], gate: Any) -> int:
+    """Run `wait` here while another Python thread, once this one is about
+    to block, takes TICKS turns of the GIL (a 5 ms sleep each) and only
+    then opens `gate`, which holds back the work `wait` waits for.
+
+    Deterministic, whatever the load: the opener can finish only if `wait`
+    lets go of the GIL.  A wait that held it would never return (the
+    watchdog then dumps every stack and fails the run).  Returns the turns
+    the opener had taken when `wait` returned.
+    """
+    entering = threading.Event()
+    ticks = 0
+
+    def opener() -> None:
+        nonlocal ticks
+        entering.wait(30)
+        for _ in range(TICKS):
+            time.sleep(0.005)
+            ticks += 1
+        gate.open()
+
+    thread = threading.Thread(target=opener, name="gate-opener")
     thread.start()
-    started.wait(10)
-    before = counter
-    begin = time.monotonic()
     try:
+        entering.set()
         wait()
+        return ticks
     finally:
-        elapsed = time.monotonic() - begin
-        progress = counter - before
-        stop.set()
-        thread.join(10)
-    assert not thread.is_alive()
-    return progress, elapsed
+        gate.open()
+        thread.join(30)
+        assert not thread.is_alive()
 
 
 BLOCKING: dict[str, Callable[[Any, acc.Stream], Callable[[], None]]] = {
@@ -295,20 +304,17 @@ def test_blocking_calls_release_the_gil(driver, call: str) -> None:
     old = sys.getswitchinterval()
     sys.setswitchinterval(0.001)
     try:
-        # What the spinner does in 300 ms with the GIL free.
-        free, _ = spin_while(lambda: time.sleep(0.3))
         stream = acc.current_stream(0) if call.startswith("default") \
             else acc.Stream(0)
         acc.set_device_index(0)
         with driver.gate(stream) as gate:
             wait = BLOCKING[call](driver, stream)  # records after the work
-            gate.open_soon(0.3)
-            progress, _ = spin_while(wait)
-            assert gate.is_open, f"{call} did not wait for the work"
+            ticks = wait_while_python_opens(wait, gate)
     finally:
         sys.setswitchinterval(old)
-    # Holding the GIL would leave the spinner at (nearly) zero.
-    assert progress > free * 0.2, (call, progress, free)
+    # The wait returned only after the opener had taken every turn: it
+    # waited for the work, and it let the other thread run meanwhile.
+    assert ticks == TICKS, (call, ticks)
 
 
 @pytest.mark.usefixtures("watchdog")
