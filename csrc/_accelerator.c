@@ -64,6 +64,22 @@ acc_type_name(PyObject *obj)
     return buf;
 }
 
+const char *
+acc_type_name_in(acc_state *st, PyObject *obj)
+{
+    static __thread char buf[256];
+    acc_state *owner = acc_state_from_type(Py_TYPE(obj));
+
+    if (owner == NULL || owner == st) {
+        return acc_type_name(obj);
+    }
+    snprintf(buf, sizeof(buf), "a %s of another instance of the "
+             "accelerator module (imported again, or in another "
+             "subinterpreter): each instance takes only its own objects",
+             acc_type_name(obj));
+    return buf;
+}
+
 PyObject *
 acc_text(const char *text, size_t size)
 {
@@ -205,27 +221,34 @@ acc_check_index(acc_state *st, long long index)
 PyObject *
 acc_int_text(PyObject *value)
 {
-    PyObject *bits = PyObject_CallMethod(value, "bit_length", NULL);
+    PyObject *num = PyNumber_Index(value);   /* a numpy integer's too */
+    PyObject *bits, *text;
     long count;
     int negative;
 
     /* As the caller wrote it, not a clamped value; past 256 bits (and the
      * int-to-str limit) its size instead. */
-    if (bits == NULL) {
+    if (num == NULL) {
         return NULL;
     }
-    count = PyLong_AsLong(bits);
-    Py_DECREF(bits);
+    bits = PyObject_CallMethod(num, "bit_length", NULL);
+    count = bits != NULL ? PyLong_AsLong(bits) : -1;
+    Py_XDECREF(bits);
     if (count == -1 && PyErr_Occurred()) {
+        Py_DECREF(num);
         return NULL;
     }
     if (count <= 256) {
-        return PyNumber_ToBase(value, 10);  /* an int subclass's too */
+        text = PyNumber_ToBase(num, 10);
     }
-    /* PyLong_AsLongAndOverflow says the sign of a huge int. */
-    (void)PyLong_AsLongAndOverflow(value, &negative);
-    return PyUnicode_FromFormat("%s<an int of %ld bits>",
-                                negative < 0 ? "-" : "", count);
+    else {
+        /* PyLong_AsLongAndOverflow says the sign of a huge int. */
+        (void)PyLong_AsLongAndOverflow(num, &negative);
+        text = PyUnicode_FromFormat("%s<an int of %ld bits>",
+                                    negative < 0 ? "-" : "", count);
+    }
+    Py_DECREF(num);
+    return text;
 }
 
 int
@@ -396,7 +419,7 @@ set_device_index(PyObject *module, PyObject *device)
     acc_state *st = acc_module_state(module);
     long long index;
 
-    if (PyLong_Check(device) && !PyBool_Check(device)) {
+    if (acc_is_index(device)) {
         int overflow;
 
         index = PyLong_AsLongLongAndOverflow(device, &overflow);
@@ -491,8 +514,8 @@ set_stream(PyObject *module, PyObject *stream)
 
     if (!PyObject_TypeCheck(stream, st->stream_type)) {
         PyErr_Format(PyExc_TypeError, "set_stream() expected an "
-                     "accelerator.Stream, got %.100s",
-                     acc_type_name(stream));
+                     "accelerator.Stream, got %s",
+                     acc_type_name_in(st, stream));
         return NULL;
     }
     if (acc_require_usable(st) < 0) {

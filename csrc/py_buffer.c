@@ -88,8 +88,8 @@ acc_parse_stream(acc_state *st, PyObject *obj, int device, const char *what,
     }
     if (!PyObject_TypeCheck(obj, st->stream_type)) {
         PyErr_Format(PyExc_TypeError, "%s: stream must be an "
-                     "accelerator.Stream or None, got %.100s", what,
-                     acc_type_name(obj));
+                     "accelerator.Stream or None, got %s", what,
+                     acc_type_name_in(st, obj));
         return -1;
     }
     *out = acc_stream_of(obj);
@@ -122,19 +122,15 @@ int_error(acc_state *st, PyObject *obj, int negative, const char *what)
     return -1;
 }
 
-int
-acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
-                 size_t *nbytes)
+/* acc_parse_nbytes for an exact int. */
+static int
+nbytes_of_int(acc_state *st, PyObject *obj, const char *what,
+              size_t *nbytes)
 {
     long long value;
     int overflow;
     acc_error err;
 
-    if (PyBool_Check(obj) || !PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: nbytes must be an int, got "
-                     "%.100s", what, acc_type_name(obj));
-        return -1;
-    }
     value = PyLong_AsLongLongAndOverflow(obj, &overflow);
     if (value == -1 && PyErr_Occurred()) {
         return -1;
@@ -160,6 +156,27 @@ acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
     }
     *nbytes = (size_t)value;
     return 0;
+}
+
+int
+acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
+                 size_t *nbytes)
+{
+    PyObject *num;
+    int rc;
+
+    if (!acc_is_index(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: nbytes must be an int, got "
+                     "%.100s", what, acc_type_name(obj));
+        return -1;
+    }
+    num = PyNumber_Index(obj);
+    if (num == NULL) {
+        return -1;
+    }
+    rc = nbytes_of_int(st, num, what, nbytes);
+    Py_DECREF(num);
+    return rc;
 }
 
 PyObject *
@@ -667,7 +684,7 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
                        &value_arg, &stream_arg) < 0) {
         return NULL;
     }
-    if (PyBool_Check(value_arg) || !PyLong_Check(value_arg)) {
+    if (!acc_is_index(value_arg)) {
         PyErr_Format(PyExc_TypeError, "Buffer.fill(): value must be an int "
                      "in 0..255, got %.100s", acc_type_name(value_arg));
         return NULL;
@@ -716,7 +733,8 @@ buffer_record_stream(BufferObject *self, PyObject *stream)
     }
     if (!PyObject_TypeCheck(stream, st->stream_type)) {
         PyErr_Format(PyExc_TypeError, "Buffer.record_stream() expected an "
-                     "accelerator.Stream, got %.100s", acc_type_name(stream));
+                     "accelerator.Stream, got %s",
+                     acc_type_name_in(st, stream));
         return NULL;
     }
     s = acc_stream_of(stream);
@@ -743,8 +761,8 @@ buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (stream_arg != Py_None) {
         if (!PyObject_TypeCheck(stream_arg, st->stream_type)) {
             PyErr_Format(PyExc_TypeError, "Buffer.close(): stream must be "
-                         "an accelerator.Stream or None, got %.100s",
-                         acc_type_name(stream_arg));
+                         "an accelerator.Stream or None, got %s",
+                         acc_type_name_in(st, stream_arg));
             return NULL;
         }
         /* Freed after the work queued on stream too. */

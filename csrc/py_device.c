@@ -90,7 +90,7 @@ parse_index_arg(PyObject *obj, int *index)
         *index = -1;
         return 0;
     }
-    if (PyBool_Check(obj) || !PyLong_Check(obj)) {
+    if (!acc_is_index(obj)) {
         PyErr_Format(PyExc_TypeError,
                      "device index must be an int or None, not %.100s",
                      acc_type_name(obj));
@@ -147,7 +147,7 @@ device_make(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     if (Py_IS_TYPE(type_arg, st->device_type) && index_arg == NULL) {
         return Py_NewRef(type_arg);
     }
-    if (PyLong_Check(type_arg) && !PyBool_Check(type_arg)) {
+    if (acc_is_index(type_arg)) {
         /* device(1): an index of the current accelerator, as torch. */
         if (index_arg != NULL) {
             PyErr_SetString(PyExc_TypeError,
@@ -419,7 +419,7 @@ acc_resolve_device(acc_state *st, PyObject *obj, int optional,
                         "expected a device or an int device index, got bool");
         return -1;
     }
-    if (PyLong_Check(obj)) {
+    if (acc_is_index(obj)) {
         *index = PyLong_AsLongLongAndOverflow(obj, &overflow);
         if (*index == -1 && PyErr_Occurred()) {
             return -1;

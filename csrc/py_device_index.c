@@ -47,7 +47,7 @@ device_index_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     if (idx == Py_None) {
         idx = Py_NewRef(idx);
     }
-    else if (PyBool_Check(idx) || !PyLong_Check(idx)) {
+    else if (!acc_is_index(idx)) {
         PyErr_Format(PyExc_TypeError, "device_index() expects an int device "
                      "index or None, got %.100s", acc_type_name(idx));
         return NULL;

@@ -115,7 +115,8 @@ stream_arg(acc_state *st, PyObject *stream, const char *what,
     }
     if (!PyObject_TypeCheck(stream, st->stream_type)) {
         PyErr_Format(PyExc_TypeError, "%s expected an accelerator.Stream "
-                     "or None, got %.100s", what, acc_type_name(stream));
+                     "or None, got %s", what,
+                     acc_type_name_in(st, stream));
         return -1;
     }
     *out = acc_stream_of(stream);
@@ -241,7 +242,7 @@ event_elapsed_time(EventObject *self, PyObject *end)
 
     if (!PyObject_TypeCheck(end, st->event_type)) {
         PyErr_Format(PyExc_TypeError, "Event.elapsed_time() expected an "
-                     "accelerator.Event, got %.100s", acc_type_name(end));
+                     "accelerator.Event, got %s", acc_type_name_in(st, end));
         return NULL;
     }
     if (acc_event_elapsed_ms(&self->e, acc_event_of(end), &ms, &err)

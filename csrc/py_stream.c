@@ -397,8 +397,9 @@ check_type(PyObject *obj, PyTypeObject *type, const char *expected,
            const char *what)
 {
     if (!PyObject_TypeCheck(obj, type)) {
-        PyErr_Format(PyExc_TypeError, "%s expected an %s, got %.100s", what,
-                     expected, acc_type_name(obj));
+        PyErr_Format(PyExc_TypeError, "%s expected an %s, got %s", what,
+                     expected,
+                     acc_type_name_in(acc_state_from_type(type), obj));
         return -1;
     }
     return 0;

@@ -59,6 +59,22 @@ acc_module_state(PyObject *module)
  * may use up to four at once. */
 const char *acc_type_name(PyObject *obj);
 
+/* acc_type_name, where an object of the wrong type may be one of this
+ * module's own types made by another instance of it (a re-import, a
+ * subinterpreter): that one says so, as "Stream" alone would read as the
+ * very type expected.  A per-thread buffer, one message at a time. */
+const char *acc_type_name_in(acc_state *st, PyObject *obj);
+
+/* Whether obj is an integer for the API: an int, or an object with
+ * __index__ (a numpy integer), as torch takes sizes; never a bool, whose
+ * True would silently mean 1.  PyLong_As*() and PyNumber_Index() take
+ * such an object as it is. */
+static inline int
+acc_is_index(PyObject *obj)
+{
+    return !PyBool_Check(obj) && (PyLong_Check(obj) || PyIndex_Check(obj));
+}
+
 /* Allocate and free instances of our heap types (tp_alloc and tp_free
  * are not fields in the limited API). */
 static inline PyObject *

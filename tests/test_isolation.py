@@ -171,3 +171,39 @@ def test_the_extension_exports_only_its_init_function() -> None:
              if len(line.split()) == 3 and line.split()[1] in "TDBRVW"}
     assert names == {"PyInit__accelerator"}, sorted(names)
     assert os.path.getsize(ext.__file__) > 0
+
+
+CROSS_INSTANCE = """
+import sys
+import accelerator as a1
+del sys.modules["accelerator"], sys.modules["accelerator._accelerator"]
+import accelerator as a2
+assert a2 is not a1
+calls = {
+    "set_stream": lambda: a2.set_stream(a1.Stream(0)),
+    "wait_event": lambda: a2.Stream(0).wait_event(a1.Event()),
+    "elapsed_time": lambda: a2.Event().elapsed_time(a1.Event()),
+    "record": lambda: a2.Event().record(a1.Stream(0)),
+}
+for name, call in calls.items():
+    try:
+        call()
+    except TypeError as exc:
+        assert "another instance of the accelerator module" in str(exc), exc
+    else:
+        raise AssertionError(name + " took another instance's object")
+# This instance's own wrong type is named plainly.
+try:
+    a2.set_stream(a2.Event())
+except TypeError as exc:
+    assert str(exc).endswith("got Event"), exc
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_another_instances_object_is_refused_by_name(backend: str) -> None:
+    """Another instance's Stream reads "got a Stream of another instance
+    of the accelerator module", not the puzzling "expected an
+    accelerator.Stream, got Stream"."""
+    assert run(backend, CROSS_INSTANCE).strip() == "ok"

@@ -5,6 +5,7 @@ import re
 import threading
 import types
 
+import numpy as np
 import pytest
 
 import accelerator as acc
@@ -31,7 +32,8 @@ def test_current_device_starts_at_zero_and_follows_set() -> None:
 @pytest.mark.usefixtures("two_devices")
 def test_set_device_index_accepts_every_device_form(accel_type: str) -> None:
     duck = types.SimpleNamespace(type=accel_type, index=1)
-    for form in (1, f"{accel_type}:1", acc.device(accel_type, 1), duck):
+    for form in (1, f"{accel_type}:1", acc.device(accel_type, 1), duck,
+                 np.int64(1), np.uint8(1)):
         acc.set_device_index(0)
         acc.set_device_index(form)
         assert acc.current_device_index() == 1, form
@@ -40,7 +42,23 @@ def test_set_device_index_accepts_every_device_form(accel_type: str) -> None:
 def test_set_device_index_negative_is_a_no_op() -> None:
     acc.set_device_index(1)
     acc.set_device_index(-1)
+    acc.set_device_index(np.int64(-1))
     assert acc.current_device_index() == 1
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_numpy_integers_are_device_indices(accel_type: str) -> None:
+    """Anything with __index__ but bool, as torch takes sizes."""
+    one = np.int32(1)
+    assert acc.device(one) == acc.device(accel_type, one) \
+        == acc.device(accel_type, 1)
+    assert acc.Stream(one).device_index == 1
+    with acc.device_index(one):
+        assert acc.current_device_index() == 1
+    acc.synchronize(one)
+    assert acc.current_device_index() == 0
+    with pytest.raises(TypeError, match="bool"):
+        acc.set_device_index(True)
 
 
 def test_set_device_index_out_of_range(device_count: int) -> None:

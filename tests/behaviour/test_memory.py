@@ -139,6 +139,24 @@ def test_numpy_and_memoryview_sources() -> None:
     assert set(out.view(np.uint8).tolist()) == {5}
 
 
+def test_numpy_integers_are_sizes_fill_values_and_devices(
+        two_devices) -> None:
+    """As torch takes them: anything with __index__ but bool."""
+    b = acc.Buffer(np.int64(64), device=np.int32(1))
+    assert (b.nbytes, b.device) == (64, acc.device(b.device.type, 1))
+    b.fill(np.uint8(7))
+    h = acc.HostBuffer(np.uint16(64))
+    b.copy_to(h)
+    assert bytes(memoryview(h)) == b"\x07" * 64
+    assert b[np.int64(8):np.int64(16)].nbytes == 8
+    with pytest.raises(TypeError, match="nbytes must be an int, got bool"):
+        acc.Buffer(np.True_)
+    with pytest.raises(ValueError, match="0..255"):
+        b.fill(np.uint64(2**64 - 1))
+    b.close()
+    h.close()
+
+
 def test_fill_every_byte() -> None:
     b = acc.Buffer(777)
     b.fill(0xAB)
