@@ -95,8 +95,25 @@ acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err)
                                                  : "the device side");
         return ACC_ERR_INVALID_ARGUMENT;
     }
-    if (copy.nbytes == 0) {
-        return ACC_OK;
+    if (copy.nbytes == 0
+        || (copy.kind == ACC_COPY_D2D && copy.dst == copy.src)) {
+        return ACC_OK;               /* nothing to move */
+    }
+    if (copy.kind == ACC_COPY_D2D
+        && copy.dst < copy.src + copy.nbytes
+        && copy.src < copy.dst + copy.nbytes) {
+        /* As torch refuses a copy_ whose sides share memory: the drivers'
+         * copies are undefined for overlapping ranges (cuMemcpy's may
+         * run in any order of chunks). */
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "the source and the destination overlap (%zu bytes, "
+                      "%zu apart, in the memory of device %d); expected "
+                      "separate memory: copy through another Buffer",
+                      copy.nbytes,
+                      (size_t)(copy.dst > copy.src ? copy.dst - copy.src
+                                                   : copy.src - copy.dst),
+                      copy.dst_device);
+        return ACC_ERR_INVALID_ARGUMENT;
     }
     if (copy.kind == ACC_COPY_PEER) {
         /* torch's copy_ between devices: a two-way barrier with the

@@ -327,6 +327,28 @@ def test_views_share_memory_and_keep_the_parent() -> None:
     assert len(v[5:]) == 5 and len(v[-3:]) == 3 and len(v[8:2]) == 0
 
 
+def test_overlapping_copies_are_refused_and_disjoint_views_copy() -> None:
+    """torch refuses a copy_ whose sides share memory; the drivers' copies
+    are undefined there.  Disjoint views of one allocation copy; a copy
+    onto itself is nothing to do."""
+    b = acc.Buffer(64)
+    b.copy_from(bytes(range(64)))
+    for dst, src in ((b[0:32], b[16:48]), (b[16:48], b[0:32]),
+                     (b[0:32], b[31:63])):
+        with pytest.raises(ValueError, match="overlap"):
+            dst.copy_from(src)
+        with pytest.raises(ValueError, match="overlap"):
+            src.copy_to(dst)
+    b[0:32].copy_from(b[0:32])
+    out = bytearray(64)
+    b.copy_to(out)
+    assert out == bytes(range(64)), "a refused copy changed the memory"
+    b[0:16].copy_from(b[48:64])
+    b.copy_to(out)
+    assert out[:16] == bytes(range(48, 64))
+    assert out[16:] == bytes(range(16, 64))
+
+
 def test_closing_the_parent_closes_its_views() -> None:
     b = acc.Buffer(100)
     v = b[:50]
