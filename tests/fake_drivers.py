@@ -448,9 +448,9 @@ class OpenCLDouble(DriverDouble):
         "cuda_stream_protocol": "OpenCL queues are not CUDA streams",
         "blocking_sync": "OpenCL has no blocking-synchronization flag",
         "priorities": "core OpenCL queues have no priorities",
-        "device_memory": ("the OpenCL backend has no memory slots yet "
-                          "(Buffer and HostBuffer raise "
-                          "NotImplementedError)"),
+        "foreign_memory": ("OpenCL cannot look up a pointer it did not "
+                           "hand out: from_dlpack knows only this "
+                           "backend's own memory"),
         "pci_bus_id": ("core OpenCL has no PCI address (PoCL's CPU "
                        "devices lack cl_khr_pci_bus_info)"),
         "free_memory": ("OpenCL cannot say how much device memory is free: "
@@ -471,10 +471,12 @@ class OpenCLDouble(DriverDouble):
     functions = {"stream_create": "clCreateCommandQueueWithProperties",
                  "event_record": "clEnqueueMarkerWithWaitList",
                  "query": "clGetEventInfo",
-                 "event_synchronize": "clWaitForEvents"}
+                 "event_synchronize": "clWaitForEvents",
+                 "mem_alloc": "clSVMAlloc", "mem_free": "clSVMFree"}
     env_devices = "POCL_DEVICES"
     kinds = {"stream": "queue"}
-    live_kinds = ("queue", "event", "context")
+    live_kinds = ("queue", "event", "context", "alloc", "host_alloc",
+                  "bad_access", "guard_damage")
     fail_env = "FAKE_OCL_FAIL"
     probe_call = "clGetPlatformIDs"
     first_use_under_lock = ("clCreateCommandQueueWithProperties",

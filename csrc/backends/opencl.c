@@ -25,9 +25,19 @@
  * it is about to complete; a runtime that submits earlier makes a query of
  * a busy queue take that long).
  *
+ * Memory is shared virtual memory (OpenCL 2.0 SVM), so that a buffer has
+ * an address (the allocator carves segments, DLPack exports pointers):
+ * device memory is a coarse-grain SVM buffer of the device's context
+ * (clSVMAlloc), HostBuffer a fine-grain one (host-visible without maps,
+ * and copied asynchronously by clEnqueueSVMMemcpy); copies and fills are
+ * clEnqueueSVMMemcpy and clEnqueueSVMMemFill.  A device without the
+ * capability (CL_DEVICE_SVM_CAPABILITIES) refuses memory, naming it.
+ *
  * Not supported: stream priorities (every stream has priority 0), the CUDA
  * stream protocol, blocking-synchronization events (waits are the
- * runtime's), free device memory (see ocl_memory_info).
+ * runtime's), free device memory (see ocl_memory_info), copies between
+ * devices of two platforms (two contexts cannot share SVM), foreign
+ * memory (OpenCL cannot look up a pointer it did not hand us).
  */
 #define _GNU_SOURCE
 #include "../backend.h"
@@ -78,8 +88,37 @@ static struct {
     cl_platform_id platforms[OCL_MAX_PLATFORMS];
     cl_context contexts[OCL_MAX_PLATFORMS]; /* under lock; NULL until used */
     ocl_queue *queues[ACC_MAX_DEVICES];     /* live queues, under lock */
+    /* Each device's CL_DEVICE_SVM_CAPABILITIES, read on first use (under
+     * lock; svm_known says which are read). */
+    cl_device_svm_capabilities svm[ACC_MAX_DEVICES];
+    unsigned char svm_known[ACC_MAX_DEVICES];
     pthread_mutex_t lock;
 } ocl = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/* Our allocations (device and host), by address: the context a free
+ * needs, pointer_info's answers and the memory taken per device. */
+typedef struct ocl_alloc {
+    struct ocl_alloc *next;
+    uintptr_t ptr;   /* as handed out: aligned to OCL_ALIGN */
+    void *base;      /* as clSVMAlloc returned it */
+    size_t size;
+    int device;   /* the device it was made for */
+    int host;     /* a HostBuffer's fine-grain buffer */
+} ocl_alloc;
+
+#define OCL_ALLOC_BUCKETS 1024
+/* What mem_alloc promises.  Runtimes refuse clSVMAlloc alignments beyond
+ * their largest data type (PoCL: 128 bytes), so we allocate OCL_ALIGN - 1
+ * bytes more at the runtime's alignment and round up. */
+#define OCL_ALIGN 256
+
+static struct {
+    pthread_mutex_t lock; /* a leaf: no other lock is taken under it */
+    ocl_alloc *buckets[OCL_ALLOC_BUCKETS];
+    unsigned long long used[ACC_MAX_DEVICES];
+} ocl_mem = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
@@ -512,25 +551,6 @@ ocl_device_properties(int device, acc_device_properties *p, acc_error *err)
     return st;
 }
 
-/* OpenCL cannot say how much device memory is free: total is the device's
- * global memory, free that less what this process allocated through this
- * backend (none yet: the backend has no memory slots). */
-static acc_status
-ocl_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
-                acc_error *err)
-{
-    cl_ulong total = 0;
-    acc_status st = CL(clGetDeviceInfo, (ocl.devices[device],
-                                         CL_DEVICE_GLOBAL_MEM_SIZE,
-                                         sizeof(total), &total, NULL));
-
-    if (st == ACC_OK) {
-        *total_bytes = (size_t)total;
-        *free_bytes = (size_t)total;
-    }
-    return st;
-}
-
 /* Streams ---------------------------------------------------------------- */
 
 static acc_status
@@ -852,14 +872,325 @@ ocl_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
     return st;
 }
 
-/* The child of fork(): only the global lock can be taken there (the
+/* Memory ----------------------------------------------------------------- */
+
+static size_t
+ocl_bucket(uintptr_t ptr)
+{
+    return (size_t)(((uint64_t)ptr * 0x9E3779B97F4A7C15ULL) >> 54)
+           % OCL_ALLOC_BUCKETS;
+}
+
+/* Remember an allocation (ACC_ERR_HOST_MEMORY when no record can be
+ * made: the caller frees it again). */
+static acc_status
+ocl_remember(void *ptr, void *base, size_t size, int device, int host,
+             acc_error *err)
+{
+    ocl_alloc *a = malloc(sizeof(*a));
+    size_t b = ocl_bucket((uintptr_t)ptr);
+
+    if (a == NULL) {
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
+    }
+    a->ptr = (uintptr_t)ptr;
+    a->base = base;
+    a->size = size;
+    a->device = device;
+    a->host = host;
+    pthread_mutex_lock(&ocl_mem.lock);
+    a->next = ocl_mem.buckets[b];
+    ocl_mem.buckets[b] = a;
+    if (!host) {
+        ocl_mem.used[device] += size;
+    }
+    pthread_mutex_unlock(&ocl_mem.lock);
+    return ACC_OK;
+}
+
+/* Forget the allocation handed out at ptr: its device (-1 when it is not
+ * ours) and *base, what clSVMAlloc returned (ptr when not ours). */
+static int
+ocl_forget(void *ptr, void **base)
+{
+    size_t b = ocl_bucket((uintptr_t)ptr);
+    ocl_alloc *a = NULL;
+    int device = -1;
+
+    *base = ptr;
+    pthread_mutex_lock(&ocl_mem.lock);
+    for (ocl_alloc **p = &ocl_mem.buckets[b]; *p != NULL; p = &(*p)->next) {
+        if ((*p)->ptr == (uintptr_t)ptr) {
+            a = *p;
+            *p = a->next;
+            device = a->device;
+            *base = a->base;
+            if (!a->host) {
+                ocl_mem.used[device] -= a->size;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ocl_mem.lock);
+    free(a);
+    return device;
+}
+
+/* The device's SVM capabilities, read once (a device before OpenCL 2.0
+ * does not know the query: none). */
+static acc_status
+ocl_svm_capabilities(int device, cl_device_svm_capabilities *caps,
+                     acc_error *err)
+{
+    acc_status st = ACC_OK;
+
+    pthread_mutex_lock(&ocl.lock);
+    if (!ocl.svm_known[device]) {
+        cl_device_svm_capabilities c = 0;
+        cl_int rc = ocl.fn.clGetDeviceInfo(ocl.devices[device],
+                                           CL_DEVICE_SVM_CAPABILITIES,
+                                           sizeof(c), &c, NULL);
+
+        if (rc == CL_INVALID_VALUE) {
+            c = 0;
+            rc = CL_SUCCESS;
+        }
+        if (rc == CL_SUCCESS) {
+            ocl.svm[device] = c;
+            ocl.svm_known[device] = 1;
+        }
+        else {
+            st = ocl_fail("clGetDeviceInfo", rc, err);
+        }
+    }
+    *caps = ocl.svm[device];
+    pthread_mutex_unlock(&ocl.lock);
+    return st;
+}
+
+/* The context to allocate SVM of kind `need` in for device, or
+ * ACC_ERR_UNSUPPORTED naming what the device lacks. */
+static acc_status
+ocl_svm_context(int device, cl_device_svm_capabilities need,
+                const char *what, cl_context *ctx, acc_error *err)
+{
+    cl_device_svm_capabilities caps = 0;
+    acc_status st = ocl_svm_capabilities(device, &caps, err);
+    int fine = need == CL_DEVICE_SVM_FINE_GRAIN_BUFFER;
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    if ((caps & need) == 0) {
+        acc_error_set(err, ACC_ERR_UNSUPPORTED,
+                      "backend opencl does not support %s on device %d: "
+                      "the device has no %s shared virtual memory "
+                      "(CL_DEVICE_SVM_CAPABILITIES lacks %s; the backend "
+                      "needs OpenCL 2.0 SVM for memory)",
+                      what, device, fine ? "fine-grain" : "coarse-grain",
+                      fine ? "CL_DEVICE_SVM_FINE_GRAIN_BUFFER"
+                           : "CL_DEVICE_SVM_COARSE_GRAIN_BUFFER");
+        return ACC_ERR_UNSUPPORTED;
+    }
+    pthread_mutex_lock(&ocl.lock);
+    st = ocl_context_locked(device, ctx, err);
+    pthread_mutex_unlock(&ocl.lock);
+    return st;
+}
+
+static acc_status
+ocl_svm_alloc(int device, size_t nbytes, int host, void **out,
+              acc_error *err)
+{
+    cl_context ctx = NULL;
+    void *base, *p;
+    acc_status st = ocl_svm_context(
+        device, host ? CL_DEVICE_SVM_FINE_GRAIN_BUFFER
+                     : CL_DEVICE_SVM_COARSE_GRAIN_BUFFER,
+        host ? "page-locked host memory" : "device memory", &ctx, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    base = nbytes > SIZE_MAX - (OCL_ALIGN - 1)
+               ? NULL
+               : ocl.fn.clSVMAlloc(ctx,
+                                   CL_MEM_READ_WRITE
+                                       | (host ? CL_MEM_SVM_FINE_GRAIN_BUFFER
+                                               : 0),
+                                   nbytes + (OCL_ALIGN - 1), 0);
+    if (base == NULL) {
+        /* clSVMAlloc has no error code: NULL is its allocation failure,
+         * reported with OpenCL's code for one. */
+        acc_error_driver(err, "opencl", "clSVMAlloc",
+                         CL_MEM_OBJECT_ALLOCATION_FAILURE,
+                         ocl_error_name(CL_MEM_OBJECT_ALLOCATION_FAILURE),
+                         ACC_ERR_OUT_OF_MEMORY);
+        acc_format(err->message, sizeof(err->message),
+                   "clSVMAlloc() failed: CL_MEM_OBJECT_ALLOCATION_FAILURE "
+                   "(-4): it returned NULL (out of memory, or larger than "
+                   "the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
+        return ACC_ERR_OUT_OF_MEMORY;
+    }
+    p = (void *)(((uintptr_t)base + (OCL_ALIGN - 1))
+                 & ~(uintptr_t)(OCL_ALIGN - 1));
+    st = ocl_remember(p, base, nbytes, device, host, err);
+    if (st != ACC_OK) {
+        ocl.fn.clSVMFree(ctx, base);
+        return st;
+    }
+    *out = p;
+    return ACC_OK;
+}
+
+/* The caller guarantees that no queued work still uses ptr (the slot
+ * contract), so clSVMFree, which does not wait, frees at once. */
+static acc_status
+ocl_svm_free(int device, void *ptr, acc_error *err)
+{
+    void *base;
+    int owner = ocl_forget(ptr, &base);
+    cl_context ctx = NULL;
+    acc_status st;
+
+    pthread_mutex_lock(&ocl.lock);
+    st = ocl_context_locked(owner >= 0 ? owner : device, &ctx, err);
+    pthread_mutex_unlock(&ocl.lock);
+    if (st == ACC_OK) {
+        ocl.fn.clSVMFree(ctx, base);
+    }
+    return st;
+}
+
+static acc_status
+ocl_mem_alloc(int device, size_t nbytes, uintptr_t *ptr, acc_error *err)
+{
+    void *p = NULL;
+    acc_status st = ocl_svm_alloc(device, nbytes, 0, &p, err);
+
+    if (st == ACC_OK) {
+        *ptr = (uintptr_t)p;
+    }
+    return st;
+}
+
+static acc_status
+ocl_mem_free(int device, uintptr_t ptr, acc_error *err)
+{
+    return ocl_svm_free(device, (void *)ptr, err);
+}
+
+static acc_status
+ocl_host_alloc(int device, size_t nbytes, void **ptr, acc_error *err)
+{
+    return ocl_svm_alloc(device, nbytes, 1, ptr, err);
+}
+
+static acc_status
+ocl_host_free(int device, void *ptr, acc_error *err)
+{
+    return ocl_svm_free(device, ptr, err);
+}
+
+/* SVM pointers of one context are valid on each of its devices, so one
+ * clEnqueueSVMMemcpy serves every kind of copy within a platform; the
+ * host side of a pageable copy is ordinary memory, which the runtime
+ * reads or writes when the copy runs: a blocking copy returns when it
+ * has. */
+static acc_status
+ocl_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
+{
+    cl_command_queue queue = ocl_queue_of(s);
+    cl_bool blocking = (c->flags & ACC_COPY_PAGEABLE) ? CL_TRUE : CL_FALSE;
+    acc_status st;
+
+    if (c->kind == ACC_COPY_PEER
+        && ocl.platform_of[c->dst_device] != ocl.platform_of[c->src_device]) {
+        acc_error_set(err, ACC_ERR_UNSUPPORTED,
+                      "backend opencl does not support copies between "
+                      "devices of different OpenCL platforms (devices %d "
+                      "and %d: their contexts share no memory)",
+                      c->src_device, c->dst_device);
+        return ACC_ERR_UNSUPPORTED;
+    }
+    st = CL(clEnqueueSVMMemcpy, (queue, blocking, (void *)c->dst,
+                                 (const void *)c->src, c->nbytes, 0, NULL,
+                                 NULL));
+    if (st == ACC_OK && !blocking) {
+        st = CL(clFlush, (queue));
+    }
+    return st;
+}
+
+static acc_status
+ocl_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
+             size_t nbytes, acc_error *err)
+{
+    cl_command_queue queue = ocl_queue_of(s);
+    acc_status st = CL(clEnqueueSVMMemFill, (queue, (void *)dst, &value, 1,
+                                             nbytes, 0, NULL, NULL));
+
+    if (st == ACC_OK) {
+        st = CL(clFlush, (queue));
+    }
+    return st;
+}
+
+/* OpenCL cannot look up a pointer: what this backend allocated is known
+ * (by range: the allocator hands out addresses inside its segments),
+ * anything else is unknown. */
+static acc_status
+ocl_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
+{
+    (void)err;
+    info->kind = ACC_POINTER_UNKNOWN;
+    info->device = -1;
+    pthread_mutex_lock(&ocl_mem.lock);
+    for (size_t b = 0; b < OCL_ALLOC_BUCKETS; b++) {
+        for (ocl_alloc *a = ocl_mem.buckets[b]; a != NULL; a = a->next) {
+            if (ptr >= a->ptr && ptr - a->ptr < a->size) {
+                info->kind = a->host ? ACC_POINTER_HOST : ACC_POINTER_DEVICE;
+                info->device = a->host ? -1 : a->device;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&ocl_mem.lock);
+    return ACC_OK;
+}
+
+/* OpenCL cannot say how much device memory is free: total is the device's
+ * global memory, free that less what this process allocated through this
+ * backend. */
+static acc_status
+ocl_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
+                acc_error *err)
+{
+    cl_ulong total = 0;
+    unsigned long long used;
+    acc_status st = CL(clGetDeviceInfo, (ocl.devices[device],
+                                         CL_DEVICE_GLOBAL_MEM_SIZE,
+                                         sizeof(total), &total, NULL));
+
+    if (st == ACC_OK) {
+        pthread_mutex_lock(&ocl_mem.lock);
+        used = ocl_mem.used[device];
+        pthread_mutex_unlock(&ocl_mem.lock);
+        *total_bytes = (size_t)total;
+        *free_bytes = (size_t)(total > used ? total - used : 0);
+    }
+    return st;
+}
+
+/* The child of fork(): only our own locks can be taken there (the
  * dispatcher calls no backend in a child of an initialised parent). */
 static void
 ocl_after_fork_child(void)
 {
     pthread_mutex_init(&ocl.lock, NULL);
+    pthread_mutex_init(&ocl_mem.lock, NULL);
 }
-
 const acc_backend acc_opencl_backend = {
     .name = "opencl",
     .device_type = "opencl",
@@ -888,4 +1219,11 @@ const acc_backend acc_opencl_backend = {
     .event_synchronize = ocl_event_synchronize,
     .event_elapsed_ms = ocl_event_elapsed_ms,
     .memory_info = ocl_memory_info,
+    .mem_alloc = ocl_mem_alloc,
+    .mem_free = ocl_mem_free,
+    .host_alloc = ocl_host_alloc,
+    .host_free = ocl_host_free,
+    .mem_copy = ocl_mem_copy,
+    .mem_fill = ocl_mem_fill,
+    .pointer_info = ocl_pointer_info,
 };

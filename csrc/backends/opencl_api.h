@@ -6,8 +6,8 @@
  * tests/drivers/check_opencl_api.c compiles this header together with
  * Khronos' CL/cl.h (ACC_OPENCL_API_CHECK) with -Werror, so every type,
  * constant and function signature here provably matches the standard's.
- * Entry points up to OpenCL 2.0 (clCreateCommandQueueWithProperties), which
- * every ICD loader exports.
+ * Entry points up to OpenCL 2.0 (clCreateCommandQueueWithProperties and
+ * the shared virtual memory functions), which every ICD loader exports.
  */
 #ifndef ACC_OPENCL_API_H
 #define ACC_OPENCL_API_H
@@ -101,7 +101,14 @@
     X(CL_EVENT_COMMAND_EXECUTION_STATUS, 0x11D3)             \
     X(CL_COMPLETE, 0x0)                                      \
     X(CL_QUEUED, 0x3)                                        \
-    X(CL_PROFILING_COMMAND_END, 0x1283)
+    X(CL_PROFILING_COMMAND_END, 0x1283)                      \
+    X(CL_FALSE, 0)                                           \
+    X(CL_TRUE, 1)                                            \
+    X(CL_MEM_READ_WRITE, (1 << 0))                           \
+    X(CL_MEM_SVM_FINE_GRAIN_BUFFER, (1 << 10))               \
+    X(CL_DEVICE_SVM_CAPABILITIES, 0x1053)                    \
+    X(CL_DEVICE_SVM_COARSE_GRAIN_BUFFER, (1 << 0))           \
+    X(CL_DEVICE_SVM_FINE_GRAIN_BUFFER, (1 << 1))
 
 #ifndef ACC_OPENCL_API_CHECK
 
@@ -127,6 +134,8 @@ typedef cl_uint cl_profiling_info;
 typedef cl_uint cl_bool;
 typedef intptr_t cl_context_properties;
 typedef cl_bitfield cl_queue_properties;
+typedef cl_bitfield cl_svm_mem_flags;
+typedef cl_bitfield cl_device_svm_capabilities;
 typedef struct _cl_platform_id *cl_platform_id;
 typedef struct _cl_device_id *cl_device_id;
 typedef struct _cl_context *cl_context;
@@ -191,7 +200,19 @@ typedef void (*acc_cl_context_notify)(const char *errinfo,
     X(clWaitForEvents, cl_int,                                               \
       (cl_uint num_events, const cl_event *event_list))                      \
     X(clRetainEvent, cl_int, (cl_event event))                               \
-    X(clReleaseEvent, cl_int, (cl_event event))
+    X(clReleaseEvent, cl_int, (cl_event event))                              \
+    X(clSVMAlloc, void *,                                                    \
+      (cl_context context, cl_svm_mem_flags flags, size_t size,              \
+       cl_uint alignment))                                                   \
+    X(clSVMFree, void, (cl_context context, void *svm_pointer))              \
+    X(clEnqueueSVMMemcpy, cl_int,                                            \
+      (cl_command_queue command_queue, cl_bool blocking_copy, void *dst_ptr, \
+       const void *src_ptr, size_t size, cl_uint num_events_in_wait_list,    \
+       const cl_event *event_wait_list, cl_event *event))                    \
+    X(clEnqueueSVMMemFill, cl_int,                                           \
+      (cl_command_queue command_queue, void *svm_ptr, const void *pattern,   \
+       size_t pattern_size, size_t size, cl_uint num_events_in_wait_list,    \
+       const cl_event *event_wait_list, cl_event *event))
 
 /* Function pointer types: acc_pfn_<name>. */
 #define ACC_OPENCL_PFN_TYPEDEF(name, ret, params) \

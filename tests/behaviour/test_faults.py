@@ -42,6 +42,10 @@ there must do:
             with a clean stderr.
   OPTIONAL  an optional entry point the test driver cannot offer (Debian's
             loader 1.8 does not export it): skipped, with the reason.
+  NULLED    a function that reports failure only by returning NULL, with
+            no code (clSVMAlloc): whatever code the fault names, the call
+            raises the backend's out-of-memory error (driver.oom_error),
+            with the RAISE checks otherwise.
 """
 from __future__ import annotations
 
@@ -72,6 +76,7 @@ RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
 MEMORY_KINDS = ("alloc", "host_alloc")
 PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
 DEFERRED, FALLBACK = "deferred", "fallback"
+NULLED = "nulled"
 
 
 def driver_functions(backend: str) -> list[str]:
@@ -696,6 +701,27 @@ OPENCL_SITES = [
     Site("clRetainEvent", RAISE, "stream.wait_event()"),
     Site("clReleaseEvent", SILENT, "event.record() after completion",
          refused=(("event", 1),)),
+    # The SVM capabilities are read once per device, at its first
+    # allocation; every call fails (nth=0), since an out-of-memory error
+    # is retried once after releasing the cache.
+    Site("clGetDeviceInfo", FRESH, "Buffer()", prepare=on_device_0, nth=0),
+    Site("clGetDeviceInfo", FRESH, "HostBuffer()", prepare=on_device_0),
+    Site("clSVMAlloc", NULLED, "Buffer()", nth=0),
+    Site("clSVMAlloc", NULLED, "Buffer(1) from device 0", nth=0),
+    Site("clSVMAlloc", NULLED, "HostBuffer()"),
+    # clSVMFree cannot fail visibly: a refused free is memory lost.
+    Site("clSVMFree", SILENT, "drop a buffer", refused=(("alloc", 1),)),
+    Site("clSVMFree", SILENT, "drop a lone host buffer",
+         refused=(("host_alloc", 1),)),
+    Site("clEnqueueSVMMemcpy", RAISE, "copy_from(bytes)"),
+    Site("clEnqueueSVMMemcpy", RAISE, "copy_from(HostBuffer)"),
+    Site("clEnqueueSVMMemcpy", RAISE, "copy_to(bytearray)"),
+    Site("clEnqueueSVMMemcpy", RAISE, "copy_to(HostBuffer)"),
+    Site("clEnqueueSVMMemcpy", RAISE, "copy_from(Buffer)"),
+    Site("clEnqueueSVMMemcpy", RAISE, "copy_from(Buffer of device 1)"),
+    Site("clEnqueueSVMMemFill", RAISE, "fill()"),
+    Site("clFlush", RAISE, "fill()"),
+    Site("clFlush", RAISE, "copy_from(HostBuffer)"),
 ]
 
 SITES = {"cuda": CUDA_SITES, "xpu": XPU_SITES, "opencl": OPENCL_SITES}
@@ -772,13 +798,15 @@ def where(streams: bool) -> tuple[int, Any]:
 
 
 def fail_once(driver: Any, site: Site, state: State, number: int,
-              name: str, cls: type, streams: bool = True) -> None:
-    """Inject the fault, run the action, check the error and the state."""
+              name: str, cls: type, streams: bool = True,
+              inject: int | None = None) -> None:
+    """Inject the fault (code `inject`, else `number`), run the action,
+    check the error and the state."""
     action = ACTIONS[site.action]
     before = where(streams)
     acc.empty_cache()  # so that creating means a driver call
     calls = driver.calls(site.api)
-    driver.fail(site.api, site.nth, number)
+    driver.fail(site.api, site.nth, number if inject is None else inject)
     try:
         with pytest.raises(acc.AcceleratorError) as info:
             action(state)
@@ -808,9 +836,12 @@ def check_counts(driver: Any, baseline: dict[str, int],
 
 
 @pytest.mark.parametrize("code", CODES)
-@pytest.mark.parametrize("site", site_params(RAISE))
+@pytest.mark.parametrize("site", site_params(RAISE, NULLED))
 def test_raise(driver, site: Site, code: str) -> None:
-    number, name, cls = expected(driver, code)
+    inject = expected(driver, code)[0]
+    # NULL is all a NULLED function says: out of memory, whatever the code.
+    number, name, cls = expected(driver, "oom" if site.how == NULLED
+                                 else code)
     prepare = site.prepared
     action = ACTIONS[site.action]
     # A first round makes what is made once (contexts, pools, defaults).
@@ -823,7 +854,7 @@ def test_raise(driver, site: Site, code: str) -> None:
     rounds = []
     for _ in range(ROUNDS):
         state = prepare()
-        fail_once(driver, site, state, number, name, cls)
+        fail_once(driver, site, state, number, name, cls, inject=inject)
         action(state)  # the same call works at once
         del state
         settle()
