@@ -121,3 +121,35 @@ def test_facts_and_properties() -> None:
         """, **pocl(2, ACCELERATOR_BACKEND="opencl",
                     ACCELERATOR_OPENCL_DEVICE_TYPE="all")).stdout
     assert json.loads(out) == [4, "opencl:1", -1, -1, True, True, True]
+
+
+NO_SVM = """
+import accelerator as a
+for make in (lambda: a.Buffer(64), lambda: a.HostBuffer(64)):
+    try:
+        make()
+    except NotImplementedError as e:
+        print(e)
+    else:
+        print("allocated")
+s = a.Stream()
+s.record_event().synchronize()
+"""
+
+
+@pytest.mark.skipif(fake_drivers.OpenCLDouble.missing() is not None,
+                    reason=fake_drivers.OpenCLDouble.missing() or "")
+@pytest.mark.parametrize("caps, refused", [
+    ("0", ["COARSE_GRAIN", "FINE_GRAIN"]),
+    ("1", [None, "FINE_GRAIN"]),
+], ids=["no SVM", "coarse-grain only"])
+def test_memory_is_refused_where_the_device_lacks_svm(
+        caps: str, refused: list[str | None]) -> None:
+    env = fake_drivers.OpenCLDouble.environment(2)
+    lines = run(NO_SVM, FAKE_OCL_SVM_CAPS=caps, **env).stdout.splitlines()
+    for line, lack in zip(lines, refused):
+        if lack is None:
+            assert line == "allocated"
+        else:
+            assert line.startswith("backend opencl does not support "), line
+            assert f"lacks CL_DEVICE_SVM_{lack}_BUFFER" in line, line
