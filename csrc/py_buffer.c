@@ -940,7 +940,8 @@ static PyType_Slot buffer_slots[] = {
 PyType_Spec acc_buffer_spec = {
     .name = "accelerator.Buffer",
     .basicsize = sizeof(BufferObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
+             | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = buffer_slots,
 };
 

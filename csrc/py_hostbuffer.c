@@ -280,6 +280,6 @@ static PyType_Slot host_slots[] = {
 PyType_Spec acc_host_buffer_spec = {
     .name = "accelerator.HostBuffer",
     .basicsize = sizeof(HostBufferObject),
-    .flags = Py_TPFLAGS_DEFAULT,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = host_slots,
 };

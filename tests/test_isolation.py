@@ -149,7 +149,8 @@ def test_a_subinterpreter_hands_out_its_own_streams(backend: str) -> None:
 
 def test_stream_and_event_types_are_immutable() -> None:
     import accelerator as acc
-    for cls in (acc.Stream, acc.Event, acc.device, acc.Graph):
+    for cls in (acc.Stream, acc.Event, acc.device, acc.Graph, acc.Buffer,
+                acc.HostBuffer, acc.device_index):
         with pytest.raises(TypeError, match="immutable"):
             cls.query = None  # type: ignore[attr-defined]
         with pytest.raises(TypeError, match="immutable"):
