@@ -122,6 +122,16 @@ class DriverDouble:
     #: 0 names a stream (CUDA's legacy default stream); where it does not,
     #: Stream.from_handle(0) is refused
     null_stream_handle = False
+    #: driver calls of one Graph.replay(), besides slot_functions
+    replay_calls = 1
+    #: driver functions a backend calls to recycle its events on its own
+    #: (creating, polling and resetting them), not counted in replay_calls
+    slot_functions: tuple[str, ...] = ()
+    #: what the errors of graph capture match: "refused" (an operation
+    #: the driver refuses on a capturing stream), "invalidated"
+    #: (capture_end after one), "wrong_thread" (ending a thread-local or
+    #: global capture from another thread)
+    capture_errors: dict[str, str] = {}
     #: the environment under which probing initialises the driver (the
     #: CUDA backend otherwise counts through NVML and defers cuInit)
     eager_probe_env: dict[str, str] = {}
@@ -265,6 +275,9 @@ class CudaDouble(DriverDouble):
     stream_create_api = "cuStreamCreateWithPriority"
     unknown_error = (999, "CUDA_ERROR_UNKNOWN")
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
+    capture_errors = {"refused": "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+                      "invalidated": "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+                      "wrong_thread": "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"}
     null_stream_handle = True
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
     probe_call = "cuInit"
@@ -356,8 +369,10 @@ class ZeDouble(DriverDouble):
     lacks = {
         "cuda_stream_protocol": "Level Zero streams are not CUDA streams",
         "blocking_sync": "Level Zero has no blocking-synchronization flag",
-        "graphs": "the Level Zero backend does not implement graphs yet "
-                  "(its graph slots are NULL)",
+        "foreign_capture": "Level Zero has no stream capture: a capture "
+                           "records this module's work into a regular "
+                           "command list, while work others append to the "
+                           "stream's immediate list runs at once",
     }
     symbol_lists = (("csrc/backends/ze_api.h", "ACC_ZE_FUNCTIONS"),
                     ("csrc/backends/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))
@@ -366,11 +381,22 @@ class ZeDouble(DriverDouble):
                  "event_record": "zeCommandListAppendBarrier",
                  "query": "zeEventQueryStatus",
                  "event_synchronize": "zeEventHostSynchronize",
+                 "graph_launch": "zeCommandQueueExecuteCommandLists",
+                 "graph_instantiate": "zeCommandQueueCreate",
                  "mem_alloc": "zeMemAllocDevice", "mem_free": "zeMemFree"}
+    #: after the previous replay: reset the list's end event, signal its
+    #: start event, execute, and wait for its end (barriers on the stream)
+    replay_calls = 5
+    slot_functions = ("zeEventPoolCreate", "zeEventCreate",
+                      "zeEventQueryStatus", "zeEventHostReset")
+    capture_errors = {
+        "refused": "ZE_RESULT_ERROR_UNSUPPORTED_FEATURE.*captures a graph",
+        "invalidated": "ZE_RESULT_ERROR_INVALID_ARGUMENT.*invalidated",
+        "wrong_thread": "ZE_RESULT_ERROR_INVALID_ARGUMENT.*another thread"}
     env_devices = "FAKE_ZE_DEVICES"
     kinds = {"stream": "list"}
-    live_kinds = ("list", "event", "pool", "context", "alloc", "host_alloc",
-                  "bad_access", "guard_damage")
+    live_kinds = ("list", "event", "pool", "context", "queue", "alloc",
+                  "host_alloc", "bad_access", "guard_damage")
     pooled_kinds = ("event", "pool")
     fail_env = "FAKE_ZE_FAIL"
     library_env = "ACCELERATOR_ZE_LIBRARY"

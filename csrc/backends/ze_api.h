@@ -97,6 +97,7 @@
     X(ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES, 0x7)          \
     X(ZE_STRUCTURE_TYPE_CONTEXT_DESC, 0xd)                      \
     X(ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, 0xe)                \
+    X(ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC, 0xf)                 \
     X(ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, 0x10)                  \
     X(ZE_STRUCTURE_TYPE_EVENT_DESC, 0x11)                       \
     X(ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, 0x15)            \
@@ -169,6 +170,7 @@
     X(ze_device_memory_property_flags_t, uint32_t)           \
     X(ze_context_flags_t, uint32_t)                          \
     X(ze_command_queue_flags_t, uint32_t)                    \
+    X(ze_command_list_flags_t, uint32_t)                     \
     X(ze_event_pool_flags_t, uint32_t)                       \
     X(ze_event_scope_flags_t, uint32_t)                      \
     X(ze_device_mem_alloc_flags_t, uint32_t)                 \
@@ -249,6 +251,12 @@
     F(S, ze_command_queue_flags_t, flags, )           \
     F(S, ze_command_queue_mode_t, mode, )             \
     F(S, ze_command_queue_priority_t, priority, )
+
+#define ACC_ZE_COMMAND_LIST_DESC_FIELDS(F, S)         \
+    F(S, ze_structure_type_t, stype, )                \
+    F(S, const void *, pNext, )                       \
+    F(S, uint32_t, commandQueueGroupOrdinal, )        \
+    F(S, ze_command_list_flags_t, flags, )
 
 #define ACC_ZE_EVENT_POOL_DESC_FIELDS(F, S)   \
     F(S, ze_structure_type_t, stype, )        \
@@ -338,6 +346,7 @@
       ACC_ZE_COMMAND_QUEUE_GROUP_PROPERTIES_FIELDS)                       \
     X(ze_context_desc_t, ACC_ZE_CONTEXT_DESC_FIELDS)                      \
     X(ze_command_queue_desc_t, ACC_ZE_COMMAND_QUEUE_DESC_FIELDS)          \
+    X(ze_command_list_desc_t, ACC_ZE_COMMAND_LIST_DESC_FIELDS)            \
     X(ze_event_pool_desc_t, ACC_ZE_EVENT_POOL_DESC_FIELDS)                \
     X(ze_event_desc_t, ACC_ZE_EVENT_DESC_FIELDS)                          \
     X(ze_device_mem_alloc_desc_t, ACC_ZE_DEVICE_MEM_ALLOC_DESC_FIELDS)    \
@@ -413,6 +422,8 @@ typedef struct _ze_driver_handle_t *ze_driver_handle_t;
 typedef struct _ze_device_handle_t *ze_device_handle_t;
 typedef struct _ze_context_handle_t *ze_context_handle_t;
 typedef struct _ze_command_list_handle_t *ze_command_list_handle_t;
+typedef struct _ze_command_queue_handle_t *ze_command_queue_handle_t;
+typedef struct _ze_fence_handle_t *ze_fence_handle_t;
 typedef struct _ze_event_pool_handle_t *ze_event_pool_handle_t;
 typedef struct _ze_event_handle_t *ze_event_handle_t;
 /* Sysman takes core device handles (legacy mode: ZES_ENABLE_SYSMAN=1). */
@@ -506,6 +517,21 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
        const void *pattern, size_t pattern_size, size_t size,              \
        ze_event_handle_t hSignalEvent, uint32_t numWaitEvents,             \
        ze_event_handle_t *phWaitEvents))                                   \
+    X(zeCommandListCreate,                                                 \
+      (ze_context_handle_t hContext, ze_device_handle_t hDevice,           \
+       const ze_command_list_desc_t *desc,                                 \
+       ze_command_list_handle_t *phCommandList))                           \
+    X(zeCommandListClose, (ze_command_list_handle_t hCommandList))         \
+    X(zeCommandListAppendEventReset,                                       \
+      (ze_command_list_handle_t hCommandList, ze_event_handle_t hEvent))   \
+    X(zeCommandQueueCreate,                                                \
+      (ze_context_handle_t hContext, ze_device_handle_t hDevice,           \
+       const ze_command_queue_desc_t *desc,                                \
+       ze_command_queue_handle_t *phCommandQueue))                         \
+    X(zeCommandQueueDestroy, (ze_command_queue_handle_t hCommandQueue))    \
+    X(zeCommandQueueExecuteCommandLists,                                   \
+      (ze_command_queue_handle_t hCommandQueue, uint32_t numCommandLists,  \
+       ze_command_list_handle_t *phCommandLists, ze_fence_handle_t hFence)) \
     X(zesDeviceEnumMemoryModules,                                          \
       (zes_device_handle_t hDevice, uint32_t *pCount,                      \
        zes_mem_handle_t *phMemory))                                        \

@@ -654,6 +654,24 @@ XPU_SITES = [
     Site("zesMemoryGetProperties", FRESH, "get_memory_info(0)"),
     Site("zesMemoryGetState", RAISE, "get_memory_info(0)"),
     Site("zesDevicePciGetProperties", FRESH, "get_device_properties(0)"),
+    # Graphs: the capture's regular list and its start event (begin),
+    # its end event and closing (end), the queue (instantiate), and a
+    # replay's barriers, event reset and execution on the queue.
+    Site("zeCommandListCreate", RAISE, "Graph.capture_begin()"),
+    Site("zeCommandListAppendBarrier", RAISE, "Graph.capture_begin()"),
+    Site("zeCommandListAppendEventReset", RAISE, "Graph.capture_begin()"),
+    Site("zeCommandListAppendBarrier", RAISE, "Graph.capture_end()"),
+    Site("zeCommandListClose", RAISE, "Graph.capture_end()"),
+    Site("zeCommandQueueCreate", RAISE, "Graph.instantiate()"),
+    Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()"),
+    Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=2),
+    Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=3),
+    Site("zeCommandListAppendEventReset", RAISE, "Graph.replay()"),
+    Site("zeCommandQueueExecuteCommandLists", RAISE, "Graph.replay()"),
+    # A graph dropped is destroyed at once when idle; a refused destroy is
+    # tried again at the next synchronize.
+    Site("zeCommandQueueDestroy", SILENT, "drop a graph"),
+    Site("zeCommandListDestroy", SILENT, "drop a graph"),
     Site("zeCommandListHostSynchronize", OPTIONAL,
          note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
     Site("zeDriverGetLastErrorDescription", OPTIONAL,

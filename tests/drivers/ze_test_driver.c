@@ -95,9 +95,9 @@
 
 /* Objects ------------------------------------------------------------- */
 
-enum fake_kind { K_CONTEXT, K_LIST, K_POOL, K_EVENT, K_KINDS };
+enum fake_kind { K_CONTEXT, K_LIST, K_POOL, K_EVENT, K_QUEUE, K_KINDS };
 static const char *const kind_names[K_KINDS] = {
-    "context", "list", "pool", "event",
+    "context", "list", "pool", "event", "queue",
 };
 
 typedef struct fake_obj {
@@ -132,27 +132,36 @@ typedef struct fake_event {
 } fake_event;
 
 enum cmd_kind {
-    CMD_SLEEP, CMD_GATE, CMD_BARRIER, CMD_SIGNAL, CMD_WAIT, CMD_MEMORY
+    CMD_SLEEP, CMD_GATE, CMD_BARRIER, CMD_SIGNAL, CMD_WAIT, CMD_MEMORY,
+    CMD_RESET
 };
 
 typedef struct fake_cmd {
     enum cmd_kind kind;
     uint64_t ns;            /* CMD_SLEEP; CMD_GATE: the gate's id */
     uint64_t start, deadline;
-    fake_event *signal;
+    fake_event *signal;     /* CMD_RESET: the event it resets */
     uint32_t nwait;
     fake_event **wait;
     dm_op mem;              /* CMD_MEMORY: a copy or fill */
+    struct fake_list *from; /* the regular list it was executed from */
     struct fake_cmd *next;
 } fake_cmd;
 
+/* An immediate command list or a command queue (K_QUEUE): commands run
+ * by a worker thread; or a regular command list (regular): commands are
+ * recorded, run only as copies that zeCommandQueueExecuteCommandLists
+ * queues on a command queue. */
 typedef struct fake_list {
     fake_obj obj;
     fake_context *ctx;
     int device;
     int in_order;
+    int regular;
+    int closed;             /* regular: zeCommandListClose was called */
+    long long executing;    /* regular: its commands queued or running */
     long long serial;       /* creation order, for _default */
-    fake_cmd *head, *tail;  /* not started */
+    fake_cmd *head, *tail;  /* not started; regular: recorded */
     fake_cmd *running;      /* started, not finished */
     int stop;
     pthread_t worker;
@@ -180,6 +189,9 @@ typedef struct fake_mem {
     X(zeDeviceGetCommandQueueGroupProperties)                           \
     X(zeContextCreate) X(zeContextDestroy)                              \
     X(zeCommandListCreateImmediate) X(zeCommandListDestroy)             \
+    X(zeCommandListCreate) X(zeCommandListClose) X(zeCommandListReset)  \
+    X(zeCommandListAppendEventReset) X(zeCommandQueueCreate)            \
+    X(zeCommandQueueDestroy) X(zeCommandQueueExecuteCommandLists)       \
     X(zeCommandListAppendBarrier) X(zeCommandListAppendSignalEvent)     \
     X(zeCommandListAppendWaitOnEvents)                                  \
     X(zeEventPoolCreate) X(zeEventPoolDestroy)                          \
@@ -689,7 +701,12 @@ waits_done(const fake_cmd *c)
 static void
 cmd_finish(fake_cmd *c, uint64_t now)
 {
-    if (c->signal != NULL) {
+    if (c->kind == CMD_RESET) {
+        c->signal->signaled = 0;
+        c->signal->ts_start = c->signal->ts_end = 0;
+        c->signal->refs--;
+    }
+    else if (c->signal != NULL) {
         c->signal->signaled = 1;
         c->signal->ts_start = to_ticks(c->start);
         c->signal->ts_end = to_ticks(now);
@@ -698,10 +715,26 @@ cmd_finish(fake_cmd *c, uint64_t now)
     for (uint32_t i = 0; i < c->nwait; i++) {
         c->wait[i]->refs--;
     }
+    if (c->from != NULL) {
+        c->from->executing--;
+    }
     dm_op_release(&c->mem);
     free(c->wait);
     free(c);
     pthread_cond_broadcast(&g.cond);
+}
+
+/* Free commands that never ran (a regular list's record). */
+static void
+cmds_free(fake_cmd *c)
+{
+    while (c != NULL) {
+        fake_cmd *next = c->next;
+        dm_op_release(&c->mem);
+        free(c->wait);
+        free(c);
+        c = next;
+    }
 }
 
 static void *
@@ -759,6 +792,23 @@ list_worker(void *arg)
     return NULL;
 }
 
+static ze_result_t list_create(ze_context_handle_t hc, ze_device_handle_t hd,
+                               uint32_t ordinal, int in_order, int regular,
+                               enum fake_kind kind, void **out);
+
+static ze_result_t
+queue_desc_check(const ze_command_queue_desc_t *desc)
+{
+    if (desc->index >= 4) {
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    if (desc->mode > ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS
+        || desc->priority > ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_HIGH) {
+        return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+    }
+    return ZE_RESULT_SUCCESS;
+}
+
 static ze_result_t
 fake_zeCommandListCreateImmediate(ze_context_handle_t hc,
                                   ze_device_handle_t hd,
@@ -769,53 +819,32 @@ fake_zeCommandListCreateImmediate(ze_context_handle_t hc,
     if (desc == NULL || out == NULL) {
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
     }
-    fake_list *l = calloc(1, sizeof(*l));
-    if (l == NULL) {
-        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-    }
-    pthread_mutex_lock(&g.lock);
-    fake_context *c = obj_find(hc, K_CONTEXT);
-    fake_device *d = device_of(hd);
-    ze_result_t r = ZE_RESULT_SUCCESS;
-    if (c == NULL) {
-        r = bad_handle(hc);
-    }
-    else if (d == NULL) {
-        r = bad_handle(hd);
-    }
-    else if (d->driver != c->driver) {
-        /* A device of another driver: not in this context. */
-        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
-    }
-    else if (desc->ordinal != 0 || desc->index >= 4) {
-        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
-    }
-    else if (desc->mode > ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS
-             || desc->priority > ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_HIGH) {
-        r = ZE_RESULT_ERROR_INVALID_ENUMERATION;
-    }
-    if (r == ZE_RESULT_SUCCESS) {
-        l->ctx = c;
-        l->device = d->index;
-        /* Before 1.7 the bit means nothing: the list stays out of order,
-         * so a backend that relies on it anyway is caught. */
-        l->in_order = g.api_version >= ZE_MAKE_VERSION(1, 7)
-                      && (desc->flags & FAKE_FLAG_IN_ORDER);
-        l->serial = ++g.serial;
-        if (pthread_create(&l->worker, NULL, list_worker, l) != 0) {
-            r = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-        }
-    }
-    if (r == ZE_RESULT_SUCCESS) {
-        obj_add(&l->obj, K_LIST);
-        c->children++;
-        *out = (ze_command_list_handle_t)l;
-    }
-    pthread_mutex_unlock(&g.lock);
+    ze_result_t r = queue_desc_check(desc);
     if (r != ZE_RESULT_SUCCESS) {
-        free(l);
+        return r;
     }
-    return r;
+    return list_create(hc, hd, desc->ordinal,
+                       (desc->flags & FAKE_FLAG_IN_ORDER) != 0, 0, K_LIST,
+                       (void **)out);
+}
+
+/* Forget l (idle; g.lock held, released here) and free it. */
+static ze_result_t
+list_release_locked(fake_list *l)
+{
+    obj_remove(&l->obj);
+    l->ctx->children--;
+    l->stop = 1;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+    if (l->regular) {
+        cmds_free(l->head);
+    }
+    else {
+        pthread_join(l->worker, NULL);
+    }
+    free(l);
+    return ZE_RESULT_SUCCESS;
 }
 
 static ze_result_t
@@ -828,19 +857,13 @@ fake_zeCommandListDestroy(ze_command_list_handle_t h)
         pthread_mutex_unlock(&g.lock);
         return bad_handle(h);
     }
-    if (l->head != NULL || l->running != NULL) {
+    if (l->regular ? l->executing > 0
+                   : l->head != NULL || l->running != NULL) {
         /* The spec leaves this undefined; failing shows the bug. */
         pthread_mutex_unlock(&g.lock);
         return ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
     }
-    obj_remove(&l->obj);
-    l->ctx->children--;
-    l->stop = 1;
-    pthread_cond_broadcast(&g.cond);
-    pthread_mutex_unlock(&g.lock);
-    pthread_join(l->worker, NULL);
-    free(l);
-    return ZE_RESULT_SUCCESS;
+    return list_release_locked(l);
 }
 
 /* Queue a command on l.  Call with g.lock held; validates the events. */
@@ -850,6 +873,10 @@ append_locked_op(fake_list *l, enum cmd_kind kind, uint64_t ns,
                  ze_event_handle_t *wait)
 {
     fake_event *sev = NULL;
+    if (l->regular && l->closed) {
+        /* Closed for execution: reset it before appending again. */
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
     if (signal != NULL) {
         sev = obj_find(signal, K_EVENT);
         if (sev == NULL || sev->pool->ctx != l->ctx) {
@@ -878,14 +905,17 @@ append_locked_op(fake_list *l, enum cmd_kind kind, uint64_t ns,
         c->mem = *mem;
     }
     c->signal = sev;
-    if (sev != NULL) {
+    /* A recorded command uses its events only when executed. */
+    if (sev != NULL && !l->regular) {
         sev->refs++;
     }
     c->nwait = nwait;
     c->wait = ws;
     for (uint32_t i = 0; i < nwait; i++) {
         ws[i] = obj_find(wait[i], K_EVENT);
-        ws[i]->refs++;
+        if (!l->regular) {
+            ws[i]->refs++;
+        }
     }
     if (l->tail != NULL) {
         l->tail->next = c;
@@ -948,6 +978,243 @@ fake_zeCommandListAppendWaitOnEvents(ze_command_list_handle_t h,
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
     }
     return append(h, CMD_WAIT, NULL, n, evs);
+}
+
+static ze_result_t
+fake_zeCommandListAppendEventReset(ze_command_list_handle_t h,
+                                   ze_event_handle_t ev)
+{
+    ENTER(zeCommandListAppendEventReset);
+    if (ev == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    }
+    return append(h, CMD_RESET, ev, 0, NULL);
+}
+
+/* Regular command lists and command queues ----------------------------- */
+
+/* A new list (immediate, queue or regular) on device hd of context hc,
+ * for queue group `ordinal`; a worker thread unless regular. */
+static ze_result_t
+list_create(ze_context_handle_t hc, ze_device_handle_t hd, uint32_t ordinal,
+            int in_order, int regular, enum fake_kind kind, void **out)
+{
+    fake_list *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_context *c = obj_find(hc, K_CONTEXT);
+    fake_device *d = device_of(hd);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (c == NULL) {
+        r = bad_handle(hc);
+    }
+    else if (d == NULL) {
+        r = bad_handle(hd);
+    }
+    else if (d->driver != c->driver || ordinal != 0) {
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        l->ctx = c;
+        l->device = d->index;
+        /* Before 1.7 the flag means nothing (see CreateImmediate). */
+        l->in_order = g.api_version >= ZE_MAKE_VERSION(1, 7) && in_order;
+        l->regular = regular;
+        l->serial = ++g.serial;
+        if (!regular
+            && pthread_create(&l->worker, NULL, list_worker, l) != 0) {
+            r = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+        }
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        obj_add(&l->obj, kind);
+        c->children++;
+        *out = l;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        free(l);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeCommandListCreate(ze_context_handle_t hc, ze_device_handle_t hd,
+                         const ze_command_list_desc_t *desc,
+                         ze_command_list_handle_t *out)
+{
+    ENTER(zeCommandListCreate);
+    if (desc == NULL || out == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (desc->flags > 0xf) {
+        return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+    }
+    /* ZE_COMMAND_LIST_FLAG_IN_ORDER is 1 << 3 (spec 1.7). */
+    return list_create(hc, hd, desc->commandQueueGroupOrdinal,
+                       (desc->flags & (1u << 3)) != 0, 1, K_LIST,
+                       (void **)out);
+}
+
+static ze_result_t
+fake_zeCommandListClose(ze_command_list_handle_t h)
+{
+    ENTER(zeCommandListClose);
+    pthread_mutex_lock(&g.lock);
+    fake_list *l = obj_find(h, K_LIST);
+    ze_result_t r = l == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+    if (l != NULL && !l->regular) {
+        /* An immediate list runs as it goes: nothing to close. */
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    else if (l != NULL) {
+        l->closed = 1;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeCommandListReset(ze_command_list_handle_t h)
+{
+    ENTER(zeCommandListReset);
+    pthread_mutex_lock(&g.lock);
+    fake_list *l = obj_find(h, K_LIST);
+    fake_cmd *old = NULL;
+    ze_result_t r = l == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+    if (l != NULL && (!l->regular || l->executing > 0)) {
+        /* The spec forbids resetting a list the device still runs. */
+        r = l->regular ? ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE
+                       : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    else if (l != NULL) {
+        old = l->head;
+        l->head = l->tail = NULL;
+        l->closed = 0;
+    }
+    pthread_mutex_unlock(&g.lock);
+    cmds_free(old);
+    return r;
+}
+
+static ze_result_t
+fake_zeCommandQueueCreate(ze_context_handle_t hc, ze_device_handle_t hd,
+                          const ze_command_queue_desc_t *desc,
+                          ze_command_queue_handle_t *out)
+{
+    ENTER(zeCommandQueueCreate);
+    if (desc == NULL || out == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    ze_result_t r = queue_desc_check(desc);
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    return list_create(hc, hd, desc->ordinal,
+                       (desc->flags & FAKE_FLAG_IN_ORDER) != 0, 0, K_QUEUE,
+                       (void **)out);
+}
+
+static ze_result_t
+fake_zeCommandQueueDestroy(ze_command_queue_handle_t h)
+{
+    ENTER(zeCommandQueueDestroy);
+    pthread_mutex_lock(&g.lock);
+    fake_list *q = obj_find(h, K_QUEUE);
+    if (q == NULL) {
+        pthread_mutex_unlock(&g.lock);
+        return bad_handle(h);
+    }
+    if (q->head != NULL || q->running != NULL) {
+        pthread_mutex_unlock(&g.lock);
+        return ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+    }
+    return list_release_locked(q);
+}
+
+/* Whether every event l's record names is still alive (g.lock held). */
+static int
+record_events_live(const fake_list *l)
+{
+    for (const fake_cmd *c = l->head; c != NULL; c = c->next) {
+        if (c->signal != NULL && obj_find(c->signal, K_EVENT) == NULL) {
+            return 0;
+        }
+        for (uint32_t i = 0; i < c->nwait; i++) {
+            if (obj_find(c->wait[i], K_EVENT) == NULL) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Queue a copy of each command of regular list l on queue q (g.lock
+ * held; checked already). */
+static ze_result_t
+execute_locked(fake_list *q, fake_list *l)
+{
+    for (const fake_cmd *c = l->head; c != NULL; c = c->next) {
+        fake_event *sig = c->signal;
+        ze_event_handle_t waits[c->nwait > 0 ? c->nwait : 1];
+        for (uint32_t i = 0; i < c->nwait; i++) {
+            waits[i] = (ze_event_handle_t)c->wait[i];
+        }
+        ze_result_t r = append_locked_op(
+            q, c->kind, c->ns,
+            c->kind == CMD_MEMORY ? &c->mem : NULL,
+            (ze_event_handle_t)sig, c->nwait, waits);
+        if (r != ZE_RESULT_SUCCESS) {
+            return r;
+        }
+        /* The appended copy is q's tail. */
+        q->tail->from = l;
+        l->executing++;
+    }
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeCommandQueueExecuteCommandLists(ze_command_queue_handle_t h,
+                                       uint32_t n,
+                                       ze_command_list_handle_t *lists,
+                                       ze_fence_handle_t fence)
+{
+    ENTER(zeCommandQueueExecuteCommandLists);
+    if (lists == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (n == 0) {
+        return ZE_RESULT_ERROR_INVALID_SIZE;
+    }
+    if (fence != NULL) {
+        /* This driver makes no fences: not one of ours. */
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_list *q = obj_find(h, K_QUEUE);
+    ze_result_t r = q == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+    /* Check them all first: a refused call executes nothing. */
+    for (uint32_t i = 0; i < n && r == ZE_RESULT_SUCCESS; i++) {
+        fake_list *l = obj_find(lists[i], K_LIST);
+        if (l == NULL) {
+            r = bad_handle(lists[i]);
+        }
+        else if (!l->regular) {
+            r = ZE_RESULT_ERROR_INVALID_COMMAND_LIST_TYPE;
+        }
+        else if (!l->closed || l->ctx != q->ctx || l->device != q->device
+                 || !record_events_live(l)) {
+            r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+        }
+    }
+    for (uint32_t i = 0; i < n && r == ZE_RESULT_SUCCESS; i++) {
+        r = execute_locked(q, obj_find(lists[i], K_LIST));
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
 }
 
 /* Event pools and events ---------------------------------------------- */
@@ -1581,6 +1848,10 @@ zeGetCommandListProcAddrTable(ze_api_version_t version,
         t->pfnAppendWaitOnEvents = fake_zeCommandListAppendWaitOnEvents;
         t->pfnAppendMemoryCopy = fake_zeCommandListAppendMemoryCopy;
         t->pfnAppendMemoryFill = fake_zeCommandListAppendMemoryFill;
+        t->pfnCreate = fake_zeCommandListCreate;
+        t->pfnClose = fake_zeCommandListClose;
+        t->pfnReset = fake_zeCommandListReset;
+        t->pfnAppendEventReset = fake_zeCommandListAppendEventReset;
     }
     return r;
 }
@@ -1657,7 +1928,19 @@ zesGetMemoryProcAddrTable(ze_api_version_t version, zes_memory_dditable_t *t)
         return check_table(version, t);                              \
     }
 
-EMPTY_GETTER(zeGetCommandQueueProcAddrTable, ze_command_queue_dditable_t)
+EXPORT ze_result_t
+zeGetCommandQueueProcAddrTable(ze_api_version_t version,
+                               ze_command_queue_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnCreate = fake_zeCommandQueueCreate;
+        t->pfnDestroy = fake_zeCommandQueueDestroy;
+        t->pfnExecuteCommandLists = fake_zeCommandQueueExecuteCommandLists;
+    }
+    return r;
+}
+
 EMPTY_GETTER(zeGetImageProcAddrTable, ze_image_dditable_t)
 EMPTY_GETTER(zeGetFenceProcAddrTable, ze_fence_dditable_t)
 EMPTY_GETTER(zeGetModuleProcAddrTable, ze_module_dditable_t)

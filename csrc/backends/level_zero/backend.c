@@ -469,6 +469,16 @@ lz_shutdown(void)
             }
         }
     }
+    /* Captures still open at exit go; graphs' queues and lists too. */
+    for (int i = 0; i < lz.ndevices; i++) {
+        for (lz_stream *st = lz.devices[i].streams; st != NULL;
+             st = st->next) {
+            pthread_mutex_lock(&st->lock);
+            lz_capture_drop(st);
+            pthread_mutex_unlock(&st->lock);
+        }
+    }
+    lz_graphs_shutdown();
     /* The lists are drained, so no wait needs the bridge any more. */
     pthread_mutex_lock(&lz.lock);
     lz.bridge_stop = 1;
@@ -578,4 +588,9 @@ const acc_backend acc_level_zero_backend = {
     .mem_copy = lz_mem_copy,
     .mem_fill = lz_mem_fill,
     .pointer_info = lz_pointer_info,
+    .graph_capture_begin = lz_graph_capture_begin,
+    .graph_capture_end = lz_graph_capture_end,
+    .graph_instantiate = lz_graph_instantiate,
+    .graph_launch = lz_graph_launch,
+    .graph_destroy = lz_graph_destroy,
 };

@@ -43,8 +43,13 @@ static acc_status
 lz_record_target(acc_event *e, lz_target t, acc_error *err)
 {
     lz_event *ev = e->native;
-    acc_status status = ACC_OK;
     pthread_mutex_lock(t.lock);
+    acc_status status = lz_capture_refuse_locked(
+        t.st, "zeCommandListAppendBarrier", err);
+    if (status != ACC_OK) {
+        pthread_mutex_unlock(t.lock);
+        return status;
+    }
     pthread_mutex_lock(&lz.lock);
     lz_slot *slot = ev->slot;
     if (slot->armed) {
@@ -109,6 +114,13 @@ lz_event_slot_wait(acc_event *e)
 static acc_status
 lz_wait_target(lz_target t, acc_event *e, acc_error *err)
 {
+    pthread_mutex_lock(t.lock);
+    acc_status refused = lz_capture_refuse_locked(
+        t.st, "zeCommandListAppendBarrier", err);
+    pthread_mutex_unlock(t.lock);
+    if (refused != ACC_OK) {
+        return refused;
+    }
     lz_slot *slot = lz_event_slot_wait(e);
     if (slot == NULL) {
         return ACC_OK; /* never recorded: nothing to wait for */

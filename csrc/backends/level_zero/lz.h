@@ -66,6 +66,8 @@
  *   bridge.c   waits on events of another driver (the bridge thread)
  *   memory.c   allocations, copies and fills
  *   sysman.c   Sysman: device properties, free memory
+ *   graph.c    graphs: capture into a regular command list, replay on a
+ *              command queue (see the comment there)
  */
 #ifndef ACC_LEVEL_ZERO_LZ_H
 #define ACC_LEVEL_ZERO_LZ_H
@@ -151,11 +153,14 @@ typedef struct lz_driver {
     size_t nlinks, caplinks;
 } lz_driver;
 
+struct lz_capture;
+
 typedef struct lz_stream {
     ze_command_list_handle_t list;
     int device;
     int is_default;
     pthread_mutex_t lock;
+    struct lz_capture *capture; /* while a graph captures it (graph.c) */
     lz_slot *tail;         /* signalled by our last barrier; counted */
     int pins;              /* device_synchronize in progress */
     lz_slot *grave_marker; /* set once destroyed: idle when signaled */
@@ -230,6 +235,7 @@ typedef struct lz_state {
     int bridge_running;
     int bridge_stop;
     pthread_cond_t bridge_cv;
+    struct lz_graph *graphs;  /* under lock: live ones, then dead ones */
 } lz_state;
 
 extern lz_functions lz_fn;
@@ -301,6 +307,24 @@ acc_status lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
 void lz_memory_after_fork_child(void);
 acc_status lz_pointer_info(uintptr_t ptr, acc_pointer_info *info,
                            acc_error *err);
+
+/* graph.c */
+acc_status lz_capture_refuse_locked(lz_stream *st, const char *api,
+                                    acc_error *err);
+acc_status lz_capture_refuse_sync_locked(lz_stream *st, acc_error *err);
+acc_status lz_capture_append_locked(lz_target *t, void *dst,
+                                    const void *src, unsigned char value,
+                                    size_t nbytes, acc_error *err);
+void lz_capture_drop(lz_stream *st);
+acc_status lz_graph_capture_begin(acc_stream *s, int mode, acc_error *err);
+acc_status lz_graph_capture_end(acc_stream *s, void **graph, int *capturing,
+                                acc_error *err);
+acc_status lz_graph_instantiate(int device, void *graph, void **exec,
+                                acc_error *err);
+acc_status lz_graph_launch(void *exec, acc_stream *s, acc_error *err);
+void lz_graph_destroy(int device, void *graph, void *exec);
+void lz_graphs_reap(void);
+void lz_graphs_shutdown(void);
 
 /* sysman.c */
 acc_status lz_memory_modules_locked(lz_device *dev, acc_error *err);

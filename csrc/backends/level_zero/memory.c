@@ -232,11 +232,25 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
     }
     lz_target t = lz_target_of(s);
     lz_slot *done = NULL;
+    int captured = 0;
     acc_status status = lz_acquire(t.driver, 0, &done, err);
     if (status == ACC_OK) {
         pthread_mutex_lock(t.lock);
-        status = lz_order_locked(&t, err);
-        if (status == ACC_OK) {
+        if (t.st != NULL && t.st->capture != NULL) {
+            /* A pageable copy must have run before it returns. */
+            captured = 1;
+            status = (c->flags & ACC_COPY_PAGEABLE)
+                ? lz_capture_refuse_locked(t.st,
+                                           "zeCommandListAppendMemoryCopy",
+                                           err)
+                : lz_capture_append_locked(&t, (void *)c->dst,
+                                           (const void *)c->src, 0,
+                                           c->nbytes, err);
+        }
+        else {
+            status = lz_order_locked(&t, err);
+        }
+        if (status == ACC_OK && !captured) {
             ze_result_t r = lz_fn.zeCommandListAppendMemoryCopy(
                 t.list, (void *)c->dst, (const void *)c->src, c->nbytes,
                 done->event, 0, NULL);
@@ -253,7 +267,7 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
     }
     /* Level Zero reads and writes ordinary host memory when the copy
      * runs (no staging): wait for it before the caller reuses it. */
-    if (status == ACC_OK && (c->flags & ACC_COPY_PAGEABLE)) {
+    if (status == ACC_OK && !captured && (c->flags & ACC_COPY_PAGEABLE)) {
         status = lz_synchronize_target(t, err);
     }
     lz_target_done(&t);
@@ -266,11 +280,19 @@ lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
 {
     lz_target t = lz_target_of(s);
     lz_slot *done = NULL;
+    int captured = 0;
     acc_status status = lz_acquire(t.driver, 0, &done, err);
     if (status == ACC_OK) {
         pthread_mutex_lock(t.lock);
-        status = lz_order_locked(&t, err);
-        if (status == ACC_OK) {
+        if (t.st != NULL && t.st->capture != NULL) {
+            captured = 1;
+            status = lz_capture_append_locked(&t, (void *)dst, NULL, value,
+                                              nbytes, err);
+        }
+        else {
+            status = lz_order_locked(&t, err);
+        }
+        if (status == ACC_OK && !captured) {
             ze_result_t r = lz_fn.zeCommandListAppendMemoryFill(
                 t.list, (void *)dst, &value, 1, nbytes, done->event, 0,
                 NULL);

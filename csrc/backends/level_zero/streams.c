@@ -339,6 +339,9 @@ lz_stream_destroy(acc_stream *s)
         return;
     }
     s->native = NULL;
+    pthread_mutex_lock(&st->lock);
+    lz_capture_drop(st);
+    pthread_mutex_unlock(&st->lock);
     if (lz.shut) {
         /* Shutdown destroyed the list already. */
         lz_stream_free(st);
@@ -386,6 +389,13 @@ lz_query_target(lz_target t, acc_error *err)
 {
     ze_result_t r;
     const char *api;
+    pthread_mutex_lock(t.lock);
+    acc_status refused = lz_capture_refuse_locked(t.st, "zeEventQueryStatus",
+                                                  err);
+    pthread_mutex_unlock(t.lock);
+    if (refused != ACC_OK) {
+        return refused;
+    }
     if (lz_host_sync_usable(t.driver)) {
         api = "zeCommandListHostSynchronize";
         r = lz_fn.zeCommandListHostSynchronize(t.list, 0);
@@ -422,6 +432,13 @@ lz_query_target(lz_target t, acc_error *err)
 acc_status
 lz_synchronize_target(lz_target t, acc_error *err)
 {
+    pthread_mutex_lock(t.lock);
+    acc_status refused = lz_capture_refuse_locked(
+        t.st, "zeEventHostSynchronize", err);
+    pthread_mutex_unlock(t.lock);
+    if (refused != ACC_OK) {
+        return refused;
+    }
     if (lz_host_sync_usable(t.driver)) {
         ze_result_t r = lz_fn.zeCommandListHostSynchronize(t.list, UINT64_MAX);
         if (r != ZE_RESULT_SUCCESS) {
@@ -458,6 +475,8 @@ lz_stream_synchronize(acc_stream *s, acc_error *err)
     lz_target t = lz_target_of(s);
     acc_status status = lz_synchronize_target(t, err);
     lz_target_done(&t);
+    /* Graphs dropped while their replays ran may go now. */
+    lz_graphs_reap();
     return status;
 }
 
@@ -494,6 +513,14 @@ lz_device_synchronize(int device, acc_error *err)
     size_t k = 0;
     for (lz_stream *st = dev->streams; st != NULL && status == ACC_OK;
          st = st->next) {
+        /* As cuCtxSynchronize: refused while a capture that is not
+         * relaxed runs on the device. */
+        pthread_mutex_lock(&st->lock);
+        status = lz_capture_refuse_sync_locked(st, err);
+        pthread_mutex_unlock(&st->lock);
+        if (status != ACC_OK) {
+            break;
+        }
         lz_sync_item *it = &items[k];
         it->st = st;
         if (!host_sync) {
@@ -555,5 +582,6 @@ lz_device_synchronize(int device, acc_error *err)
     lz_reap_graveyard_locked(dev);
     pthread_mutex_unlock(&lz.reg_lock);
     free(items);
+    lz_graphs_reap();
     return status;
 }
