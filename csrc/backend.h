@@ -70,6 +70,10 @@ struct acc_backend {
     int dlpack_device_type;  /* DLDeviceType: kDLCUDA 2, kDLOpenCL 4,
                               * kDLOneAPI 14 */
     unsigned caps;           /* ACC_CAP_* (accel.h) */
+    /* OPTIONAL.  Why a backend without the graph slots has no graphs:
+     * accelerator.Graph's error says it after "does not support graphs: ".
+     * NULL where the backend has graphs. */
+    const char *graphs_unsupported;
 
     /* Lifetime ----------------------------------------------------------- */
 

@@ -30,7 +30,10 @@ static acc_status
 graph_unsupported(const acc_backend *b, acc_error *err)
 {
     acc_error_set(err, ACC_ERR_UNSUPPORTED,
-                  "backend %s does not support graphs", b->name);
+                  "backend %s does not support graphs%s%s", b->name,
+                  b->graphs_unsupported != NULL ? ": " : "",
+                  b->graphs_unsupported != NULL ? b->graphs_unsupported
+                                                : "");
     return ACC_ERR_UNSUPPORTED;
 }
 

@@ -487,9 +487,10 @@ class OpenCLDouble(DriverDouble):
         "driver_events": ("an OpenCL event is a host object holding the "
                           "marker of its latest record: there is no "
                           "driver event to create or reuse"),
-        "graphs": ("the OpenCL backend does not implement graphs yet "
-                   "(cl_khr_command_buffer, which PoCL 3.1 offers, is not "
-                   "used; the graph slots are NULL)"),
+        "graphs": ("OpenCL graphs would be command buffers "
+                   "(cl_khr_command_buffer), which as PoCL 3.1 has them "
+                   "record no SVM copies or fills and no event markers: "
+                   "accelerator.Graph is refused on OpenCL"),
     }
     symbol_lists = (("csrc/backends/opencl_api.h", "ACC_OPENCL_FUNCTIONS"),)
     library_env = "ACCELERATOR_OPENCL_LIBRARY"

@@ -1197,6 +1197,11 @@ const acc_backend acc_opencl_backend = {
     .torch_device_type = 4,  /* c10::DeviceType::OPENCL */
     .dlpack_device_type = 4, /* kDLOpenCL */
     .caps = 0,
+    .graphs_unsupported =
+        "an OpenCL graph would be a command buffer (cl_khr_command_buffer), "
+        "and the versions of it that this backend is built against and "
+        "PoCL 3.1 implements have no SVM copy or fill commands and no event "
+        "markers, which is all this module enqueues",
     .probe = ocl_probe,
     .select_devices = ocl_select_devices,
     .shutdown = ocl_shutdown,
