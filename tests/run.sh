@@ -159,6 +159,10 @@ fi
 if have_opencl && [ -f tests/drivers/build/libopencl_interposer.so ]; then
     say "the behaviour suite on OpenCL (PoCL, two CPU devices)"
     ACCELERATOR_TEST_BACKEND=opencl "$PYTHON" -m pytest tests/behaviour "$@"
+    say "the memory tests on OpenCL without caching (ACCELERATOR_ALLOCATOR=direct)"
+    ACCELERATOR_ALLOCATOR=direct ACCELERATOR_TEST_BACKEND=opencl \
+        "$PYTHON" -m pytest tests/behaviour/test_memory.py \
+        tests/behaviour/test_allocator.py "$@"
 else
     say "SKIPPED the OpenCL run: the ICD loader, PoCL or the OpenCL" \
         "headers are not installed and could not be (needs root and apt-get)"

@@ -153,3 +153,55 @@ def test_memory_is_refused_where_the_device_lacks_svm(
         else:
             assert line.startswith("backend opencl does not support "), line
             assert f"lacks CL_DEVICE_SVM_{lack}_BUFFER" in line, line
+
+
+FOREIGN_QUEUE = """
+import ctypes
+import accelerator as a
+import fake_drivers
+lib = ctypes.CDLL(str(fake_drivers.OPENCL_INTERPOSER))
+vp = ctypes.c_void_p
+rc = ctypes.c_int()
+queue = vp(a.current_stream(0).handle)
+device = vp()
+lib.clGetCommandQueueInfo.argtypes = [vp, ctypes.c_uint, ctypes.c_size_t,
+                                      vp, vp]
+assert lib.clGetCommandQueueInfo(queue, 0x1091, 8, ctypes.byref(device),
+                                 None) == 0
+lib.clCreateContext.restype = vp
+lib.clCreateContext.argtypes = [vp, ctypes.c_uint, ctypes.POINTER(vp), vp,
+                                vp, ctypes.POINTER(ctypes.c_int)]
+ctx = lib.clCreateContext(None, 1, ctypes.byref(device), None, None,
+                          ctypes.byref(rc))
+lib.clCreateCommandQueueWithProperties.restype = vp
+lib.clCreateCommandQueueWithProperties.argtypes = [
+    vp, vp, vp, ctypes.POINTER(ctypes.c_int)]
+foreign = lib.clCreateCommandQueueWithProperties(ctx, device, None,
+                                                 ctypes.byref(rc))
+b = a.Buffer(64)
+ours = a.Stream.from_handle(queue.value)
+b.fill(5, stream=ours)
+out = bytearray(64)
+b.copy_to(out, stream=ours)
+print(out == b"\\x05" * 64)
+theirs = a.Stream.from_handle(foreign)
+for call in (lambda: b.fill(1, stream=theirs),
+             lambda: b.copy_to(out, stream=theirs)):
+    try:
+        call()
+    except NotImplementedError as e:
+        print(e)
+"""
+
+
+@pytest.mark.skipif(fake_drivers.OpenCLDouble.missing() is not None,
+                    reason=fake_drivers.OpenCLDouble.missing() or "")
+def test_memory_on_a_queue_of_another_context_is_refused() -> None:
+    """Our SVM pointers mean nothing in another context: a wrapped queue
+    of ours works, one of another context is refused, naming why."""
+    env = fake_drivers.OpenCLDouble.environment(2)
+    lines = run(FOREIGN_QUEUE, **env).stdout.splitlines()
+    assert lines[0] == "True"
+    assert len(lines) == 3, lines
+    for line in lines[1:]:
+        assert "command queue of another OpenCL context" in line, line

@@ -579,12 +579,18 @@ ocl_readable(uintptr_t addr)
     return mincore((void *)(addr & ~((uintptr_t)page - 1)), 1, &vec) == 0;
 }
 
+/* The native of a wrapped queue of another context (our own queues have
+ * their ocl_queue, wrapped ones of our context NULL): our memory cannot
+ * be used on it (see ocl_memory_queue). */
+static char ocl_foreign_context;
+
 /* A handle made elsewhere: a command queue of this runtime (every ICD
  * object begins with its vendor's dispatch table) on this device. */
 static acc_status
 ocl_stream_wrap(acc_stream *s, acc_error *err)
 {
     cl_device_id dev = NULL;
+    cl_context ctx = NULL, ours;
     acc_status st;
 
     if (!ocl_readable(s->handle)
@@ -598,7 +604,16 @@ ocl_stream_wrap(acc_stream *s, acc_error *err)
         err->status = ACC_ERR_INVALID_ARGUMENT;
         return ACC_ERR_INVALID_ARGUMENT;
     }
-    s->native = NULL;
+    if (st == ACC_OK) {
+        st = CL(clGetCommandQueueInfo, (ocl_queue_of(s), CL_QUEUE_CONTEXT,
+                                        sizeof(ctx), &ctx, NULL));
+    }
+    if (st == ACC_OK) {
+        pthread_mutex_lock(&ocl.lock);
+        ours = ocl.contexts[ocl.platform_of[s->device]];
+        pthread_mutex_unlock(&ocl.lock);
+        s->native = ctx == ours ? NULL : &ocl_foreign_context;
+    }
     return st;
 }
 
@@ -1093,6 +1108,25 @@ ocl_host_free(int device, void *ptr, acc_error *err)
     return ocl_svm_free(device, ptr, err);
 }
 
+/* The queue of s for a copy or fill of our memory: a queue wrapped with
+ * Stream.from_handle may belong to another context, where our SVM
+ * pointers mean nothing; that is refused. */
+static acc_status
+ocl_memory_queue(acc_stream *s, cl_command_queue *queue, acc_error *err)
+{
+    *queue = ocl_queue_of(s);
+    if (s->native == &ocl_foreign_context) {
+        acc_error_set(err, ACC_ERR_UNSUPPORTED,
+                      "backend opencl does not support copies or fills on "
+                      "a command queue of another OpenCL context (a stream "
+                      "wrapped with Stream.from_handle): this module's "
+                      "memory belongs to its own context; use a stream of "
+                      "this module");
+        return ACC_ERR_UNSUPPORTED;
+    }
+    return ACC_OK;
+}
+
 /* SVM pointers of one context are valid on each of its devices, so one
  * clEnqueueSVMMemcpy serves every kind of copy within a platform; the
  * host side of a pageable copy is ordinary memory, which the runtime
@@ -1101,7 +1135,7 @@ ocl_host_free(int device, void *ptr, acc_error *err)
 static acc_status
 ocl_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
 {
-    cl_command_queue queue = ocl_queue_of(s);
+    cl_command_queue queue = NULL;
     cl_bool blocking = (c->flags & ACC_COPY_PAGEABLE) ? CL_TRUE : CL_FALSE;
     acc_status st;
 
@@ -1113,6 +1147,10 @@ ocl_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
                       "and %d: their contexts share no memory)",
                       c->src_device, c->dst_device);
         return ACC_ERR_UNSUPPORTED;
+    }
+    st = ocl_memory_queue(s, &queue, err);
+    if (st != ACC_OK) {
+        return st;
     }
     st = CL(clEnqueueSVMMemcpy, (queue, blocking, (void *)c->dst,
                                  (const void *)c->src, c->nbytes, 0, NULL,
@@ -1127,10 +1165,13 @@ static acc_status
 ocl_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
              size_t nbytes, acc_error *err)
 {
-    cl_command_queue queue = ocl_queue_of(s);
-    acc_status st = CL(clEnqueueSVMMemFill, (queue, (void *)dst, &value, 1,
-                                             nbytes, 0, NULL, NULL));
+    cl_command_queue queue = NULL;
+    acc_status st = ocl_memory_queue(s, &queue, err);
 
+    if (st == ACC_OK) {
+        st = CL(clEnqueueSVMMemFill, (queue, (void *)dst, &value, 1, nbytes,
+                                      0, NULL, NULL));
+    }
     if (st == ACC_OK) {
         st = CL(clFlush, (queue));
     }

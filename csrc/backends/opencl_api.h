@@ -96,6 +96,7 @@
     X(CL_DEVICE_HOST_UNIFIED_MEMORY, 0x1035)                 \
     X(CL_QUEUE_PROFILING_ENABLE, (1 << 1))                   \
     X(CL_CONTEXT_PLATFORM, 0x1084)                           \
+    X(CL_QUEUE_CONTEXT, 0x1090)                              \
     X(CL_QUEUE_DEVICE, 0x1091)                               \
     X(CL_QUEUE_PROPERTIES, 0x1093)                           \
     X(CL_EVENT_COMMAND_EXECUTION_STATUS, 0x11D3)             \

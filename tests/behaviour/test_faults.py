@@ -692,6 +692,8 @@ OPENCL_SITES = [
     Site("clCreateCommandQueueWithProperties", FRESH,
          "default stream query()"),
     Site("clGetCommandQueueInfo", RAISE, "wrapped stream.query()"),
+    # Wrapping also asks the queue's context (memory refuses another's).
+    Site("clGetCommandQueueInfo", RAISE, "wrapped stream.query()", nth=2),
     Site("clRetainCommandQueue", RAISE, "synchronize(0)"),
     Site("clReleaseCommandQueue", SILENT, "drop the objects",
          refused=(("queue", 1),)),
