@@ -474,9 +474,6 @@ class OpenCLDouble(DriverDouble):
         "cuda_stream_protocol": "OpenCL queues are not CUDA streams",
         "blocking_sync": "OpenCL has no blocking-synchronization flag",
         "priorities": "core OpenCL queues have no priorities",
-        "foreign_memory": ("OpenCL cannot look up a pointer it did not "
-                           "hand out: from_dlpack knows only this "
-                           "backend's own memory"),
         "pci_bus_id": ("core OpenCL has no PCI address (PoCL's CPU "
                        "devices lack cl_khr_pci_bus_info)"),
         "free_memory": ("OpenCL cannot say how much device memory is free: "
