@@ -205,3 +205,29 @@ def test_memory_on_a_queue_of_another_context_is_refused() -> None:
     assert len(lines) == 3, lines
     for line in lines[1:]:
         assert "command queue of another OpenCL context" in line, line
+
+
+OPENCL_1 = """
+import accelerator as a
+import fake_drivers
+d = fake_drivers.OpenCLDouble()
+a.current_stream(0)
+# A device before OpenCL 2.0 does not know the SVM query.
+d.fail("clGetDeviceInfo", 1, -30)
+try:
+    a.Buffer(64)
+except NotImplementedError as e:
+    print(e)
+d.clear_faults()
+a.Buffer(64, 1)
+"""
+
+
+@pytest.mark.skipif(fake_drivers.OpenCLDouble.missing() is not None,
+                    reason=fake_drivers.OpenCLDouble.missing() or "")
+def test_a_device_that_does_not_know_svm_refuses_memory() -> None:
+    env = fake_drivers.OpenCLDouble.environment(2)
+    out = run(OPENCL_1, **env).stdout
+    assert "device 0: the device has no coarse-grain shared virtual " \
+           "memory (CL_DEVICE_SVM_CAPABILITIES lacks " \
+           "CL_DEVICE_SVM_COARSE_GRAIN_BUFFER" in out, out
