@@ -130,7 +130,8 @@ class DriverDouble:
     #: what the errors of graph capture match: "refused" (an operation
     #: the driver refuses on a capturing stream), "invalidated"
     #: (capture_end after one), "wrong_thread" (ending a thread-local or
-    #: global capture from another thread)
+    #: global capture from another thread), "unjoined" (capture_end while
+    #: a stream forked into the capture was not joined back)
     capture_errors: dict[str, str] = {}
     #: the environment under which probing initialises the driver (the
     #: CUDA backend otherwise counts through NVML and defers cuInit)
@@ -277,7 +278,8 @@ class CudaDouble(DriverDouble):
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
     capture_errors = {"refused": "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
                       "invalidated": "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
-                      "wrong_thread": "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"}
+                      "wrong_thread": "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+                      "unjoined": "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"}
     null_stream_handle = True
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
     probe_call = "cuInit"
@@ -373,6 +375,9 @@ class ZeDouble(DriverDouble):
                            "records this module's work into a regular "
                            "command list, while work others append to the "
                            "stream's immediate list runs at once",
+        "capture_events": "the Level Zero backend refuses event records "
+                          "and waits on a capturing stream (no cross-stream "
+                          "capture yet)",
     }
     symbol_lists = (("csrc/backends/ze_api.h", "ACC_ZE_FUNCTIONS"),
                     ("csrc/backends/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))

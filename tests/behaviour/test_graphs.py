@@ -199,6 +199,53 @@ def test_capture_errors(graphs, facts) -> None:
         g.instantiate()
 
 
+@pytest.fixture
+def capture_events(graphs, facts) -> None:
+    if not facts.has("capture_events"):
+        pytest.skip(facts.lacks["capture_events"])
+
+
+def test_a_stream_waiting_on_a_captured_event_joins_the_capture(
+        capture_events) -> None:
+    stream, side = acc.Stream(), acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    memoryview(dst)[:] = bytes(N)
+    g = acc.Graph()
+    with stream, g:
+        bufs[0].copy_from(src, stream=stream)
+        side.wait_event(stream.record_event())  # fork: side is captured
+        bufs[1].copy_from(bufs[0], stream=side)
+        stream.wait_event(side.record_event())  # join
+        bufs[1].copy_to(dst, stream=stream)
+    # Captured, not run, on both streams; neither captures any more.
+    side.synchronize()
+    stream.synchronize()
+    assert bytes(dst) == bytes(N)
+    for fill in (b"p", b"q"):
+        memoryview(src)[:] = fill * N
+        assert _replay(g, stream, dst) == fill * N
+
+
+def test_a_fork_not_joined_back_fails_the_capture(capture_events,
+                                                  facts) -> None:
+    stream, side = acc.Stream(), acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph()
+    with stream:
+        g.capture_begin()
+        bufs[0].fill(1, stream=stream)
+        side.wait_event(stream.record_event())
+        bufs[1].fill(2, stream=side)
+        with pytest.raises(acc.AcceleratorError,
+                           match=facts.capture_errors["unjoined"]):
+            g.capture_end()
+    assert "empty" in repr(g)
+    side.synchronize()  # neither stream captures any more
+    stream.synchronize()
+    _capture_fill(g, stream, bufs[0], dst, 6)
+    assert _replay(g, stream, dst) == b"\x06" * N
+
+
 def test_allocation_inside_a_capture_is_refused(graphs) -> None:
     stream = acc.Stream()
     g = acc.Graph()

@@ -263,6 +263,18 @@ struct CUstream_st {
     pthread_t capture_thread;
     struct fake_op *cap_head, *cap_tail;
     long cap_count;
+    /* Cross-stream capture (fork/join): the stream that began the capture
+     * this one takes part in (itself when it began it), whose list gets
+     * the ops of every stream of the capture, in the order queued (a
+     * valid order of the graph: a wait only sees earlier records).  A
+     * stream forks in by waiting on an event recorded in the capture and
+     * is joined back once the origin waits on an event recorded after
+     * its last op (cap_tip counts them); cuStreamEndCapture refuses a
+     * capture with a fork not joined back. */
+    struct CUstream_st *cap_origin;
+    unsigned long cap_id;
+    long cap_tip;
+    bool cap_joined;
 };
 
 /* A captured graph and its executable: the recorded ops, run again (as
@@ -282,7 +294,15 @@ struct CUevent_st {
     struct CUctx_st *ctx;
     unsigned int flags;
     struct fake_mark *last; /* latest record, NULL if never recorded */
+    /* Latest record made in a capture (a node of the graph, not run):
+     * the capture's origin and id, the recording stream and its tip. */
+    struct CUstream_st *cap_origin, *cap_stream;
+    unsigned long cap_id;
+    long cap_tip;
 };
+
+/* Ids of captures, so that an event names one even after it ended. */
+static unsigned long g_capture_ids;
 
 static struct {
     int devices;
@@ -631,21 +651,28 @@ stream_enqueue(struct CUstream_st *s, struct fake_op *op)
     if (op == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE
+        && (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED
+            || s->cap_origin->capture
+                   == CU_STREAM_CAPTURE_STATUS_INVALIDATED)) {
         op_free(op);
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }
     if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-        /* Recorded, not run. */
+        /* Recorded into the capture's list, not run. */
+        struct CUstream_st *o = s->cap_origin;
+
         op->next = NULL;
-        if (s->cap_tail != NULL) {
-            s->cap_tail->next = op;
+        if (o->cap_tail != NULL) {
+            o->cap_tail->next = op;
         }
         else {
-            s->cap_head = op;
+            o->cap_head = op;
         }
-        s->cap_tail = op;
-        s->cap_count++;
+        o->cap_tail = op;
+        o->cap_count++;
+        s->cap_tip++;
+        s->cap_joined = false;
         return CUDA_SUCCESS;
     }
     if (s->legacy) {
@@ -688,7 +715,40 @@ capture_refuse(struct CUstream_st *s)
         return CUDA_SUCCESS;
     }
     s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    s->cap_origin->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+/* Under g_mu.  The capture begun on o ends: the streams forked into it
+ * capture no more.  false when one of them was not joined back. */
+static bool
+capture_release(struct CUstream_st *o)
+{
+    bool joined = true;
+
+    for (struct CUstream_st *t = g_streams; t != NULL; t = t->next) {
+        if (t != o && t->capture != CU_STREAM_CAPTURE_STATUS_NONE
+            && t->cap_origin == o) {
+            joined = joined && t->cap_joined;
+            t->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+            t->cap_origin = NULL;
+        }
+    }
+    return joined;
+}
+
+/* Under g_mu.  The origin of the capture e was last recorded in, if that
+ * capture is still active; else NULL. */
+static struct CUstream_st *
+event_capture(const struct CUevent_st *e)
+{
+    struct CUstream_st *o = e->cap_origin;
+
+    if (o == NULL || !dc_handles_has(&g_stream_set, o) || o->cap_id != e->cap_id
+        || o->cap_origin != o || o->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+        return NULL;
+    }
+    return o;
 }
 
 /* Under g_mu.  *out: a mark (one reference for the caller) that completes
@@ -803,6 +863,9 @@ stream_retire(struct CUstream_st *s)
         }
         dc_handles_remove(&g_stream_set, s);
         dc_live_add(&g_ctl, LIVE_STREAM, -1);
+    }
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE && s->cap_origin == s) {
+        (void)capture_release(s);
     }
     op_list_free(s->cap_head);
     s->cap_head = s->cap_tail = NULL;
@@ -995,6 +1058,11 @@ error_string(CUresult code)
         return "operation not permitted when stream is capturing";
     case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
         return "operation failed due to a previous error during capture";
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+        return "the capture was not initiated in this stream";
+    case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+        return "capture sequence contains a fork that was not joined to "
+               "the primary stream";
     case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
         return "attempt to terminate a thread-local capture sequence from "
                "another thread";
@@ -1575,14 +1643,39 @@ cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     pthread_mutex_lock(&g_mu);
     rc = stream_resolve(hStream, &s);
     if (rc == CUDA_SUCCESS) {
-        /* The double does not model cross-stream capture (fork/join). */
-        rc = capture_refuse(s);
-    }
-    if (rc == CUDA_SUCCESS) {
         e = event_lookup(hEvent);
         if (e == NULL) {
             rc = CUDA_ERROR_INVALID_HANDLE;
         }
+    }
+    if (rc == CUDA_SUCCESS) {
+        struct CUstream_st *o = event_capture(e);
+
+        if (o != NULL && s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+            /* Fork: s joins the capture; its later ops are recorded. */
+            s->capture = o->capture;
+            s->capture_mode = o->capture_mode;
+            s->capture_thread = o->capture_thread;
+            s->cap_origin = o;
+            s->cap_tip = 0;
+            s->cap_joined = false;
+            pthread_mutex_unlock(&g_mu);
+            return CUDA_SUCCESS;
+        }
+        if (o != NULL && s->cap_origin == o) {
+            /* A dependency inside the capture: the list keeps it.  The
+             * origin waiting on a fork's last op joins that fork. */
+            struct CUstream_st *f = e->cap_stream;
+
+            if (s == o && f != o && dc_handles_has(&g_stream_set, f)
+                && f->cap_origin == o && f->cap_tip == e->cap_tip) {
+                f->cap_joined = true;
+            }
+            pthread_mutex_unlock(&g_mu);
+            return CUDA_SUCCESS;
+        }
+        /* A capturing stream cannot wait on work outside its capture. */
+        rc = capture_refuse(s);
     }
     /* Events of other contexts are fine: cross-device waits are legal.
      * A record that completed, or none at all, leaves nothing to wait
@@ -1682,11 +1775,22 @@ cuEventRecord(CUevent hEvent, CUstream hStream)
     if (rc == CUDA_SUCCESS && s->ctx != e->ctx) {
         rc = CUDA_ERROR_INVALID_HANDLE;
     }
-    if (rc == CUDA_SUCCESS) {
-        /* The double does not model event nodes in a capture. */
-        rc = capture_refuse(s);
+    if (rc == CUDA_SUCCESS && s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        /* A node of the capture: later waits on e depend on it. */
+        if (s->cap_origin->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+            rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        }
+        else {
+            e->cap_origin = s->cap_origin;
+            e->cap_id = s->cap_origin->cap_id;
+            e->cap_stream = s;
+            e->cap_tip = s->cap_tip;
+        }
+        pthread_mutex_unlock(&g_mu);
+        return rc;
     }
     if (rc == CUDA_SUCCESS) {
+        e->cap_origin = e->cap_stream = NULL;
         /* One reference for the queued op, one for the event. */
         m = mark_new(2);
         op = m != NULL ? op_new(OP_RECORD, 0, m) : NULL;
@@ -2120,6 +2224,8 @@ cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
         s->capture_thread = pthread_self();
         s->cap_head = s->cap_tail = NULL;
         s->cap_count = 0;
+        s->cap_origin = s;
+        s->cap_id = ++g_capture_ids;
     }
     pthread_mutex_unlock(&g_mu);
     return rc;
@@ -2138,8 +2244,12 @@ cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     }
     pthread_mutex_lock(&g_mu);
     rc = stream_resolve(hStream, &s);
-    if (rc == CUDA_SUCCESS && s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
-        rc = CUDA_ERROR_ILLEGAL_STATE;
+    if (rc == CUDA_SUCCESS && (s->capture == CU_STREAM_CAPTURE_STATUS_NONE
+                               || s->cap_origin != s)) {
+        /* Not capturing, or forked into another stream's capture. */
+        rc = s->capture == CU_STREAM_CAPTURE_STATUS_NONE
+                 ? CUDA_ERROR_ILLEGAL_STATE
+                 : CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
     }
     else if (rc == CUDA_SUCCESS
              && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED
@@ -2147,8 +2257,13 @@ cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
         rc = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
     }
     else if (rc == CUDA_SUCCESS) {
+        bool joined = capture_release(s);
+
         if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
             rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        }
+        else if (!joined) {
+            rc = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
         }
         else if ((g = calloc(1, sizeof(*g))) == NULL
                  || !dc_handles_add(&g_graph_set.graphs, g)) {
