@@ -17,6 +17,11 @@ graph_state(GraphObject *self)
     return acc_state_from_type(Py_TYPE((PyObject *)self));
 }
 
+/* Both spellings of torch's graph-private memory pools. */
+#define NO_POOLS                                                          \
+    "%s is not supported: there are no graph-private memory pools "       \
+    "(allocate buffers before capturing)"
+
 static PyObject *
 graph_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
@@ -35,10 +40,7 @@ graph_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (pool != Py_None) {
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "Graph(pool=...) is not supported: there are no "
-                        "graph-private memory pools (allocate buffers "
-                        "before capturing)");
+        PyErr_Format(PyExc_NotImplementedError, NO_POOLS, "Graph(pool=...)");
         return NULL;
     }
     acc_ensure_probed();
@@ -200,13 +202,30 @@ graph_enter(GraphObject *self, PyObject *unused)
         return NULL;
     }
     device = acc_current_device();
+    /* As torch's: synchronize, then empty the caches (memory, and the
+     * streams and events kept for reuse), then capture. */
     Py_BEGIN_ALLOW_THREADS
     status = acc_synchronize_device(device, &err);
+    if (status == ACC_OK) {
+        status = acc_allocator_empty_cache(&err);
+    }
+    if (status == ACC_OK) {
+        acc_empty_cache();
+    }
     Py_END_ALLOW_THREADS
     if (status != ACC_OK) {
         return acc_raise(st, &err);
     }
     return graph_capture_begin(self, NULL, 0, NULL);
+}
+
+static PyObject *
+graph_pool(GraphObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyErr_Format(PyExc_NotImplementedError, NO_POOLS, "Graph.pool()");
+    return NULL;
 }
 
 static PyObject *
@@ -269,8 +288,11 @@ PyDoc_STRVAR(reset_doc,
 "reset($self, /)\n--\n\nRelease the captured graph; the Graph can capture "
 "again.");
 PyDoc_STRVAR(genter_doc,
-"__enter__($self, /)\n--\n\nSynchronize the current device, then begin "
-"capturing on the current stream.");
+"__enter__($self, /)\n--\n\nSynchronize the current device, empty the "
+"caches (as empty_cache()),\nthen begin capturing on the current stream.");
+PyDoc_STRVAR(pool_doc,
+"pool($self, /)\n--\n\nRaise NotImplementedError: torch's graph-private "
+"memory pools do not\nexist here (allocate buffers before capturing).");
 PyDoc_STRVAR(gexit_doc,
 "__exit__($self, /, *exc_info)\n--\n\nEnd the capture (drop it when the "
 "body raised).");
@@ -286,6 +308,7 @@ static PyMethodDef graph_methods[] = {
      instantiate_doc},
     {"replay", (PyCFunction)graph_replay, METH_NOARGS, replay_doc},
     {"reset", (PyCFunction)graph_reset, METH_NOARGS, reset_doc},
+    {"pool", (PyCFunction)graph_pool, METH_NOARGS, pool_doc},
     {"__enter__", (PyCFunction)graph_enter, METH_NOARGS, genter_doc},
     {"__exit__", (PyCFunction)(void (*)(void))graph_exit, METH_FASTCALL,
      gexit_doc},

@@ -153,6 +153,7 @@ def test_graphs_leave_no_driver_objects(graphs, driver, facts) -> None:
     stream = acc.Stream()
     src, dst, bufs = _pipeline(stream)
     gc.collect()
+    acc.empty_cache()  # as `with g:` does
     before = _unpooled(driver, facts)
     for keep in (False, True):
         g = acc.Graph(keep_graph=keep)
@@ -187,6 +188,9 @@ def test_capture_errors(graphs, facts) -> None:
         acc.Graph(1)  # type: ignore[arg-type]
     with pytest.raises(NotImplementedError, match="pool"):
         acc.Graph(pool=(0, 1))  # type: ignore[arg-type]
+    with pytest.raises(NotImplementedError, match="Graph.pool\\(\\) is "
+                       "not supported: there are no graph-private memory"):
+        g.pool()
     with pytest.raises(TypeError, match="cannot pickle"):
         g.__reduce__()
     s = acc.Stream()
@@ -244,6 +248,46 @@ def test_a_fork_not_joined_back_fails_the_capture(capture_events,
     stream.synchronize()
     _capture_fill(g, stream, bufs[0], dst, 6)
     assert _replay(g, stream, dst) == b"\x06" * N
+
+
+def test_entering_a_graph_empties_the_caches(graphs, driver) -> None:
+    """with g: synchronizes and empties the caches before capturing, as
+    torch's: cached memory and the pooled streams go back to the driver."""
+    stream = acc.Stream()
+    acc.Buffer(N, stream=stream)  # dropped: cached once its work is done
+    acc.Stream()                  # dropped: kept for reuse
+    gc.collect()
+    streams = driver.live("stream")
+    assert acc.memory.memory_reserved() > 0
+    g = acc.Graph()
+    with stream, g:
+        assert acc.memory.memory_reserved() == 0
+    del g  # (Level Zero counts the graph's command list with the streams)
+    gc.collect()
+    assert driver.live("stream") < streams
+
+
+def test_work_others_queue_through_the_handle_is_captured(graphs, driver,
+                                                          facts) -> None:
+    """A library enqueuing on the same stream handle (Stream.from_handle)
+    while it captures: its work is recorded too, and replayed in order."""
+    if not facts.has("foreign_capture"):
+        pytest.skip(facts.lacks["foreign_capture"])
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    memoryview(dst)[:] = bytes(N)
+    wrapped = acc.Stream.from_handle(stream.handle, stream.device)
+    g = acc.Graph()
+    with wrapped, g:
+        gate = driver.gate(wrapped)  # the library's kernel
+        bufs[0].fill(5, stream=wrapped)
+        bufs[0].copy_to(dst, stream=wrapped)
+    assert stream.query(), "the captured kernel was queued, not recorded"
+    gate.open()
+    with stream:
+        g.replay()
+    stream.synchronize()
+    assert bytes(dst) == b"\x05" * N
 
 
 def test_allocation_inside_a_capture_is_refused(graphs) -> None:

@@ -2323,6 +2323,7 @@ op_list_copy(const struct fake_op *list, bool *ok)
             return NULL;
         }
         op->mem = list->mem; /* captured copies have no staging */
+        op->gate = list->gate;
         *tail = op;
         tail = &op->next;
     }
