@@ -146,7 +146,8 @@ def test_numpy_integers_are_sizes_fill_values_and_devices(
     assert (b.nbytes, b.device) == (64, acc.device(b.device.type, 1))
     b.fill(np.uint8(7))
     h = acc.HostBuffer(np.uint16(64))
-    b.copy_to(h)
+    b.copy_to(h)                     # asynchronous with a HostBuffer
+    b.stream.synchronize()
     assert bytes(memoryview(h)) == b"\x07" * 64
     assert b[np.int64(8):np.int64(16)].nbytes == 8
     with pytest.raises(TypeError, match="nbytes must be an int, got bool"):
