@@ -29,15 +29,23 @@ typedef struct dl_export {
     Py_ssize_t *exports;    /* its export counter (lives with owner) */
 } dl_export;
 
+/* The export's end, with the GIL held by this thread. */
+static void
+dl_export_release(dl_export *x)
+{
+    (*x->exports)--;
+    Py_DECREF(x->owner);
+    free(x);
+}
+
+/* The deleter a consumer calls, on any thread, with or without the GIL. */
 static void
 dl_export_free(dl_export *x)
 {
     PyGILState_STATE gil = PyGILState_Ensure();
 
-    (*x->exports)--;
-    Py_DECREF(x->owner);
+    dl_export_release(x);
     PyGILState_Release(gil);
-    free(x);
 }
 
 static void
@@ -52,21 +60,43 @@ dl_delete_legacy(acc_dl_managed_tensor *self)
     dl_export_free(self->manager_ctx);
 }
 
+/* Run a tensor's deleter where this thread holds the GIL (a capsule's or
+ * a holder's destructor).  Ours skips PyGILState_Ensure: in a
+ * subinterpreter the GIL is held through a thread state PyGILState does
+ * not know, and Ensure would wait for ever for the GIL this thread has. */
+static void
+dl_delete_held_versioned(acc_dl_managed_tensor_versioned *m)
+{
+    if (m->deleter == dl_delete_versioned) {
+        dl_export_release(m->manager_ctx);
+    }
+    else if (m->deleter != NULL) {
+        m->deleter(m);
+    }
+}
+
+static void
+dl_delete_held_legacy(acc_dl_managed_tensor *m)
+{
+    if (m->deleter == dl_delete_legacy) {
+        dl_export_release(m->manager_ctx);
+    }
+    else if (m->deleter != NULL) {
+        m->deleter(m);
+    }
+}
+
 /* A capsule nobody consumed frees its tensor. */
 static void
 dl_capsule_destructor(PyObject *capsule)
 {
     if (PyCapsule_IsValid(capsule, ACC_DLPACK_VERSIONED_CAPSULE)) {
-        acc_dl_managed_tensor_versioned *m = PyCapsule_GetPointer(
-            capsule, ACC_DLPACK_VERSIONED_CAPSULE);
-
-        m->deleter(m);
+        dl_delete_held_versioned(PyCapsule_GetPointer(
+            capsule, ACC_DLPACK_VERSIONED_CAPSULE));
     }
     else if (PyCapsule_IsValid(capsule, ACC_DLPACK_CAPSULE)) {
-        acc_dl_managed_tensor *m = PyCapsule_GetPointer(capsule,
-                                                        ACC_DLPACK_CAPSULE);
-
-        m->deleter(m);
+        dl_delete_held_legacy(PyCapsule_GetPointer(capsule,
+                                                   ACC_DLPACK_CAPSULE));
     }
     /* Consumed (renamed): the consumer owns the tensor now.  IsValid sets
      * no error, so an exception in flight survives this destructor. */
@@ -439,18 +469,10 @@ holder_destructor(PyObject *holder)
     m = PyCapsule_GetPointer(holder, HOLDER_NAME);
     versioned = PyCapsule_GetContext(holder) != NULL;
     if (versioned) {
-        acc_dl_managed_tensor_versioned *v = m;
-
-        if (v->deleter != NULL) {
-            v->deleter(v);
-        }
+        dl_delete_held_versioned(m);
     }
     else {
-        acc_dl_managed_tensor *l = m;
-
-        if (l->deleter != NULL) {
-            l->deleter(l);
-        }
+        dl_delete_held_legacy(m);
     }
 }
 

@@ -43,13 +43,13 @@ def backend_params() -> list:
     ]
 
 
-def run(backend: str, code: str) -> str:
+def run(backend: str, code: str, timeout: float = 120) -> str:
     env = fake_drivers.clean_environment()
     env.update(BACKENDS[backend])
     env["PYTHONPATH"] = str(REPO / "src")
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                             env=env, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -145,6 +145,38 @@ print("ok")
 @pytest.mark.parametrize("backend", backend_params())
 def test_a_subinterpreter_hands_out_its_own_streams(backend: str) -> None:
     assert run(backend, SUBINTERPRETER).strip() == "ok"
+
+
+SUBINTERPRETER_DLPACK = """
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+import accelerator as a
+code = '''
+import accelerator as a
+b = a.Buffer(64)
+cap = b.__dlpack__()
+del cap                                  # an unconsumed capsule
+w = a.from_dlpack(b.__dlpack__(max_version=(1, 0)))
+del w                                    # a consumed one
+b.close()
+left = a.Buffer(64)
+kept = left.__dlpack__()                 # alive when the interpreter ends
+'''
+interp = interpreters.create()
+interpreters.run_string(interp, code)
+interpreters.destroy(interp)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_dlpack_capsules_die_in_a_subinterpreter(backend: str) -> None:
+    """A capsule of ours dropped in a subinterpreter released its export
+    through PyGILState_Ensure, which waited for ever for the GIL that
+    the thread held under the subinterpreter's thread state."""
+    assert run(backend, SUBINTERPRETER_DLPACK, timeout=30).strip() == "ok"
 
 
 def test_stream_and_event_types_are_immutable() -> None:
