@@ -65,6 +65,18 @@ copy_device_ok(const acc_copy *c, int device)
     return 0;
 }
 
+/* "device N", or "the host" for the host side (device -1). */
+static void
+copy_side(char *text, size_t size, int device)
+{
+    if (device < 0) {
+        snprintf(text, size, "the host");
+    }
+    else {
+        snprintf(text, size, "device %d", device);
+    }
+}
+
 acc_status
 acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err)
 {
@@ -83,14 +95,13 @@ acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err)
         copy.kind = ACC_COPY_PEER;
     }
     if (!copy_device_ok(&copy, s->device)) {
+        char src[24], dst[24];
+
+        copy_side(src, sizeof(src), copy.src_device);
+        copy_side(dst, sizeof(dst), copy.dst_device);
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                      "the stream is on device %d, but the copy is between "
-                      "%s %d and %s %d; expected a stream of %s",
-                      s->device,
-                      copy.src_device < 0 ? "the host" : "device",
-                      copy.src_device,
-                      copy.dst_device < 0 ? "the host" : "device",
-                      copy.dst_device,
+                      "the stream is on device %d, but the copy is from %s "
+                      "to %s; expected a stream of %s", s->device, src, dst,
                       copy.kind == ACC_COPY_PEER ? "either device"
                                                  : "the device side");
         return ACC_ERR_INVALID_ARGUMENT;

@@ -569,8 +569,8 @@ copy_object(acc_state *st, BufferObject *self, PyObject *obj, int to_self,
     if (!PyObject_CheckBuffer(obj)) {
         PyErr_Format(PyExc_TypeError, "%s expected a Buffer, a HostBuffer "
                      "or an object with the buffer protocol (bytes, "
-                     "bytearray, memoryview, numpy array), got %.100s",
-                     what, acc_type_name(obj));
+                     "bytearray, memoryview, numpy array), got %.200s",
+                     what, acc_type_name_in(st, obj));
         return -1;
     }
     if (PyObject_GetBuffer(obj, &view, flags) < 0) {

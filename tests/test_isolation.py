@@ -217,6 +217,8 @@ calls = {
     "wait_event": lambda: a2.Stream(0).wait_event(a1.Event()),
     "elapsed_time": lambda: a2.Event().elapsed_time(a1.Event()),
     "record": lambda: a2.Event().record(a1.Stream(0)),
+    "copy_from": lambda: a2.Buffer(8).copy_from(a1.Buffer(8)),
+    "copy_to": lambda: a2.Buffer(8).copy_to(a1.Buffer(8)),
 }
 for name, call in calls.items():
     try:

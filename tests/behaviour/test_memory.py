@@ -541,6 +541,10 @@ def test_stream_of_another_device(two_devices) -> None:
         b.fill(1, stream=acc.Stream(1))
     with pytest.raises(ValueError, match="stream of the device side"):
         b.copy_from(bytes(8), stream=acc.Stream(1))
+    # The host side is named as such (it read "the host -1").
+    with pytest.raises(ValueError, match="the copy is from device 0 to the "
+                       "host; expected a stream of the device side"):
+        b.copy_to(bytearray(8), stream=acc.Stream(1))
 
 
 def test_bad_device() -> None:
