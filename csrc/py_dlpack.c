@@ -152,13 +152,16 @@ dl_export_new(PyObject *owner, Py_ssize_t *exports, uintptr_t data,
     return capsule;
 }
 
-/* An int argument (not a bool); -1 with TypeError. */
+/* An int argument (not a bool; a numpy integer too) that fits in 64
+ * bits: a stream handle, a device or a version.  -1 with TypeError, or
+ * ValueError beyond 64 bits (a clamped value would name a stream or a
+ * device nobody passed). */
 static int
 int_arg(PyObject *obj, const char *what, long long *value)
 {
     int overflow;
 
-    if (PyBool_Check(obj) || !PyLong_Check(obj)) {
+    if (!acc_is_index(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", what,
                      acc_type_name(obj));
         return -1;
@@ -168,7 +171,9 @@ int_arg(PyObject *obj, const char *what, long long *value)
         return -1;
     }
     if (overflow) {
-        *value = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+        PyErr_Format(PyExc_ValueError, "%s must be an int in [-2**63, "
+                     "2**63), got %S", what, obj);
+        return -1;
     }
     return 0;
 }

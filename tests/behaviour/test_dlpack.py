@@ -165,6 +165,18 @@ def test_bad_export_arguments() -> None:
         b.__dlpack__(copy=1)
     with pytest.raises(TypeError, match="unexpected keyword"):
         b.__dlpack__(steam=None)
+    # Beyond 64 bits: refused with the value passed, never clamped to
+    # 2**63 - 1 (which then went to the driver as a stream handle, or
+    # named a device nobody asked for).
+    for kwargs, value in (({"stream": 2**64}, 2**64),
+                          ({"dl_device": (2**64, 0)}, 2**64),
+                          ({"max_version": (1, -2**70)}, -2**70)):
+        with pytest.raises(ValueError, match=rf"2\*\*63\), got {value}$"):
+            b.__dlpack__(**kwargs)
+    # numpy integers are ints here too, as for sizes and devices.
+    device = b.__dlpack_device__()
+    b.__dlpack__(stream=np.int64(-1),
+                 dl_device=(np.int32(device[0]), np.int64(device[1])))
     b.close()
     with pytest.raises(ValueError, match="closed Buffer"):
         b.__dlpack__()
