@@ -375,9 +375,6 @@ class ZeDouble(DriverDouble):
                            "records this module's work into a regular "
                            "command list, while work others append to the "
                            "stream's immediate list runs at once",
-        "capture_events": "the Level Zero backend refuses event records "
-                          "and waits on a capturing stream (no cross-stream "
-                          "capture yet)",
     }
     symbol_lists = (("csrc/backends/ze_api.h", "ACC_ZE_FUNCTIONS"),
                     ("csrc/backends/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))
@@ -397,7 +394,8 @@ class ZeDouble(DriverDouble):
     capture_errors = {
         "refused": "ZE_RESULT_ERROR_UNSUPPORTED_FEATURE.*captures a graph",
         "invalidated": "ZE_RESULT_ERROR_INVALID_ARGUMENT.*invalidated",
-        "wrong_thread": "ZE_RESULT_ERROR_INVALID_ARGUMENT.*another thread"}
+        "wrong_thread": "ZE_RESULT_ERROR_INVALID_ARGUMENT.*another thread",
+        "unjoined": "ZE_RESULT_ERROR_INVALID_ARGUMENT.*not joined back"}
     env_devices = "FAKE_ZE_DEVICES"
     kinds = {"stream": "list"}
     live_kinds = ("list", "event", "pool", "context", "queue", "alloc",

@@ -43,13 +43,15 @@ static acc_status
 lz_record_target(acc_event *e, lz_target t, acc_error *err)
 {
     lz_event *ev = e->native;
+    acc_status status = ACC_OK;
     pthread_mutex_lock(t.lock);
-    acc_status status = lz_capture_refuse_locked(
-        t.st, "zeCommandListAppendBarrier", err);
-    if (status != ACC_OK) {
+    if (t.st != NULL && lz_capturing_locked(t.st)) {
+        /* A node of the capture, not run (graph.c). */
+        status = lz_capture_record_locked(&t, ev, err);
         pthread_mutex_unlock(t.lock);
         return status;
     }
+    ev->cap_id = 0;
     pthread_mutex_lock(&lz.lock);
     lz_slot *slot = ev->slot;
     if (slot->armed) {
@@ -114,12 +116,12 @@ lz_event_slot_wait(acc_event *e)
 static acc_status
 lz_wait_target(lz_target t, acc_event *e, acc_error *err)
 {
+    acc_status captured = ACC_OK;
     pthread_mutex_lock(t.lock);
-    acc_status refused = lz_capture_refuse_locked(
-        t.st, "zeCommandListAppendBarrier", err);
+    int handled = lz_capture_wait_locked(&t, e->native, &captured, err);
     pthread_mutex_unlock(t.lock);
-    if (refused != ACC_OK) {
-        return refused;
+    if (handled) {
+        return captured;
     }
     lz_slot *slot = lz_event_slot_wait(e);
     if (slot == NULL) {

@@ -54,13 +54,79 @@ typedef struct lz_graph {
     struct lz_graph *next; /* lz.graphs */
 } lz_graph;
 
+/* A stream forked into a capture: its work so far, and whether the
+ * stream that began the capture has waited on all of it since. */
+typedef struct lz_fork {
+    long tip;
+    int joined;
+} lz_fork;
+
 typedef struct lz_capture {
     lz_graph *graph;       /* list, device, start and done so far */
     int mode;
     pthread_t thread;
     const char *refused;   /* the refused function: invalidated */
     int framed;            /* the end's barrier is appended */
+    unsigned long id;      /* names it in events, also once it ended */
+    pthread_mutex_t mu;    /* appends to the list (any stream of it),
+                            * forks, ended */
+    int ended;             /* forks let go of it when they see this */
+    int refs;              /* the stream that began it and its forks
+                            * (under lz.lock) */
+    lz_fork *forks;
+    int nforks, capforks;
+    struct lz_capture *next; /* the active ones (under lz.lock) */
 } lz_capture;
+
+/* Active captures, under lz.lock; ids never repeat. */
+static lz_capture *lz_captures;
+static unsigned long lz_capture_ids;
+
+static void
+lz_capture_unref(lz_capture *cap)
+{
+    pthread_mutex_lock(&lz.lock);
+    int last = --cap->refs == 0;
+    pthread_mutex_unlock(&lz.lock);
+    if (last) {
+        pthread_mutex_destroy(&cap->mu);
+        free(cap->forks);
+        free(cap);
+    }
+}
+
+/* Take cap off the active ones: waits on its events no longer fork. */
+static void
+lz_capture_deactivate(lz_capture *cap)
+{
+    pthread_mutex_lock(&lz.lock);
+    for (lz_capture **p = &lz_captures; *p != NULL; p = &(*p)->next) {
+        if (*p == cap) {
+            *p = cap->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lz.lock);
+}
+
+int
+lz_capturing_locked(lz_stream *st)
+{
+    lz_capture *cap = st->capture;
+    if (cap == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&cap->mu);
+    int ended = cap->ended;
+    pthread_mutex_unlock(&cap->mu);
+    if (ended) {
+        /* A fork whose capture ended meanwhile: free again. */
+        st->capture = NULL;
+        lz_capture_unref(cap);
+        return 0;
+    }
+    return 1;
+}
 
 /* A failure of this backend's capture rules, reported as the driver
  * function the operation would have used. */
@@ -78,7 +144,7 @@ lz_capture_error(acc_error *err, const char *api, ze_result_t r,
 acc_status
 lz_capture_refuse_locked(lz_stream *st, const char *api, acc_error *err)
 {
-    if (st == NULL || st->capture == NULL) {
+    if (st == NULL || !lz_capturing_locked(st)) {
         return ACC_OK;
     }
     st->capture->refused = api;
@@ -92,7 +158,7 @@ lz_capture_refuse_locked(lz_stream *st, const char *api, acc_error *err)
 acc_status
 lz_capture_refuse_sync_locked(lz_stream *st, acc_error *err)
 {
-    if (st->capture == NULL || st->capture->mode == ACC_CAPTURE_RELAXED) {
+    if (!lz_capturing_locked(st) || st->capture->mode == ACC_CAPTURE_RELAXED) {
         return ACC_OK;
     }
     return lz_capture_refuse_locked(st, "zeEventHostSynchronize", err);
@@ -102,8 +168,17 @@ acc_status
 lz_capture_append_locked(lz_target *t, void *dst, const void *src,
                          unsigned char value, size_t nbytes, acc_error *err)
 {
-    ze_command_list_handle_t list = t->st->capture->graph->list;
+    lz_capture *cap = t->st->capture;
+    ze_command_list_handle_t list = cap->graph->list;
     const char *api = "zeCommandListAppendBarrier";
+    pthread_mutex_lock(&cap->mu);
+    if (cap->ended) {
+        /* A fork's capture ended between the check and now. */
+        pthread_mutex_unlock(&cap->mu);
+        acc_error_set(err, ACC_ERR_STATE, "the capture this stream was "
+                      "forked into ended meanwhile; queue the work again");
+        return ACC_ERR_STATE;
+    }
     ze_result_t r = lz_fn.zeCommandListAppendBarrier(list, NULL, 0, NULL);
     if (r == ZE_RESULT_SUCCESS && src != NULL) {
         api = "zeCommandListAppendMemoryCopy";
@@ -115,7 +190,115 @@ lz_capture_append_locked(lz_target *t, void *dst, const void *src,
         r = lz_fn.zeCommandListAppendMemoryFill(list, dst, &value, 1, nbytes,
                                                 NULL, 0, NULL);
     }
+    if (r == ZE_RESULT_SUCCESS && t->st->cap_fork >= 0) {
+        lz_fork *f = &cap->forks[t->st->cap_fork];
+        f->tip++;
+        f->joined = 0;
+    }
+    pthread_mutex_unlock(&cap->mu);
     return r == ZE_RESULT_SUCCESS ? ACC_OK : lz_fail(err, api, r, t->driver);
+}
+
+acc_status
+lz_capture_record_locked(lz_target *t, lz_event *ev, acc_error *err)
+{
+    lz_capture *cap = t->st->capture;
+    (void)err;
+    pthread_mutex_lock(&cap->mu);
+    ev->cap_id = cap->id;
+    ev->cap_fork = t->st->cap_fork;
+    ev->cap_tip = ev->cap_fork >= 0 ? cap->forks[ev->cap_fork].tip : 0;
+    pthread_mutex_unlock(&cap->mu);
+    return ACC_OK;
+}
+
+/* The active capture of that id, with a reference for the caller. */
+static lz_capture *
+lz_capture_find(unsigned long id)
+{
+    lz_capture *found = NULL;
+    pthread_mutex_lock(&lz.lock);
+    for (lz_capture *c = lz_captures; c != NULL && id != 0; c = c->next) {
+        if (c->id == id) {
+            found = c;
+            found->refs++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lz.lock);
+    return found;
+}
+
+/* st (capturing nothing) forks into cap, keeping the caller's reference
+ * (t->lock held). */
+static acc_status
+lz_capture_fork_locked(lz_stream *st, lz_capture *cap, acc_error *err)
+{
+    pthread_mutex_lock(&cap->mu);
+    if (cap->nforks == cap->capforks) {
+        int n = cap->capforks ? 2 * cap->capforks : 4;
+        lz_fork *forks = realloc(cap->forks, (size_t)n * sizeof(*forks));
+        if (forks == NULL) {
+            pthread_mutex_unlock(&cap->mu);
+            return lz_no_memory(err);
+        }
+        cap->forks = forks;
+        cap->capforks = n;
+    }
+    st->cap_fork = cap->nforks++;
+    cap->forks[st->cap_fork] = (lz_fork){0, 0};
+    st->capture = cap;
+    pthread_mutex_unlock(&cap->mu);
+    return ACC_OK;
+}
+
+/* A wait on t for ev while captures may be involved (t->lock held): 1
+ * when handled here (*status says how), 0 when it is an ordinary wait.
+ * As CUDA: waiting on an event recorded in a capture forks the stream
+ * into it (its work is captured too, into the same list, in the order
+ * queued); the stream that began it waiting on an event recorded after
+ * a fork's last work joins that fork back; a capturing stream cannot
+ * wait on work outside its capture. */
+int
+lz_capture_wait_locked(lz_target *t, lz_event *ev, acc_status *status,
+                       acc_error *err)
+{
+    int capturing = t->st != NULL && lz_capturing_locked(t->st);
+    lz_capture *cap = ev != NULL ? lz_capture_find(ev->cap_id) : NULL;
+    *status = ACC_OK;
+    if (cap == NULL) {
+        if (capturing) {
+            *status = lz_capture_refuse_locked(
+                t->st, "zeCommandListAppendBarrier", err);
+        }
+        return capturing;
+    }
+    if (!capturing && t->st == NULL) {
+        acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend xpu cannot capture "
+                      "into a command list made elsewhere");
+        *status = ACC_ERR_UNSUPPORTED;
+    }
+    else if (!capturing) {
+        *status = lz_capture_fork_locked(t->st, cap, err);
+        if (*status == ACC_OK) {
+            return 1; /* the stream keeps the reference */
+        }
+    }
+    else if (t->st->capture != cap) {
+        *status = lz_capture_refuse_locked(t->st,
+                                           "zeCommandListAppendBarrier", err);
+    }
+    else if (t->st->cap_fork < 0 && ev->cap_fork >= 0) {
+        /* The list is in the order queued: the dependency holds. */
+        pthread_mutex_lock(&cap->mu);
+        lz_fork *f = &cap->forks[ev->cap_fork];
+        if (f->tip == ev->cap_tip) {
+            f->joined = 1;
+        }
+        pthread_mutex_unlock(&cap->mu);
+    }
+    lz_capture_unref(cap);
+    return 1;
 }
 
 /* Give back a slot the graph owned, reset (lz.lock held). */
@@ -214,11 +397,20 @@ void
 lz_capture_drop(lz_stream *st)
 {
     lz_capture *cap = st->capture;
-    if (cap != NULL) {
-        st->capture = NULL;
-        lz_graph_discard(cap->graph);
-        free(cap);
+    if (cap == NULL) {
+        return;
     }
+    st->capture = NULL;
+    if (st->cap_fork < 0) {
+        /* The stream that began it: the capture ends unfinished. */
+        lz_capture_deactivate(cap);
+        pthread_mutex_lock(&cap->mu);
+        cap->ended = 1;
+        lz_graph_discard(cap->graph);
+        cap->graph = NULL;
+        pthread_mutex_unlock(&cap->mu);
+    }
+    lz_capture_unref(cap);
 }
 
 /* A new graph for device: its regular list, framed at the start. */
@@ -283,10 +475,11 @@ lz_graph_capture_begin(acc_stream *s, int mode, acc_error *err)
     }
     lz_capture *cap = calloc(1, sizeof(*cap));
     if (cap == NULL) {
-        status = lz_no_memory(err);
+        lz_target_done(&t);
+        return lz_no_memory(err);
     }
     pthread_mutex_lock(t.lock);
-    if (status == ACC_OK && t.st->capture != NULL) {
+    if (status == ACC_OK && lz_capturing_locked(t.st)) {
         acc_error_set(err, ACC_ERR_STATE, "the stream is already being "
                       "captured (by another graph)");
         status = ACC_ERR_STATE;
@@ -297,7 +490,15 @@ lz_graph_capture_begin(acc_stream *s, int mode, acc_error *err)
     if (status == ACC_OK) {
         cap->mode = mode;
         cap->thread = pthread_self();
+        cap->refs = 1;
+        pthread_mutex_init(&cap->mu, NULL);
+        pthread_mutex_lock(&lz.lock);
+        cap->id = ++lz_capture_ids;
+        cap->next = lz_captures;
+        lz_captures = cap;
+        pthread_mutex_unlock(&lz.lock);
         t.st->capture = cap;
+        t.st->cap_fork = -1;
     }
     pthread_mutex_unlock(t.lock);
     if (status != ACC_OK) {
@@ -336,8 +537,9 @@ lz_graph_capture_end(acc_stream *s, void **graph, int *capturing,
     *graph = NULL;
     *capturing = 0;
     pthread_mutex_lock(t.lock);
-    if (t.st == NULL || t.st->capture == NULL) {
-        acc_error_set(err, ACC_ERR_STATE, "the stream is not capturing");
+    if (t.st == NULL || !lz_capturing_locked(t.st) || t.st->cap_fork >= 0) {
+        acc_error_set(err, ACC_ERR_STATE, "the stream is not capturing (or "
+                      "only forked into a capture another stream began)");
         status = ACC_ERR_STATE;
     }
     else if (t.st->capture->mode != ACC_CAPTURE_RELAXED
@@ -352,7 +554,13 @@ lz_graph_capture_end(acc_stream *s, void **graph, int *capturing,
     }
     else {
         cap = t.st->capture;
-        t.st->capture = NULL;
+    }
+    int unjoined = 0;
+    if (cap != NULL) {
+        pthread_mutex_lock(&cap->mu);
+        for (int i = 0; i < cap->nforks; i++) {
+            unjoined |= !cap->forks[i].joined;
+        }
     }
     if (cap != NULL && cap->refused != NULL) {
         char why[160];
@@ -361,15 +569,30 @@ lz_graph_capture_end(acc_stream *s, void **graph, int *capturing,
         status = lz_capture_error(err, "zeCommandListClose",
                                   ZE_RESULT_ERROR_INVALID_ARGUMENT, why);
     }
+    else if (cap != NULL && unjoined) {
+        status = lz_capture_error(err, "zeCommandListClose",
+                                  ZE_RESULT_ERROR_INVALID_ARGUMENT,
+                                  "a stream forked into the capture was not "
+                                  "joined back (the stream that began it "
+                                  "must wait on an event recorded after the "
+                                  "fork's last work)");
+    }
     else if (cap != NULL) {
         status = lz_capture_close(cap, t.driver, err);
         if (status != ACC_OK) {
             /* As cuStreamEndCapture's failures: still capturing, so
              * that ending it again (or reset) works. */
-            t.st->capture = cap;
+            pthread_mutex_unlock(&cap->mu);
             cap = NULL;
             *capturing = 1;
         }
+    }
+    if (cap != NULL) {
+        /* Ended: the forks let go of it as they notice. */
+        cap->ended = 1;
+        pthread_mutex_unlock(&cap->mu);
+        t.st->capture = NULL;
+        lz_capture_deactivate(cap);
     }
     pthread_mutex_unlock(t.lock);
     if (cap != NULL) {
@@ -385,7 +608,8 @@ lz_graph_capture_end(acc_stream *s, void **graph, int *capturing,
         else {
             lz_graph_discard(cap->graph);
         }
-        free(cap);
+        cap->graph = NULL;
+        lz_capture_unref(cap);
     }
     lz_target_done(&t);
     return status;

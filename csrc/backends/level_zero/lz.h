@@ -161,6 +161,7 @@ typedef struct lz_stream {
     int is_default;
     pthread_mutex_t lock;
     struct lz_capture *capture; /* while a graph captures it (graph.c) */
+    int cap_fork;          /* its fork in that capture; -1: began it */
     lz_slot *tail;         /* signalled by our last barrier; counted */
     int pins;              /* device_synchronize in progress */
     lz_slot *grave_marker; /* set once destroyed: idle when signaled */
@@ -188,6 +189,12 @@ typedef struct lz_event {
     lz_slot *slot;         /* under lz.lock */
     int device;
     int timing;
+    /* Last recorded in a capture (graph.c; 0: not): its id, the fork
+     * that recorded it (-1: the stream that began it) and that fork's
+     * work so far. */
+    unsigned long cap_id;
+    int cap_fork;
+    long cap_tip;
 } lz_event;
 
 /* The list an operation appends to, and how to serialise it. */
@@ -312,6 +319,11 @@ acc_status lz_pointer_info(uintptr_t ptr, acc_pointer_info *info,
 acc_status lz_capture_refuse_locked(lz_stream *st, const char *api,
                                     acc_error *err);
 acc_status lz_capture_refuse_sync_locked(lz_stream *st, acc_error *err);
+int lz_capturing_locked(lz_stream *st);
+acc_status lz_capture_record_locked(lz_target *t, lz_event *ev,
+                                    acc_error *err);
+int lz_capture_wait_locked(lz_target *t, lz_event *ev, acc_status *status,
+                           acc_error *err);
 acc_status lz_capture_append_locked(lz_target *t, void *dst,
                                     const void *src, unsigned char value,
                                     size_t nbytes, acc_error *err);

@@ -236,7 +236,7 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
     acc_status status = lz_acquire(t.driver, 0, &done, err);
     if (status == ACC_OK) {
         pthread_mutex_lock(t.lock);
-        if (t.st != NULL && t.st->capture != NULL) {
+        if (t.st != NULL && lz_capturing_locked(t.st)) {
             /* A pageable copy must have run before it returns. */
             captured = 1;
             status = (c->flags & ACC_COPY_PAGEABLE)
@@ -284,7 +284,7 @@ lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
     acc_status status = lz_acquire(t.driver, 0, &done, err);
     if (status == ACC_OK) {
         pthread_mutex_lock(t.lock);
-        if (t.st != NULL && t.st->capture != NULL) {
+        if (t.st != NULL && lz_capturing_locked(t.st)) {
             captured = 1;
             status = lz_capture_append_locked(&t, (void *)dst, NULL, value,
                                               nbytes, err);
