@@ -222,6 +222,9 @@ acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     if (b->pointer_info == NULL) {
         return memory_unsupported(b, "looking up foreign memory", err);
     }
+    if (ptr == 0) {
+        return ACC_OK; /* no memory: some drivers fail on NULL instead */
+    }
     return b->pointer_info(ptr, info, err);
 }
 

@@ -698,10 +698,14 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
         if ((info.kind != ACC_POINTER_DEVICE
              && info.kind != ACC_POINTER_SHARED)
             || info.device != device) {
-            PyErr_Format(PyExc_BufferError, "from_dlpack(): %#llx is not "
+            /* PyErr_Format knows no %#llx. */
+            char address[24];
+
+            snprintf(address, sizeof(address), "%#llx",
+                     (unsigned long long)ptr);
+            PyErr_Format(PyExc_BufferError, "from_dlpack(): %s is not "
                          "device memory of %s device %d that the driver "
-                         "knows", (unsigned long long)ptr, acc_device_type(),
-                         device);
+                         "knows", address, acc_device_type(), device);
             goto done;
         }
     }
