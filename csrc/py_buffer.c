@@ -754,8 +754,9 @@ buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
     acc_state *st = buffer_state((PyObject *)self);
     PyObject *stream_arg = Py_None;
 
-    if (acc_parse_args(args, nargs, kwnames, keywords, 0, "Buffer.close()",
-                       &stream_arg) < 0) {
+    /* stream by position or by keyword, as the signature says. */
+    if (acc_parse_args(args, nargs, kwnames, keywords, nargs > 0 ? 1 : 0,
+                       "Buffer.close()", &stream_arg) < 0) {
         return NULL;
     }
     if (stream_arg != Py_None) {

@@ -443,6 +443,13 @@ def test_close_with_a_stream(driver) -> None:
         s.synchronize()
     acc.empty_cache()
     assert driver.live("alloc") == before - 1
+    # By position too, as its signature (close($self, /, stream=None))
+    # and the stub say: it took none.
+    c = acc.Buffer(64)
+    c.close(s)
+    assert c.closed
+    with pytest.raises(TypeError, match="accelerator.Stream"):
+        acc.Buffer(64).close(1)
 
 
 def test_host_buffer_close(driver) -> None:
