@@ -1127,6 +1127,20 @@ ocl_memory_queue(acc_stream *s, cl_command_queue *queue, acc_error *err)
     return ACC_OK;
 }
 
+/* Submit the copy or fill just queued on queue.  Should the flush fail,
+ * the command is still queued and would touch memory that the caller,
+ * told the call failed, may free or reuse: wait for the queue first. */
+static acc_status
+ocl_submit(cl_command_queue queue, acc_error *err)
+{
+    acc_status st = CL(clFlush, (queue));
+
+    if (st != ACC_OK) {
+        ocl_quiet(ocl.fn.clFinish(queue), "clFinish");
+    }
+    return st;
+}
+
 /* SVM pointers of one context are valid on each of its devices, so one
  * clEnqueueSVMMemcpy serves every kind of copy within a platform; the
  * host side of a pageable copy is ordinary memory, which the runtime
@@ -1156,7 +1170,7 @@ ocl_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
                                  (const void *)c->src, c->nbytes, 0, NULL,
                                  NULL));
     if (st == ACC_OK && !blocking) {
-        st = CL(clFlush, (queue));
+        st = ocl_submit(queue, err);
     }
     return st;
 }
@@ -1173,7 +1187,7 @@ ocl_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
                                       0, NULL, NULL));
     }
     if (st == ACC_OK) {
-        st = CL(clFlush, (queue));
+        st = ocl_submit(queue, err);
     }
     return st;
 }

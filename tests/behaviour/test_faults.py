@@ -882,6 +882,48 @@ def test_raise(driver, site: Site, code: str) -> None:
     check_counts(driver, baseline, rounds)
 
 
+def fill_sites() -> list[Any]:
+    found = [pytest.param(s, id=s.id) for s in sites(RAISE)
+             if s.action == "fill()"]
+    return found or [pytest.param(None, id="none", marks=pytest.mark.skip(
+        reason=f"the {BACKEND} backend has no fill sites"))]
+
+
+@pytest.mark.parametrize("site", fill_sites())
+def test_a_failed_fill_leaves_no_work_on_the_memory(driver, site: Site) -> None:
+    """A fill that raised must not run later: the caller freed or reused
+    the memory, believing nothing was queued (a runtime may have queued
+    the command before a later step, such as OpenCL's flush, failed)."""
+    acc.set_device_index(0)
+    settle()
+    b = acc.Buffer(4096)
+    b.fill(0)
+    s = acc.Stream(0)
+    number, name, cls = expected(driver, "unknown")
+    with driver.gate(s) as gate:
+        # Opened from a timer: a fill that waits for its queue returns.
+        gate.open_soon()
+        driver.fail(site.api, site.nth, number)
+        try:
+            with pytest.raises(acc.AcceleratorError) as info:
+                b.fill(1, stream=s)
+        finally:
+            driver.clear_faults()
+        check_error(info.value, site.api, number, name, cls)
+        del b
+        c = acc.Buffer(4096)  # the cache hands the memory on at once
+        c.fill(2)
+        out = bytearray(4096)
+        c.copy_to(out)
+        gate.open()
+        acc.synchronize(0)
+        c.copy_to(out)
+    assert out == b"\x02" * 4096, "the failed fill ran after all"
+    del c
+    settle()
+    assert driver.live("bad_access") == 0
+
+
 @pytest.mark.parametrize("site", site_params(SILENT))
 def test_silent(driver, site: Site) -> None:
     prepare = site.prepare or PREPARE.get(site.action, with_recorded_event)
