@@ -64,6 +64,32 @@ acc_type_name(PyObject *obj)
     return buf;
 }
 
+int
+acc_index_failed(PyObject *obj, const char *expected)
+{
+    PyObject *type, *value, *traceback, *reason;
+
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+        return -1;
+    }
+    PyErr_Fetch(&type, &value, &traceback);
+    reason = value != NULL ? PyObject_Str(value) : NULL;
+    PyErr_Clear();
+    if (reason != NULL) {
+        PyErr_Format(PyExc_TypeError, "%s, got %.100s (%U)", expected,
+                     acc_type_name(obj), reason);
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "%s, got %.100s", expected,
+                     acc_type_name(obj));
+    }
+    Py_XDECREF(reason);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return -1;
+}
+
 const char *
 acc_type_name_in(acc_state *st, PyObject *obj)
 {
@@ -424,6 +450,8 @@ set_device_index(PyObject *module, PyObject *device)
 
         index = PyLong_AsLongLongAndOverflow(device, &overflow);
         if (index == -1 && PyErr_Occurred()) {
+            acc_index_failed(device, "set_device_index() expected a device "
+                             "or an int device index");
             return NULL;
         }
         /* Any negative int, however large, is a no-op, as in torch. */

@@ -172,7 +172,11 @@ acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
     }
     num = PyNumber_Index(obj);
     if (num == NULL) {
-        return -1;
+        char expected[120];
+
+        snprintf(expected, sizeof(expected), "%s: nbytes must be an int",
+                 what);
+        return acc_index_failed(obj, expected);
     }
     rc = nbytes_of_int(st, num, what, nbytes);
     Py_DECREF(num);
@@ -691,6 +695,8 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
     }
     value = PyLong_AsLongLongAndOverflow(value_arg, &overflow);
     if (value == -1 && PyErr_Occurred()) {
+        acc_index_failed(value_arg, "Buffer.fill(): value must be an int "
+                         "in 0..255");
         return NULL;
     }
     if (overflow) {

@@ -422,7 +422,8 @@ acc_resolve_device(acc_state *st, PyObject *obj, int optional,
     if (acc_is_index(obj)) {
         *index = PyLong_AsLongLongAndOverflow(obj, &overflow);
         if (*index == -1 && PyErr_Occurred()) {
-            return -1;
+            return acc_index_failed(obj, "expected a device or an int "
+                                    "device index");
         }
         if (overflow) {
             /* Out of range for every call that takes a device. */

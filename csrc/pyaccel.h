@@ -75,6 +75,13 @@ acc_is_index(PyObject *obj)
     return !PyBool_Check(obj) && (PyLong_Check(obj) || PyIndex_Check(obj));
 }
 
+/* After obj.__index__() failed (acc_is_index let obj through: a numpy
+ * array has __index__ that only its 0-d integer arrays honour): a
+ * TypeError that names the argument, "<expected>, got <type> (<the
+ * object's reason>)", in place of numpy's bare message.  Other errors
+ * stay as they are.  Returns -1. */
+int acc_index_failed(PyObject *obj, const char *expected);
+
 /* Allocate and free instances of our heap types (tp_alloc and tp_free
  * are not fields in the limited API). */
 static inline PyObject *

@@ -631,3 +631,30 @@ def test_bad_arguments() -> None:
         b.record_stream(None)
     with pytest.raises(TypeError, match="accelerator.Stream"):
         b.close(stream=1)
+
+
+def test_numpy_arrays_are_named_where_an_int_is_expected() -> None:
+    """A numpy array has __index__, which only its 0-d integer arrays
+    honour: the error names the argument and what it takes, not only
+    numpy's 'only integer scalar arrays can be converted to a scalar
+    index'."""
+    array = np.array([8])
+    calls = [
+        (lambda: acc.Buffer(array),
+         r"^Buffer\(\): nbytes must be an int, got ndarray \(only integer"),
+        (lambda: acc.HostBuffer(array),
+         r"^HostBuffer\(\): nbytes must be an int, got ndarray"),
+        (lambda: acc.Buffer(8, array),
+         r"^expected a device or an int device index, got ndarray"),
+        (lambda: acc.set_device_index(array),
+         r"^set_device_index\(\) expected a device or an int device index, "
+         r"got ndarray"),
+    ]
+    for call, text in calls:
+        with pytest.raises(TypeError, match=text):
+            call()
+    b = acc.Buffer(8)
+    with pytest.raises(TypeError, match=r"^Buffer\.fill\(\): value must be "
+                       r"an int in 0\.\.255, got ndarray"):
+        b.fill(np.array([1, 2]))
+    b.close()
