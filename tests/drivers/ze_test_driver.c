@@ -44,13 +44,24 @@
  * the head of the list, from double_memory.c's model, and read or write
  * ordinary host memory only then: nothing is staged).
  *
+ * Regular command lists (zeCommandListCreate) record their commands and
+ * run nothing; after zeCommandListClose, zeCommandQueueExecuteCommandLists
+ * queues a copy of them on a command queue, which runs them on its own
+ * worker with the ordering model above (a list is in use until they have
+ * run: destroying or resetting it fails meanwhile, with
+ * ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE; appending to a closed one fails).
+ * Recorded commands hold no reference on their events until executed;
+ * an event destroyed meanwhile makes the execution fail.
+ * zeCommandListAppendEventReset resets an event when it reaches the head.
+ *
  * Control functions for tests (ctypes; see the "Control" section):
  *   long long fake_ze_call_count(const char *name)  NULL: all; -1: unknown
  *   void fake_ze_reset_counts(void)
  *   int fake_ze_fail(const char *name, int nth, int code)
  *   void fake_ze_clear_faults(void)
  *   long long fake_ze_live(const char *kind)  "context", "list", "pool",
- *                                             "event", and the memory
+ *                                             "event", "queue", and the
+ *                                             memory
  *                                             kinds of double_memory.h
  *                                             ("alloc", "host_alloc",
  *                                             "bad_access", ...); -1:
