@@ -383,6 +383,28 @@ def test_replay_on_another_stream_and_the_default_stream(graphs) -> None:
     assert _replay(g, acc.Stream(), dst) == b"\x09" * N
 
 
+def test_replays_of_one_graph_run_one_after_another(graphs,
+                                                    driver) -> None:
+    """As CUDA orders launches of one executable: a replay on another
+    stream waits for the replay before it."""
+    first, second = acc.Stream(), acc.Stream()
+    src, dst, bufs = _pipeline(first)
+    g = acc.Graph()
+    _capture_fill(g, first, bufs[0], dst, 8)
+    memoryview(dst)[:] = bytes(N)
+    gate = driver.gate(first)
+    with first:
+        g.replay()  # behind the gate
+    with second:
+        g.replay()
+    assert not second.query(), "the second replay did not wait"
+    assert bytes(dst) == bytes(N)
+    gate.open()
+    second.synchronize()
+    assert bytes(dst) == b"\x08" * N
+    first.synchronize()
+
+
 def test_the_register_of_captures_is_bounded(graphs) -> None:
     streams = [acc.Stream() for _ in range(65)]
     graphs_ = [acc.Graph() for _ in streams]

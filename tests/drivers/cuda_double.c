@@ -287,6 +287,10 @@ struct CUgraph_st {
 struct CUgraphExec_st {
     struct fake_op *head;
     long count;
+    /* Completes when the last launch has run: each launch waits for the
+     * one before, on whatever stream (launches of one executable never
+     * overlap). */
+    struct fake_mark *last;
 };
 
 struct CUevent_st {
@@ -2370,6 +2374,39 @@ cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
     return rc;
 }
 
+/* Under g_mu.  Frame a launch's ops: first wait for the executable's
+ * previous launch, last mark this one's end (*ops keeps them all). */
+static CUresult
+launch_frame(struct CUgraphExec_st *x, struct fake_op **ops)
+{
+    struct fake_mark *m = mark_new(2);
+    struct fake_op *record = m != NULL ? op_new(OP_RECORD, 0, m) : NULL;
+    struct fake_op *wait = NULL, **tail = ops;
+
+    if (record == NULL) {
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (x->last != NULL && !mark_done(x->last)) {
+        wait = op_new(OP_WAIT, 0, x->last);
+        if (wait == NULL) {
+            op_free(record);
+            mark_unref(m);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        atomic_fetch_add(&x->last->refs, 1);
+        wait->next = *ops;
+        *ops = wait;
+    }
+    while (*tail != NULL) {
+        tail = &(*tail)->next;
+    }
+    *tail = record;
+    mark_unref(x->last);
+    x->last = m;
+    return CUDA_SUCCESS;
+}
+
 CUresult
 cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -2390,6 +2427,9 @@ cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     if (rc == CUDA_SUCCESS) {
         ops = op_list_copy(hGraphExec->head, &ok);
         rc = ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc == CUDA_SUCCESS) {
+        rc = launch_frame(hGraphExec, &ops);
     }
     /* One launch: the recorded ops, in order, on the stream's worker. */
     while (rc == CUDA_SUCCESS && ops != NULL) {
@@ -2414,6 +2454,7 @@ cuGraphExecDestroy(CUgraphExec hGraphExec)
         dc_handles_remove(&g_graph_set.execs, hGraphExec);
         dc_live_add(&g_ctl, LIVE_GRAPH_EXEC, -1);
         op_list_free(hGraphExec->head);
+        mark_unref(hGraphExec->last);
         free(hGraphExec);
         rc = CUDA_SUCCESS;
     }
