@@ -442,6 +442,14 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
         st = b->host_alloc(device, nbytes, &h->ptr, err);
         if (st != ACC_OK) {
             free(h);
+            if (st == ACC_ERR_OUT_OF_MEMORY) {
+                /* The driver's words lack the size asked. */
+                size_t used = strlen(err->message);
+
+                snprintf(err->message + used, sizeof(err->message) - used,
+                         " (tried to allocate %zu bytes of page-locked host "
+                         "memory for device %d)", nbytes, device);
+            }
             return st;
         }
     }
