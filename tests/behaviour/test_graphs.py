@@ -3,7 +3,11 @@ one launch (torch.accelerator.Graph)."""
 from __future__ import annotations
 
 import gc
+import os
+import pathlib
 import re
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -314,7 +318,11 @@ def test_operations_the_driver_refuses_invalidate_the_capture(
         graphs, facts) -> None:
     stream = acc.Stream()
     src, dst, bufs = _pipeline(stream)
+    outside = acc.Stream().record_event()  # not part of the capture
+    outside.synchronize()
     for refused in (stream.synchronize, stream.query,
+                    lambda: acc.synchronize(stream.device),
+                    lambda: stream.wait_event(outside),
                     lambda: bufs[0].copy_from(b"x" * N, stream=stream)):
         g = acc.Graph()
         with stream:
@@ -475,3 +483,39 @@ def test_a_failed_instantiation_leaves_the_graph_usable(graphs, driver,
     finally:
         driver.clear_faults()
     assert _replay(kept, stream, dst) == b"\x05" * N
+
+
+EXIT_CAPTURING = """
+import accelerator as acc
+s, t = acc.Stream(), acc.Stream()
+b, h = acc.Buffer(64, stream=s), acc.HostBuffer(64)
+acc.synchronize()
+g = acc.Graph()
+with s, g:
+    b.fill(3, stream=s)
+    b.copy_to(h, stream=s)
+with s:
+    g.replay()
+    g.replay()
+open_capture = acc.Graph()
+with t:
+    open_capture.capture_begin()
+b.fill(1, stream=t)
+fork = acc.Stream()
+fork.wait_event(t.record_event())
+b.fill(2, stream=fork)
+print("exiting")
+"""
+
+
+def test_exit_with_graphs_and_a_capture_open(graphs) -> None:
+    """Exiting with a graph replayed, a capture still open and a stream
+    forked into it: a clean exit (shutdown releases the driver's
+    objects of all of them) that says nothing."""
+    src = pathlib.Path(__file__).resolve().parents[2] / "src"
+    result = subprocess.run([sys.executable, "-c", EXIT_CAPTURING],
+                            env={**os.environ, "PYTHONPATH": str(src)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "exiting\n"
+    assert result.stderr == "", result.stderr
