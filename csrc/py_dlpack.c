@@ -27,6 +27,7 @@ typedef struct dl_export {
     int64_t shape[1], strides[1];
     PyObject *owner;        /* the exported object (a reference) */
     Py_ssize_t *exports;    /* its export counter (lives with owner) */
+    int in_subinterpreter;  /* made outside the main interpreter */
 } dl_export;
 
 /* The export's end, with the GIL held by this thread. */
@@ -38,12 +39,22 @@ dl_export_release(dl_export *x)
     free(x);
 }
 
-/* The deleter a consumer calls, on any thread, with or without the GIL. */
+/* The deleter a consumer calls, on any thread, with or without the GIL.
+ * PyGILState serves the main interpreter only: in a subinterpreter the
+ * consumer holds the GIL through a thread state PyGILState does not know
+ * (numpy dropping an array there), and Ensure would wait for ever for the
+ * GIL this thread has; a subinterpreter's consumer must call it with the
+ * GIL held, which CPython's own rules leave as the only way there. */
 static void
 dl_export_free(dl_export *x)
 {
-    PyGILState_STATE gil = PyGILState_Ensure();
+    PyGILState_STATE gil;
 
+    if (x->in_subinterpreter) {
+        dl_export_release(x);
+        return;
+    }
+    gil = PyGILState_Ensure();
     dl_export_release(x);
     PyGILState_Release(gil);
 }
@@ -128,6 +139,8 @@ dl_export_new(PyObject *owner, Py_ssize_t *exports, uintptr_t data,
     t->strides = x->strides;
     x->owner = Py_NewRef(owner);
     x->exports = exports;
+    x->in_subinterpreter = PyInterpreterState_GetID(
+                               PyInterpreterState_Get()) != 0;
     if (versioned) {
         x->versioned.version.major = ACC_DLPACK_MAJOR_VERSION;
         x->versioned.version.minor = ACC_DLPACK_MINOR_VERSION;

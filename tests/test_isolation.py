@@ -163,6 +163,14 @@ del w                                    # a consumed one
 b.close()
 left = a.Buffer(64)
 kept = left.__dlpack__()                 # alive when the interpreter ends
+import warnings
+with warnings.catch_warnings():          # numpy's word on subinterpreters
+    warnings.simplefilter("ignore")
+    import numpy as np
+h = a.HostBuffer(64)
+x = np.from_dlpack(h)                    # another consumer's deleter call
+del x
+h.close()
 '''
 interp = interpreters.create()
 interpreters.run_string(interp, code)
@@ -173,9 +181,10 @@ print("ok")
 
 @pytest.mark.parametrize("backend", backend_params())
 def test_dlpack_capsules_die_in_a_subinterpreter(backend: str) -> None:
-    """A capsule of ours dropped in a subinterpreter released its export
-    through PyGILState_Ensure, which waited for ever for the GIL that
-    the thread held under the subinterpreter's thread state."""
+    """A capsule of ours dropped in a subinterpreter, or an array numpy
+    made of one there, released its export through PyGILState_Ensure,
+    which waited for ever for the GIL that the thread held under the
+    subinterpreter's thread state."""
     assert run(backend, SUBINTERPRETER_DLPACK, timeout=30).strip() == "ok"
 
 
