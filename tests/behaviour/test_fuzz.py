@@ -69,9 +69,15 @@ FAULT_APIS = sorted({
 #: (a free of memory that the driver refused is lost for good, so those
 #: sites would leave the final counts off by the refusals; test_faults
 #: counts them)
+#: (and not the sites whose preparation needs devices of two drivers where
+#: this process has one: their preparation skips, which would skip the
+#: whole run whenever the draw picked one)
+TWO_DRIVERS = getattr(test_faults.make_double(), "drivers", lambda: 1)() >= 2
 SITES = [s for s in test_faults.SITES.get(BACKEND, [])
          if s.how in (test_faults.RAISE, test_faults.SILENT)
-         and s.api not in REFUSED]
+         and s.api not in REFUSED
+         and (TWO_DRIVERS or (s.prepare or test_faults.PREPARE.get(
+             s.action)) is not test_faults.across_drivers)]
 FAULTY_RULES = ["set_device_index", "synchronize", "memory_and_properties",
                 "stream_query", "stream_synchronize", "wait_stream",
                 "record", "event_query_synchronize", "wait_event",
