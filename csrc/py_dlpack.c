@@ -247,8 +247,23 @@ parse_dlpack_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
         }
     }
     if (copy != Py_None && !PyBool_Check(copy)) {
-        PyErr_Format(PyExc_TypeError, "%s: copy must be None or a bool, got "
-                     "%.100s", what, acc_type_name(copy));
+        /* With its module: numpy's bool is named "bool" too, and "must
+         * be a bool, got bool" would puzzle. */
+        PyObject *module = PyObject_GetAttrString((PyObject *)Py_TYPE(copy),
+                                                  "__module__");
+
+        if (module == NULL || !PyUnicode_Check(module)
+            || PyUnicode_CompareWithASCIIString(module, "builtins") == 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: copy must be None or a "
+                         "bool, got %.100s", what, acc_type_name(copy));
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s: copy must be None or a "
+                         "bool, got %.100U.%.100s", what, module,
+                         acc_type_name(copy));
+        }
+        Py_XDECREF(module);
         return -1;
     }
     out->copy = copy == Py_None ? -1 : copy == Py_True;

@@ -163,6 +163,9 @@ def test_bad_export_arguments() -> None:
         b.__dlpack__(max_version=1)
     with pytest.raises(TypeError, match="copy"):
         b.__dlpack__(copy=1)
+    # numpy's bool is named with its module ("got bool" read as nonsense).
+    with pytest.raises(TypeError, match=r"a bool, got numpy\.bool"):
+        b.__dlpack__(copy=np.True_)
     with pytest.raises(TypeError, match="unexpected keyword"):
         b.__dlpack__(steam=None)
     # Beyond 64 bits: refused with the value passed, never clamped to
