@@ -146,6 +146,11 @@ class DriverDouble:
     #: (driver function, Python call): the call's first use of device 1
     #: calls that function while holding the dispatcher's lock
     first_use_under_lock: tuple[str, str] = ("", "")
+    #: driver functions that a pageable copy (Buffer.copy_to(bytearray),
+    #: copy_from(bytes)) calls to wait for the copy it has queued: a fault
+    #: there must not let the call return while the copy still uses the
+    #: host memory (none where the driver's copy call itself blocks)
+    pageable_copy_waits: tuple[str, ...] = ()
 
     def __init__(self, path: pathlib.Path, prefix: str) -> None:
         self.path = path
@@ -364,6 +369,7 @@ class ZeDouble(DriverDouble):
     """tests/drivers/build/libze_test_driver.so, under the real loader."""
 
     query_sees_foreign_work = False
+    pageable_copy_waits = ("zeEventHostSynchronize",)
 
     device_type = "xpu"
     torch_device_type = 12

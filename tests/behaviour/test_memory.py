@@ -263,6 +263,55 @@ def test_pageable_copy_from_may_reuse_source_at_once(driver) -> None:
     assert out == b"\x06" * 64
 
 
+def pageable_copy_waits(driver) -> tuple[str, ...]:
+    if not driver.pageable_copy_waits:
+        pytest.skip("the driver's pageable copy call blocks by itself: "
+                    "there is no separate wait to fail")
+    return driver.pageable_copy_waits
+
+
+@pytest.mark.parametrize("nbytes", [64, 4096])
+def test_pageable_copy_to_whose_wait_fails_has_landed(driver,
+                                                      nbytes) -> None:
+    """The wait after the copy fails: the call raises, but only once the
+    copy has stopped writing the destination, which the caller may free
+    at once (a bytearray written after its free corrupted the heap)."""
+    for api in pageable_copy_waits(driver):
+        s = acc.Stream(0)
+        b = acc.Buffer(nbytes, stream=s)
+        b.fill(5, stream=s)
+        driver.enqueue_sleep(s, 100)
+        out = bytearray(nbytes)
+        driver.fail(api, 1, driver.unknown_error[0])
+        try:
+            with pytest.raises(acc.AcceleratorError,
+                               match=driver.unknown_error[1]):
+                b.copy_to(out, stream=s)
+        finally:
+            driver.clear_faults()
+        assert out == b"\x05" * nbytes, api
+
+
+def test_pageable_copy_from_whose_wait_fails_has_read(driver) -> None:
+    """As above for the source: reused as soon as the call raised."""
+    for api in pageable_copy_waits(driver):
+        s = acc.Stream(0)
+        b = acc.Buffer(64, stream=s)
+        driver.enqueue_sleep(s, 100)
+        src = bytearray(b"\x09" * 64)
+        driver.fail(api, 1, driver.unknown_error[0])
+        try:
+            with pytest.raises(acc.AcceleratorError,
+                               match=driver.unknown_error[1]):
+                b.copy_from(src, stream=s)
+        finally:
+            driver.clear_faults()
+        src[:] = b"\x00" * 64  # reused before the copy ran, if it had not
+        out = bytearray(64)
+        b.copy_to(out, stream=s)
+        assert out == b"\x09" * 64, api
+
+
 def test_ordering_with_events_and_wait_stream(driver) -> None:
     s1, s2 = acc.Stream(0), acc.Stream(0)
     b = acc.Buffer(4096, stream=s1)

@@ -4,6 +4,8 @@
  */
 #include "lz.h"
 
+#include <time.h>
+
 /*
  * Level Zero has no stream-ordered free: zeMemFree frees at once, and
  * memory that queued work still uses must not be freed.  The allocator
@@ -219,6 +221,32 @@ lz_appended_locked(lz_target *t, lz_slot *done)
     pthread_mutex_unlock(&lz.lock);
 }
 
+/* A pageable copy was queued (`done` signals when it has run, counted as
+ * waited on by the caller) but waiting for its stream failed: the copy
+ * still reads or writes the caller's memory, which the caller frees or
+ * reuses as soon as we return.  Wait for the copy's own event, retrying
+ * what fails, until it has signaled or the driver says it never will
+ * (device lost). */
+static void
+lz_await_copy(lz_slot *done)
+{
+    const struct timespec pause = {0, 1000000}; /* 1 ms between tries */
+    for (;;) {
+        ze_result_t r = lz_host_wait(done, UINT64_MAX);
+        if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) {
+            return;
+        }
+        r = lz_fn.zeEventQueryStatus(done->event);
+        if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) {
+            return;
+        }
+        acc_trace("xpu: waiting for a pageable copy failed (0x%x); "
+                  "retrying: it still uses the caller's memory",
+                  (unsigned)r);
+        nanosleep(&pause, NULL);
+    }
+}
+
 acc_status
 lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
 {
@@ -232,7 +260,8 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
     }
     lz_target t = lz_target_of(s);
     lz_slot *done = NULL;
-    int captured = 0;
+    int captured = 0, queued = 0;
+    int pageable = (c->flags & ACC_COPY_PAGEABLE) != 0;
     acc_status status = lz_acquire(t.driver, 0, &done, err);
     if (status == ACC_OK) {
         pthread_mutex_lock(t.lock);
@@ -260,15 +289,30 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
             }
             else {
                 lz_appended_locked(&t, done);
+                queued = 1;
             }
         }
         pthread_mutex_unlock(t.lock);
-        lz_retire(done);
+        if (queued && pageable) {
+            /* Kept (not reset) until we know the copy has run. */
+            pthread_mutex_lock(&lz.lock);
+            done->waiters++;
+            lz_retire_locked(done);
+            pthread_mutex_unlock(&lz.lock);
+        }
+        else {
+            lz_retire(done);
+        }
     }
     /* Level Zero reads and writes ordinary host memory when the copy
-     * runs (no staging): wait for it before the caller reuses it. */
-    if (status == ACC_OK && !captured && (c->flags & ACC_COPY_PAGEABLE)) {
+     * runs (no staging): wait for it before the caller reuses it, even
+     * when the wait fails (the error is still reported). */
+    if (queued && pageable) {
         status = lz_synchronize_target(t, err);
+        if (status != ACC_OK) {
+            lz_await_copy(done);
+        }
+        lz_unwait(done);
     }
     lz_target_done(&t);
     return status;
