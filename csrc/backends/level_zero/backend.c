@@ -488,7 +488,7 @@ lz_shutdown(void)
     }
     free(lz.bridges);
     lz.bridges = NULL;
-    lz.nbridges = lz.capbridges = 0;
+    lz.nbridges = lz.capbridges = lz.reserved_bridges = 0;
     pthread_mutex_unlock(&lz.lock);
     lz.shut = 1;
     for (int i = 0; i < lz.ndevices; i++) {
@@ -521,7 +521,7 @@ lz_shutdown(void)
         drv->free[0] = drv->free[1] = drv->retired = NULL;
         free(drv->links);
         drv->links = NULL;
-        drv->nlinks = drv->caplinks = 0;
+        drv->nlinks = drv->caplinks = drv->reserved_links = 0;
         if (drv->context != NULL && !drv->stuck) {
             ze_result_t r = lz_fn.zeContextDestroy(drv->context);
             if (r != ZE_RESULT_SUCCESS) {

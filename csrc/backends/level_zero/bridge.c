@@ -101,12 +101,14 @@ acc_status
 lz_wait_across(lz_target t, lz_slot *slot, acc_error *err)
 {
     lz_slot *to = NULL, *done = NULL;
-    int coming = 0;
+    int coming = 0, link_reserved = 0, bridge_reserved = 0;
     acc_status status;
     pthread_mutex_lock(t.lock);
     pthread_mutex_lock(&lz.lock);
     status = lz_reserve_link_locked(t.driver, err);
-    if (status == ACC_OK && lz.nbridges == lz.capbridges) {
+    link_reserved = status == ACC_OK;
+    if (status == ACC_OK
+        && lz.nbridges + lz.reserved_bridges == lz.capbridges) {
         size_t cap = lz.capbridges ? 2 * lz.capbridges : 8;
         lz_bridge *bridges = realloc(lz.bridges, cap * sizeof(*bridges));
         if (bridges == NULL) {
@@ -116,6 +118,12 @@ lz_wait_across(lz_target t, lz_slot *slot, acc_error *err)
             lz.bridges = bridges;
             lz.capbridges = cap;
         }
+    }
+    if (status == ACC_OK) {
+        /* Another thread may add a bridge while lz.lock is dropped
+         * below: the place is ours from here. */
+        lz.reserved_bridges++;
+        bridge_reserved = 1;
     }
     if (status == ACC_OK) {
         status = lz_acquire_locked(t.driver, 0, &to, err);
@@ -150,14 +158,19 @@ lz_wait_across(lz_target t, lz_slot *slot, acc_error *err)
         lz.bridge_coming--;
         pthread_cond_broadcast(&lz.bridge_cv);
     }
+    if (bridge_reserved) {
+        lz.reserved_bridges--;
+    }
     if (status == ACC_OK) {
         to->waiters++;
-        lz.drivers[t.driver].links[lz.drivers[t.driver].nlinks++] =
-            (lz_link){to, done};
+        lz_link_reserved_locked(t.driver, &(lz_link){to, done});
         lz.bridges[lz.nbridges++] = (lz_bridge){slot, to};
         pthread_cond_broadcast(&lz.bridge_cv);
     }
     else {
+        if (link_reserved) {
+            lz_link_reserved_locked(t.driver, NULL);
+        }
         slot->waiters--;
         if (to != NULL) {
             to->armed = 0;

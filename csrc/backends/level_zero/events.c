@@ -140,6 +140,7 @@ lz_wait_target(lz_target t, acc_event *e, acc_error *err)
     pthread_mutex_lock(t.lock);
     pthread_mutex_lock(&lz.lock);
     acc_status status = lz_reserve_link_locked(t.driver, err);
+    int reserved = status == ACC_OK;
     if (status == ACC_OK) {
         status = lz_acquire_locked(t.driver, 0, &done, err);
     }
@@ -150,10 +151,12 @@ lz_wait_target(lz_target t, acc_event *e, acc_error *err)
     pthread_mutex_lock(&lz.lock);
     if (status == ACC_OK) {
         /* Our count on slot passes to the link. */
-        lz.drivers[t.driver].links[lz.drivers[t.driver].nlinks++] =
-            (lz_link){slot, done};
+        lz_link_reserved_locked(t.driver, &(lz_link){slot, done});
     }
     else {
+        if (reserved) {
+            lz_link_reserved_locked(t.driver, NULL);
+        }
         slot->waiters--;
         if (done != NULL) {
             lz_retire_locked(done);

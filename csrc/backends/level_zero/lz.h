@@ -151,6 +151,10 @@ typedef struct lz_driver {
     lz_slot *retired;      /* no owner; reset once safe */
     lz_link *links;        /* waits not yet known to have run */
     size_t nlinks, caplinks;
+    /* Room promised to callers between lz_reserve_link_locked and their
+     * lz_link_reserved_locked: they drop lz.lock in between, so two of
+     * them must not both take the last free place. */
+    size_t reserved_links;
 } lz_driver;
 
 struct lz_capture;
@@ -238,6 +242,7 @@ typedef struct lz_state {
     pthread_cond_t reaper_cv;
     lz_bridge *bridges;    /* under lock */
     size_t nbridges, capbridges;
+    size_t reserved_bridges;  /* promised, as reserved_links */
     int bridge_coming;     /* bridges being added: keep running */
     int bridge_running;
     int bridge_stop;
@@ -259,6 +264,7 @@ acc_status lz_context_locked(int d, ze_context_handle_t *out, acc_error *err);
 void lz_retire_locked(lz_slot *s);
 acc_status lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err);
 acc_status lz_reserve_link_locked(int d, acc_error *err);
+void lz_link_reserved_locked(int d, const lz_link *link);
 void lz_set_tail_locked(lz_stream *st, lz_slot *s);
 acc_status lz_acquire(int d, int timing, lz_slot **out, acc_error *err);
 void lz_unwait(lz_slot *s);

@@ -137,12 +137,13 @@ lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err)
 }
 
 /* Room for one more link of driver d, so that adding it cannot fail
- * after the wait it stands for was appended. */
+ * after the wait it stands for was appended.  On ACC_OK the caller owes
+ * one lz_link_reserved_locked(d, ...), whether it adds the link or not. */
 acc_status
 lz_reserve_link_locked(int d, acc_error *err)
 {
     lz_driver *drv = &lz.drivers[d];
-    if (drv->nlinks == drv->caplinks) {
+    if (drv->nlinks + drv->reserved_links == drv->caplinks) {
         size_t cap = drv->caplinks ? 2 * drv->caplinks : 16;
         lz_link *links = realloc(drv->links, cap * sizeof(*links));
         if (links == NULL) {
@@ -151,7 +152,20 @@ lz_reserve_link_locked(int d, acc_error *err)
         drv->links = links;
         drv->caplinks = cap;
     }
+    drv->reserved_links++;
     return ACC_OK;
+}
+
+/* Settle a reservation of lz_reserve_link_locked: add link (when not
+ * NULL) in the place reserved, or give the place back. */
+void
+lz_link_reserved_locked(int d, const lz_link *link)
+{
+    lz_driver *drv = &lz.drivers[d];
+    drv->reserved_links--;
+    if (link != NULL) {
+        drv->links[drv->nlinks++] = *link;
+    }
 }
 
 /* Make s (just appended on st's list) st's tail (st->lock held). */
