@@ -167,6 +167,7 @@ class DriverDouble:
         f("live").restype = ctypes.c_longlong
         f("delay").argtypes = [ctypes.c_char_p, ctypes.c_double]
         f("delay").restype = ctypes.c_int
+        f("reset_detectors").restype = None
         self._gates: list[Gate] = []
 
     @classmethod
@@ -250,6 +251,18 @@ class DriverDouble:
     def _gate_target(self, stream: object) -> tuple[object, ...]:
         """The arguments before the gate pointer of enqueue_gate."""
         return (ctypes.c_ulonglong(stream.handle),)  # type: ignore[attr-defined]
+
+    #: the double's detectors: live kinds that count defects found so far
+    detectors = ("bad_access", "guard_damage")
+
+    def fired_detectors(self) -> dict[str, int]:
+        """The detectors that have counted a defect since their reset."""
+        return {kind: n for kind in self.detectors if (n := self.live(kind))}
+
+    def reset_detectors(self) -> None:
+        """Zero the detectors' counts (the suite does so after each test,
+        so that one defect fails one test)."""
+        self._fn("reset_detectors")()
 
     def live_all(self) -> dict[str, int]:
         """Every live-object count of the double, by its own kind names."""

@@ -83,6 +83,28 @@ def default_streams() -> list[accelerator.Stream]:
             for i in range(accelerator.device_count())]
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+        item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A detector of the double (bad access, guard damage) that fired
+    during a test's call or teardown fails that test, and is reset, so
+    that one defect is one red test and not every test after it."""
+    outcome = yield
+    if _driver is None or call.when == "setup":
+        return
+    fired = _driver.fired_detectors()
+    if not fired:
+        return
+    _driver.reset_detectors()
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{type(_driver).__name__}'s detectors fired during this test's "
+            f"{call.when}: {fired} (the double's lines on stderr say where);"
+            " they are reset for the next test")
+
+
 @pytest.fixture(autouse=True)
 def restore_state(default_streams: list[accelerator.Stream]) -> Iterator[None]:
     """Each test ends on device 0 with the default streams current."""

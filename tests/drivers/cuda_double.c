@@ -366,6 +366,7 @@ static dc_control g_ctl = {
     DC_CONTROL_INIT("fake libcuda", fake_fns, g_calls, g_live_kinds, g_live),
     .on_reset = reset_sync_counters,
     .live_extra = live_contexts,
+    .reset_detectors = dm_reset_detectors,
 };
 
 static _Thread_local struct CUctx_st *t_stack[FAKE_CTX_STACK];

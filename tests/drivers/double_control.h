@@ -28,6 +28,10 @@
  *       so that a test can keep a thread inside a driver call (races,
  *       fork); 0 removes the delay.  0, or -1 for an unknown name or a
  *       bad ms.
+ *   void fake_<prefix>_reset_detectors(void)
+ *       Zeroes the counts of the double's detectors ("bad_access",
+ *       "guard_damage"), so that one defect fails the test during which
+ *       it was found and not every test after it.
  *
  * Control functions are not counted and never affected by faults.
  */
@@ -70,6 +74,8 @@ typedef struct dc_control {
      * live kinds that the double computes (return -1 for "not mine"). */
     void (*on_reset)(void);
     long long (*live_extra)(const char *kind);
+    /* Zeroes the detectors' counts (fake_<prefix>_reset_detectors). */
+    void (*reset_detectors)(void);
     /* Faults; the lock is taken first of all the double's locks. */
     pthread_mutex_t fault_mu;
     dc_fault faults[DC_MAX_FAULTS];
@@ -159,6 +165,7 @@ void dc_env_faults(dc_control *ctl, const char *var);
     DC_EXPORT void fake_##prefix##_clear_faults(void);                  \
     DC_EXPORT long long fake_##prefix##_live(const char *kind);         \
     DC_EXPORT int fake_##prefix##_delay(const char *name, double ms);   \
+    DC_EXPORT void fake_##prefix##_reset_detectors(void);               \
     long long fake_##prefix##_call_count(const char *name)              \
     {                                                                   \
         return dc_call_count(&(ctl), name);                             \
@@ -182,6 +189,12 @@ void dc_env_faults(dc_control *ctl, const char *var);
     int fake_##prefix##_delay(const char *name, double ms)              \
     {                                                                   \
         return dc_delay(&(ctl), name, ms);                              \
+    }                                                                   \
+    void fake_##prefix##_reset_detectors(void)                          \
+    {                                                                   \
+        if ((ctl).reset_detectors != NULL) {                            \
+            (ctl).reset_detectors();                                    \
+        }                                                               \
     }
 
 #endif /* DOUBLE_CONTROL_H */

@@ -93,6 +93,9 @@ void dm_op_release(dm_op *op);
 
 /* A live count (see above); -1 for a kind that is not memory. */
 long long dm_live(const char *kind);
+/* Zeroes "bad_access" and "guard_damage" (allocations damaged and still
+ * live go on counting until freed). */
+void dm_reset_detectors(void);
 
 #pragma GCC visibility pop
 

@@ -84,12 +84,14 @@ static const char *const live_kinds[LIVE_KINDS] = {
     "context", "queue", "event", "alloc", "host_alloc", "bad_access",
 };
 static long long svm_guard_damage(const char *kind);
+static void svm_reset_detectors(void);
 static atomic_llong g_calls[FN_COUNT];
 static atomic_llong g_live[LIVE_KINDS];
 static dc_control g_ctl = {
     DC_CONTROL_INIT("opencl interposer", fake_fns, g_calls, live_kinds,
                     g_live),
     .live_extra = svm_guard_damage,
+    .reset_detectors = svm_reset_detectors,
 };
 static unsigned long long g_svm_caps_mask = ~0ULL;
 
@@ -422,6 +424,15 @@ svm_guard_damage(const char *kind)
     }
     pthread_mutex_unlock(&svm.mu);
     return n;
+}
+
+static void
+svm_reset_detectors(void)
+{
+    pthread_mutex_lock(&svm.mu);
+    svm.guard_damage = 0;
+    pthread_mutex_unlock(&svm.mu);
+    dc_live_add(&g_ctl, LIVE_BAD_ACCESS, -dc_live_get(&g_ctl, LIVE_BAD_ACCESS));
 }
 
 static void

@@ -231,6 +231,7 @@ static dc_control g_ctl = {
     DC_CONTROL_INIT("ze_test_driver", function_names, g_calls, kind_names,
                     g_live),
     .live_extra = dm_live, /* "alloc", "host_alloc", ... */
+    .reset_detectors = dm_reset_detectors,
 };
 
 static struct {
