@@ -6,7 +6,7 @@ from pathlib import Path
 import accelerator
 
 # Symbols that only an instrumented build links: the ASan/UBSan build of
-# tests/sanitize.sh and the coverage build of tests/coverage.sh.
+# the instrumented build of tests/build.sh (ASan, UBSan and coverage).
 MARKERS = (b"__asan_init", b"__ubsan_handle", b"__gcov_", b"__llvm_gcov")
 
 

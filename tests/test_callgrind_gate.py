@@ -8,8 +8,8 @@ of each API call on the CUDA double and compares them with the committed
 that file on purpose (commit it with the change that explains it).
 
 Skipped, with the reason, where valgrind is missing (tests/run.sh installs
-it), where the extension is instrumented (the ASan and coverage builds of
-tests/sanitize.sh and tests/coverage.sh count other instructions), and
+it), where the extension is instrumented (the ASan, UBSan and coverage
+build of tests/build.sh counts other instructions), and
 where the baseline was taken under another interpreter.
 """
 from __future__ import annotations

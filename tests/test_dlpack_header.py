@@ -6,8 +6,8 @@ we declare is the spec header's; it is compiled with -Werror.  Debian's
 libdlpack-dev is DLPack 0.6 (no versioned struct, no kDLOneAPI): it checks
 what it has.  A current (1.x) header is looked for in
 $ACCELERATOR_DLPACK_INCLUDE (a folder holding dlpack/dlpack.h or
-dlpack.h; tests/run.sh fetches the one in the cuda-core wheel) and in the
-files of the installed Python distributions.
+dlpack.h) and in the files of the installed Python distributions (the
+cuda-core wheel of tests/requirements.txt ships one).
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_declarations_match_a_current_dlpack(tmp_path) -> None:
     if header is None:
         pytest.skip("no DLPack 1.x dlpack.h at hand: set "
                     "ACCELERATOR_DLPACK_INCLUDE, or install a wheel that "
-                    "ships one (tests/run.sh fetches cuda-core's)")
+                    "ships one (cuda-core, in tests/requirements.txt)")
     result = compile_check(tmp_path, header)
     assert result.returncode == 0, (header, result.stderr)
 

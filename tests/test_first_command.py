@@ -18,7 +18,7 @@ uses that clone and environment:
   ``-p accelerator.pytest_plugin`` and ``pytest_plugins``.
 
 Skipped, with the reason, where this is no git checkout (an sdist, the
-private copies of sanitize.sh and coverage.sh) or where ``pip install .``
+private copy of the instrumented build, tests/build.sh) or where ``pip install .``
 cannot fetch its build requirements (no network).
 """
 from __future__ import annotations

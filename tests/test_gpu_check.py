@@ -25,7 +25,7 @@ def test_gpu_check_runs_through_to_its_results_table(tmp_path: Path) -> None:
     if shutil.which("bash") is None or shutil.which("make") is None:
         pytest.skip("needs bash and make")
     if not (REPO / "src" / "accelerator").is_dir():
-        pytest.skip("no source package to install: check_package.sh "
+        pytest.skip("no source package to install: tests/check_wheel.sh "
                     "removes it to test the installed wheel")
     marks = instrumented_extension()
     if marks is not None:
