@@ -182,6 +182,9 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
          memory, direct, budget=90)
     inst("opencl-direct", "the memory tests without caching on OpenCL",
          memory, {**opencl, **direct}, budget=90)
+    timing = ["tests/behaviour/test_threads.py",
+              "tests/behaviour/test_event_race.py",
+              "tests/behaviour/test_asyncio.py"]
     stages += [
         Stage("plain", [
             # What is worth running uninstrumented: instruction counts,
@@ -191,12 +194,16 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
             "tests/test_callgrind_gate.py", "tests/test_gpu_check.py",
             "tests/test_first_command.py", "tests/test_pytest_plugin.py",
             "tests/test_pytest_xdist.py", "tests/test_processes.py",
-            "tests/test_api_surface.py", "tests/test_docs.py",
-            "tests/behaviour/test_threads.py",
-            "tests/behaviour/test_event_race.py",
-            "tests/behaviour/test_asyncio.py"], 240, needs=["build"],
+            "tests/test_api_surface.py", "tests/test_docs.py", *timing],
+            240, needs=["build"],
             doc="the uninstrumented build in place on the CUDA double: "
                 "timing, instruction counts, first commands, the plugin"),
+        Stage("plain-xpu", timing, 120, env=xpu, needs=["build"],
+              doc="the timing-sensitive behaviour tests uninstrumented on "
+                  "Level Zero"),
+        Stage("plain-opencl", timing, 120, env=opencl, needs=["build"],
+              doc="the timing-sensitive behaviour tests uninstrumented on "
+                  "OpenCL"),
         Stage("stubs", [py, "-m", "mypy.stubtest", "accelerator"], 120,
               kind="cmd", env={"PYTHONPATH": "src"}, needs=["build"],
               doc="the type stubs match the module"),
@@ -360,7 +367,9 @@ class Runner:
         return True
 
     def run(self) -> None:
-        pending = list(self.stages)
+        # Setup first, then the longest stages first: the two lanes end
+        # closer together.
+        pending = sorted(self.stages, key=lambda s: (not s.serial, -s.budget))
         procs: dict[str, subprocess.Popen[bytes]] = {}
         while pending or procs:
             if self.deadline is not None and \

@@ -103,7 +103,8 @@ def test_the_builtin_plan_names_every_configuration() -> None:
     names = [line.split()[0] for line in proc.stdout.splitlines()]
     for name in ("setup", "build", "build-instrumented", "cuda", "cuda-direct",
                  "xpu", "xpu-intercept", "xpu-validation", "xpu-two-drivers",
-                 "opencl", "opencl-direct", "plain", "stubs", "docs", "wheel",
+                 "opencl", "opencl-direct", "plain", "plain-xpu",
+                 "plain-opencl", "stubs", "docs", "wheel",
                  "coverage"):
         assert name in names
 
