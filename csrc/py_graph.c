@@ -60,7 +60,7 @@ graph_dealloc(GraphObject *self)
 {
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
 
-    acc_graph_reset(&self->g);
+    acc_graph_drop(&self->g);
     acc_object_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -184,8 +184,12 @@ graph_replay(GraphObject *self, PyObject *unused)
 static PyObject *
 graph_reset(GraphObject *self, PyObject *unused)
 {
+    acc_error err;
+
     (void)unused;
-    acc_graph_reset(&self->g);
+    if (acc_graph_reset(&self->g, &err) != ACC_OK) {
+        return acc_raise(graph_state(self), &err);
+    }
     Py_RETURN_NONE;
 }
 
@@ -233,8 +237,7 @@ graph_exit(GraphObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs > 0 && args[0] != Py_None) {
         /* The body failed: drop the capture, let its exception through. */
-        acc_graph_reset(&self->g);
-        Py_RETURN_NONE;
+        return graph_reset(self, NULL);
     }
     return graph_capture_end(self, NULL);
 }

@@ -519,3 +519,68 @@ def test_exit_with_graphs_and_a_capture_open(graphs) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == "exiting\n"
     assert result.stderr == "", result.stderr
+
+
+def test_a_refused_capture_begin_leaves_the_live_capture_alone(
+        graphs) -> None:
+    """A second graph's capture_begin on a stream that a relaxed capture
+    holds is refused, and the relaxed capture's rules stay in force: not
+    the refused one's 'global' mode (issue 22, item 2)."""
+    stream = acc.Stream()
+    live, refused = acc.Graph(), acc.Graph()
+    with stream:
+        live.capture_begin(capture_error_mode="relaxed")
+        with pytest.raises(RuntimeError, match="already being captured"):
+            refused.capture_begin()  # 'default': global
+        elsewhere = acc.Buffer(16, stream=acc.Stream())  # relaxed: fine
+        with pytest.raises(RuntimeError, match="'relaxed'"):
+            acc.Buffer(16, stream=stream)
+        live.capture_end()
+    assert "captured" in repr(live) and "empty" in repr(refused)
+    del elsewhere
+    acc.Buffer(16, stream=stream)  # no capture registered any more
+
+
+def test_reset_from_another_thread_during_a_capture_is_refused(
+        graphs) -> None:
+    """reset() from a thread that cannot end the capture (modes 'global'
+    and 'thread_local') is refused and changes nothing: the capturing
+    thread still ends its capture, and the graph replays (item 3)."""
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    for mode in ("global", "thread_local"):
+        g = acc.Graph()
+        memoryview(dst)[:] = bytes(N)
+        with stream:
+            g.capture_begin(capture_error_mode=mode)
+            bufs[0].fill(4, stream=stream)
+            bufs[0].copy_to(dst, stream=stream)
+        errors: list[BaseException] = []
+
+        def reset() -> None:
+            try:
+                g.reset()
+            except BaseException as exc:  # checked below
+                errors.append(exc)
+
+        t = threading.Thread(target=reset)
+        t.start()
+        t.join(30)
+        assert len(errors) == 1, (mode, errors)
+        assert isinstance(errors[0], RuntimeError)
+        assert f"'{mode}'" in str(errors[0]) and "thread" in str(errors[0])
+        assert "capturing" in repr(g)
+        with stream:
+            g.capture_end()
+        assert _replay(g, stream, dst) == b"\x04" * N
+    # A relaxed capture may be dropped from any thread.
+    g = acc.Graph()
+    with stream:
+        g.capture_begin(capture_error_mode="relaxed")
+    t = threading.Thread(target=g.reset)
+    t.start()
+    t.join(30)
+    assert "empty" in repr(g)
+    stream.synchronize()  # not capturing any more
+    acc.Buffer(16, stream=stream)
+
