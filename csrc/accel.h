@@ -507,7 +507,8 @@ acc_status acc_graph_replay(acc_graph *g, acc_error *err);
  * capture; a driver that will not end the capture leaves g unchanged. */
 acc_status acc_graph_reset(acc_graph *g, acc_error *err);
 /* As acc_graph_reset for a graph being freed: never fails.  A capture
- * that cannot be ended keeps its stream (never pooled again). */
+ * that cannot be ended keeps its stream (never pooled again).  In a
+ * forked child g is forgotten without a driver call. */
 void acc_graph_drop(acc_graph *g);
 /* ACC_ERR_STATE when an allocation ordered on s by this thread must be
  * refused because of an active capture (s captures; or a global-mode

@@ -309,6 +309,17 @@ acc_graph_drop(acc_graph *g)
 {
     acc_error ignored;
 
+    if (acc_check_usable(&ignored) != ACC_OK) {
+        /* A child forked from the process that made g: the driver's
+         * objects are the parent's; forget them without a driver call
+         * (and without the register's lock, which a thread of the
+         * parent may have held at the fork). */
+        if (g->capturing != NULL) {
+            acc_stream_decref(g->capturing);
+        }
+        acc_graph_init(g, g->keep_graph);
+        return;
+    }
     if (release(g, &ignored) != ACC_OK) {
         /* Dropped by a thread that cannot end the capture: the stream
          * keeps capturing, so it must never be pooled for another owner;

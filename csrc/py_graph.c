@@ -18,21 +18,26 @@ typedef struct {
 
 typedef acc_status (*graph_op)(acc_graph *g, acc_error *err);
 
-/* op on self's graph, without the GIL; None, or op's error raised. */
+/* op on self's graph, without the GIL; None, or op's error raised.  In
+ * a forked child the 'spawn' error, before the lock (which a thread of
+ * the parent may have held at the fork) and without a driver call. */
 static PyObject *
 graph_call(GraphObject *self, graph_op op)
 {
+    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
     acc_error err;
     acc_status status;
 
+    if (acc_require_usable(st) < 0) {
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->lock);
     status = op(&self->g, &err);
     pthread_mutex_unlock(&self->lock);
     Py_END_ALLOW_THREADS
     if (status != ACC_OK) {
-        return acc_raise(acc_state_from_type(Py_TYPE((PyObject *)self)),
-                         &err);
+        return acc_raise(st, &err);
     }
     Py_RETURN_NONE;
 }
