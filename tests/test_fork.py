@@ -66,6 +66,18 @@ def quiesce():
         for d in range(accelerator.device_count()):
             accelerator.synchronize(d)
     time.sleep(0.05)
+
+def wait_or_kill(pid, seconds):
+    # The harness's deadline (not a timed assertion): the child's exit
+    # status, or None after killing a child that has not exited.
+    for _ in range(int(seconds * 100)):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
 """
 
 
@@ -408,14 +420,7 @@ if pid == 0:
     os.write(w, json.dumps(report).encode())
     os._exit(0)
 os.close(w)
-for _ in range(6000):                  # the harness's deadline: 60 s
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        break
-    time.sleep(0.01)
-else:
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
+if wait_or_kill(pid, 60) is None:
     print(json.dumps({{"hung": True}}))
     thread.join()
     sys.exit(0)
@@ -563,14 +568,8 @@ for name, call in CALLS.items():
         os.write(w, json.dumps(out).encode())
         os._exit(0)
     os.close(w)
-    for _ in range(3000):              # the harness's deadline: 30 s
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.01)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
+    status = wait_or_kill(pid, 30)
+    if status is None:
         report[name] = {"hung": True}
         os.close(r)
         continue
