@@ -127,6 +127,10 @@ class DriverDouble:
     null_stream_handle = False
     #: driver calls of one Graph.replay(), besides slot_functions
     replay_calls = 1
+    #: (driver function, nth call of it in one replay) that orders the
+    #: stream's later work after a replay already launched, where the
+    #: launch is not one driver call; ("", 0) where it is
+    replay_tail: tuple[str, int] = ("", 0)
     #: driver functions a backend calls to recycle its events on its own
     #: (creating, polling and resetting them), not counted in replay_calls
     slot_functions: tuple[str, ...] = ()
@@ -434,6 +438,9 @@ class ZeDouble(DriverDouble):
     #: after the previous replay: reset the list's end event, signal its
     #: start event, execute, and wait for its end (barriers on the stream)
     replay_calls = 5
+    #: after zeCommandQueueExecuteCommandLists: the stream's barrier that
+    #: waits for the list's end (the third barrier of a replay)
+    replay_tail = ("zeCommandListAppendBarrier", 3)
     slot_functions = ("zeEventPoolCreate", "zeEventCreate",
                       "zeEventQueryStatus", "zeEventHostReset")
     capture_errors = {

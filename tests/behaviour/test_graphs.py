@@ -646,3 +646,32 @@ def test_graph_driver_calls_release_the_gil(graphs, driver, facts,
     assert driver.hold_expired(function) == expired, \
         f"{method}() kept the GIL in {function}"
     stream.synchronize()
+
+
+def test_a_replay_whose_tail_fails_raises_only_once_it_ran(graphs, driver,
+                                                          facts) -> None:
+    """The replay is launched, then ordering the stream's later work after
+    it fails: replay() raises, but only once the replay has run, so that
+    memory it writes is not released (or read) under it (issue 22, item
+    5)."""
+    name, nth = facts.replay_tail
+    if not name:
+        pytest.skip("the replay is one driver call: nothing follows it")
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph()
+    _capture_fill(g, stream, bufs[0], dst, 7)
+    memoryview(dst)[:] = bytes(N)
+    code, error = facts.unknown_error
+    with driver.gate(stream) as gate:  # the replay waits behind it
+        driver.fail(name, nth, code)
+        gate.open_soon()
+        try:
+            with pytest.raises(acc.AcceleratorError, match=error):
+                with stream:
+                    g.replay()
+        finally:
+            driver.clear_faults()
+        assert bytes(dst) == b"\x07" * N, "replay() raised while it ran"
+    memoryview(dst)[:] = bytes(N)
+    assert _replay(g, stream, dst) == b"\x07" * N  # works again
