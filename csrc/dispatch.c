@@ -25,14 +25,6 @@ static const acc_backend *const registry[] = {
 };
 #define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
 
-/* The slots every backend fills (backend.h); checked once, at
- * registration, so that no call site tests them. */
-#define REQUIRED_SLOTS(X)                                                  \
-    X(name) X(device_type) X(probe) X(device_synchronize)                  \
-    X(stream_default) X(stream_create) X(stream_destroy) X(stream_query)   \
-    X(stream_synchronize) X(stream_wait_event) X(event_create)             \
-    X(event_destroy) X(event_record) X(event_query) X(event_synchronize)
-
 typedef struct default_slot {
     atomic_int ready;          /* s is filled */
     acc_stream s;
@@ -369,19 +361,6 @@ release_thread_state(void *unused)
         }
     }
     free(streams);
-}
-
-/* The first required slot that b leaves NULL, or NULL. */
-static const char *
-missing_slot(const acc_backend *b)
-{
-#define CHECK_SLOT(slot)      \
-    if (b->slot == NULL) {    \
-        return #slot;         \
-    }
-    REQUIRED_SLOTS(CHECK_SLOT)
-#undef CHECK_SLOT
-    return NULL;
 }
 
 /* "cuda, xpu or none": the values ACCELERATOR_BACKEND takes. */
@@ -734,12 +713,12 @@ probe_once(void)
     }
     for (int i = 0; i < N_BACKENDS; i++) {
         acc_backend_info *info = &g.info[i];
-        const char *missing = missing_slot(registry[i]);
+        char why[160];
 
-        if (missing != NULL) {
+        /* Checked once, here, so that no call site tests the slots. */
+        if (acc_backend_incomplete(registry[i], why, sizeof(why)) != NULL) {
             acc_format(info->reason, sizeof(info->reason),
-                       "incomplete backend: its required slot %s is NULL",
-                       missing);
+                       "incomplete backend: %s", why);
             g.probed_backend[i] = 1;
             acc_trace("backend %s rejected: %s", info->name, info->reason);
             continue;

@@ -129,6 +129,8 @@ acc_graph_capture_begin(acc_graph *g, acc_stream *s, int mode,
     const acc_backend *b = s->backend;
     acc_status st;
 
+    /* Registration checked that the five graph slots are all or none
+     * (backend_check.c): this one stands for the group. */
     if (b->graph_capture_begin == NULL) {
         return graph_unsupported(b, err);
     }
