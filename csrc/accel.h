@@ -167,6 +167,10 @@ enum {
 /* The report: one record per registered backend.  acc_probe_all() also
  * probes the backends that selection did not need (may block). */
 void acc_probe_all(void);
+/* At the interpreter's exit, before the process's exit handlers run: let
+ * no probe start any more, and wait (a bounded time) for those running,
+ * whose driver libraries may still be loading. */
+void acc_exit_wait_for_probes(void);
 int acc_backend_count(void);
 const acc_backend_info *acc_backend_info_at(int i);
 /* The device's properties, read once and cached. */

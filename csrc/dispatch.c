@@ -10,12 +10,14 @@
 #include "backend.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Probe order: the first usable backend is selected. */
 static const acc_backend *const registry[] = {
@@ -257,6 +259,70 @@ acc_error_driver(acc_error *err, const char *backend, const char *api,
 
 /* Probe ------------------------------------------------------------------ */
 
+/*
+ * Probes in progress, for exit.  A probe loads driver libraries (PoCL
+ * brings LLVM), and a library's static constructors that run in the
+ * probing thread while another thread runs the process's exit (its
+ * destructors, the C++ ones of that same library included) abort the
+ * process ("inconsistency in registered CommandLine options", "pure
+ * virtual method called").  So the interpreter's exit waits for the
+ * probes that run, a bounded time, and lets no new one start.
+ */
+#define PROBE_EXIT_WAIT_S 30
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    int running;               /* probe() calls in progress */
+    int exiting;               /* no new probe() starts */
+} probes = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .idle = PTHREAD_COND_INITIALIZER,
+};
+
+/* 1 when a probe may start (counted as running); 0 when exiting. */
+static int
+probe_enter(void)
+{
+    int ok;
+
+    pthread_mutex_lock(&probes.lock);
+    ok = !probes.exiting;
+    probes.running += ok;
+    pthread_mutex_unlock(&probes.lock);
+    return ok;
+}
+
+static void
+probe_leave(void)
+{
+    pthread_mutex_lock(&probes.lock);
+    if (--probes.running == 0) {
+        pthread_cond_broadcast(&probes.idle);
+    }
+    pthread_mutex_unlock(&probes.lock);
+}
+
+void
+acc_exit_wait_for_probes(void)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += PROBE_EXIT_WAIT_S;
+    pthread_mutex_lock(&probes.lock);
+    probes.exiting = 1;
+    while (probes.running > 0) {
+        if (pthread_cond_timedwait(&probes.idle, &probes.lock, &until)
+            == ETIMEDOUT) {
+            acc_trace("exiting while a driver probe still runs after %d s",
+                      PROBE_EXIT_WAIT_S);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&probes.lock);
+}
+
 /* In a child of fork(): report backend i, unless its probe completed,
  * as not probed, for `why`. */
 static void
@@ -285,6 +351,9 @@ after_fork_in_child(void)
     pthread_mutex_init(&g.pool_lock, NULL);
     pthread_mutex_init(&g.event_lock, NULL);
     pthread_cond_init(&g.event_made, NULL);
+    pthread_mutex_init(&probes.lock, NULL);
+    pthread_cond_init(&probes.idle, NULL);
+    probes.running = 0;        /* the probing thread did not come along */
     acc_memory_after_fork_child();
     for (int i = 0; i < N_BACKENDS; i++) {
         if (registry[i]->after_fork_child != NULL) {
@@ -391,9 +460,16 @@ probe_backend(int i)
 
     memset(&result, 0, sizeof(result));
     memset(&err, 0, sizeof(err));
+    if (!probe_enter()) {
+        acc_format(info->reason, sizeof(info->reason),
+                   "not probed: the process is exiting");
+        g.probed_backend[i] = 1;
+        return;
+    }
     g.probing_backend = i + 1;
     st = b->probe(&result, &err);
     g.probing_backend = 0;
+    probe_leave();
     info->library = result.library;
     info->loaded = result.loaded;
     info->driver_version = result.driver_version;
