@@ -951,6 +951,14 @@ module_exec(PyObject *module)
     PyObject *bases;
 
     st->instance = ++instances;
+    /* Once per process: Py_AtExit functions run at the end of the
+     * interpreter's finalisation, before exit() runs the C and C++ exit
+     * handlers of the loaded libraries. */
+    if (st->instance == 1 && Py_AtExit(acc_exit_wait_for_probes) < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot register the exit "
+                        "handler that waits for driver probes");
+        return -1;
+    }
     st->stream_wrappers = PyDict_New();
     if (st->stream_wrappers == NULL) {
         return -1;

@@ -9,6 +9,7 @@
 #ifndef ACCEL_H
 #define ACCEL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -166,6 +167,10 @@ enum {
 /* The report: one record per registered backend.  acc_probe_all() also
  * probes the backends that selection did not need (may block). */
 void acc_probe_all(void);
+/* At the interpreter's exit, before the process's exit handlers run: let
+ * no probe start any more, and wait (a bounded time) for those running,
+ * whose driver libraries may still be loading. */
+void acc_exit_wait_for_probes(void);
 int acc_backend_count(void);
 const acc_backend_info *acc_backend_info_at(int i);
 /* The device's properties, read once and cached. */
@@ -482,6 +487,8 @@ typedef struct acc_graph {
     int device;
     int keep_graph;          /* keep the graph after instantiating */
     acc_stream *capturing;   /* the stream being captured (a reference) */
+    int mode;                /* the capture's ACC_CAPTURE_* */
+    pthread_t thread;        /* the thread that began the capture */
     int captured;            /* capture_end succeeded, until reset */
     void *graph;             /* the backend's captured graph, or NULL */
     void *exec;              /* the backend's executable, or NULL */
@@ -499,8 +506,14 @@ acc_status acc_graph_instantiate(acc_graph *g, acc_error *err);
  * kept graph first when needed). */
 acc_status acc_graph_replay(acc_graph *g, acc_error *err);
 /* Release everything; an active capture is ended and dropped.  The graph
- * is empty again and can capture anew. */
-void acc_graph_reset(acc_graph *g);
+ * is empty again and can capture anew.  Refused (ACC_ERR_STATE, nothing
+ * changed) from a thread that cannot end a 'global' or 'thread_local'
+ * capture; a driver that will not end the capture leaves g unchanged. */
+acc_status acc_graph_reset(acc_graph *g, acc_error *err);
+/* As acc_graph_reset for a graph being freed: never fails.  A capture
+ * that cannot be ended keeps its stream (never pooled again).  In a
+ * forked child g is forgotten without a driver call. */
+void acc_graph_drop(acc_graph *g);
 /* ACC_ERR_STATE when an allocation ordered on s by this thread must be
  * refused because of an active capture (s captures; or a global-mode
  * capture is active anywhere; or this thread began a thread-local one). */

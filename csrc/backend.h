@@ -13,8 +13,13 @@
  * ones once, when it registers the backend (before probing it): a backend
  * with a NULL required slot is reported unavailable, with the slot named.
  * An optional slot may be NULL; its comment says what NULL means (mostly:
- * the dispatcher reports "backend X does not support Y").  The dispatcher
- * never calls a NULL slot.
+ * the dispatcher reports "backend X does not support Y").  Optional slots
+ * that work together form groups, filled all or none: the graph slots,
+ * the device memory slots (mem_alloc, mem_free, mem_copy, mem_fill) and
+ * the page-locked host memory slots (host_alloc, host_free).
+ * Registration checks the groups too (backend_check.c), so the dispatcher
+ * tests one slot of a group and calls the others.  It never calls a NULL
+ * slot.
  *
  * What a backend must survive: the dispatcher pools driver objects.  A
  * stream made by stream_create and dropped by its owner is kept (handle
@@ -324,6 +329,12 @@ struct acc_backend {
 extern const acc_backend acc_cuda_backend;
 extern const acc_backend acc_level_zero_backend;
 extern const acc_backend acc_opencl_backend;
+
+/* Registration's check of b's slots (backend_check.c): NULL when every
+ * required slot is filled and each optional group is all or none;
+ * otherwise why (what is missing, written into why) is returned. */
+const char *acc_backend_incomplete(const acc_backend *b, char *why,
+                                   size_t size);
 
 /* The selected backend (NULL when none); for the core files (allocator.c,
  * memory.c) that forward to it. */

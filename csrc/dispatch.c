@@ -10,12 +10,14 @@
 #include "backend.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Probe order: the first usable backend is selected. */
 static const acc_backend *const registry[] = {
@@ -24,14 +26,6 @@ static const acc_backend *const registry[] = {
     &acc_opencl_backend,
 };
 #define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
-
-/* The slots every backend fills (backend.h); checked once, at
- * registration, so that no call site tests them. */
-#define REQUIRED_SLOTS(X)                                                  \
-    X(name) X(device_type) X(probe) X(device_synchronize)                  \
-    X(stream_default) X(stream_create) X(stream_destroy) X(stream_query)   \
-    X(stream_synchronize) X(stream_wait_event) X(event_create)             \
-    X(event_destroy) X(event_record) X(event_query) X(event_synchronize)
 
 typedef struct default_slot {
     atomic_int ready;          /* s is filled */
@@ -265,6 +259,70 @@ acc_error_driver(acc_error *err, const char *backend, const char *api,
 
 /* Probe ------------------------------------------------------------------ */
 
+/*
+ * Probes in progress, for exit.  A probe loads driver libraries (PoCL
+ * brings LLVM), and a library's static constructors that run in the
+ * probing thread while another thread runs the process's exit (its
+ * destructors, the C++ ones of that same library included) abort the
+ * process ("inconsistency in registered CommandLine options", "pure
+ * virtual method called").  So the interpreter's exit waits for the
+ * probes that run, a bounded time, and lets no new one start.
+ */
+#define PROBE_EXIT_WAIT_S 30
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    int running;               /* probe() calls in progress */
+    int exiting;               /* no new probe() starts */
+} probes = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .idle = PTHREAD_COND_INITIALIZER,
+};
+
+/* 1 when a probe may start (counted as running); 0 when exiting. */
+static int
+probe_enter(void)
+{
+    int ok;
+
+    pthread_mutex_lock(&probes.lock);
+    ok = !probes.exiting;
+    probes.running += ok;
+    pthread_mutex_unlock(&probes.lock);
+    return ok;
+}
+
+static void
+probe_leave(void)
+{
+    pthread_mutex_lock(&probes.lock);
+    if (--probes.running == 0) {
+        pthread_cond_broadcast(&probes.idle);
+    }
+    pthread_mutex_unlock(&probes.lock);
+}
+
+void
+acc_exit_wait_for_probes(void)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += PROBE_EXIT_WAIT_S;
+    pthread_mutex_lock(&probes.lock);
+    probes.exiting = 1;
+    while (probes.running > 0) {
+        if (pthread_cond_timedwait(&probes.idle, &probes.lock, &until)
+            == ETIMEDOUT) {
+            acc_trace("exiting while a driver probe still runs after %d s",
+                      PROBE_EXIT_WAIT_S);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&probes.lock);
+}
+
 /* In a child of fork(): report backend i, unless its probe completed,
  * as not probed, for `why`. */
 static void
@@ -293,6 +351,9 @@ after_fork_in_child(void)
     pthread_mutex_init(&g.pool_lock, NULL);
     pthread_mutex_init(&g.event_lock, NULL);
     pthread_cond_init(&g.event_made, NULL);
+    pthread_mutex_init(&probes.lock, NULL);
+    pthread_cond_init(&probes.idle, NULL);
+    probes.running = 0;        /* the probing thread did not come along */
     acc_memory_after_fork_child();
     for (int i = 0; i < N_BACKENDS; i++) {
         if (registry[i]->after_fork_child != NULL) {
@@ -371,19 +432,6 @@ release_thread_state(void *unused)
     free(streams);
 }
 
-/* The first required slot that b leaves NULL, or NULL. */
-static const char *
-missing_slot(const acc_backend *b)
-{
-#define CHECK_SLOT(slot)      \
-    if (b->slot == NULL) {    \
-        return #slot;         \
-    }
-    REQUIRED_SLOTS(CHECK_SLOT)
-#undef CHECK_SLOT
-    return NULL;
-}
-
 /* "cuda, xpu or none": the values ACCELERATOR_BACKEND takes. */
 static void
 backend_names(char *buf, size_t size)
@@ -412,9 +460,16 @@ probe_backend(int i)
 
     memset(&result, 0, sizeof(result));
     memset(&err, 0, sizeof(err));
+    if (!probe_enter()) {
+        acc_format(info->reason, sizeof(info->reason),
+                   "not probed: the process is exiting");
+        g.probed_backend[i] = 1;
+        return;
+    }
     g.probing_backend = i + 1;
     st = b->probe(&result, &err);
     g.probing_backend = 0;
+    probe_leave();
     info->library = result.library;
     info->loaded = result.loaded;
     info->driver_version = result.driver_version;
@@ -734,12 +789,12 @@ probe_once(void)
     }
     for (int i = 0; i < N_BACKENDS; i++) {
         acc_backend_info *info = &g.info[i];
-        const char *missing = missing_slot(registry[i]);
+        char why[160];
 
-        if (missing != NULL) {
+        /* Checked once, here, so that no call site tests the slots. */
+        if (acc_backend_incomplete(registry[i], why, sizeof(why)) != NULL) {
             acc_format(info->reason, sizeof(info->reason),
-                       "incomplete backend: its required slot %s is NULL",
-                       missing);
+                       "incomplete backend: %s", why);
             g.probed_backend[i] = 1;
             acc_trace("backend %s rejected: %s", info->name, info->reason);
             continue;

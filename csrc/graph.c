@@ -17,6 +17,7 @@ static struct {
     pthread_mutex_t lock;
     int n;
     struct {
+        const acc_graph *owner; /* the graph whose capture this is */
         acc_stream *s;
         int mode;
         pthread_t thread;
@@ -45,7 +46,8 @@ graph_state(acc_error *err, const char *message)
 }
 
 static acc_status
-register_capture(acc_stream *s, int mode, acc_error *err)
+register_capture(const acc_graph *g, acc_stream *s, int mode,
+                 acc_error *err)
 {
     acc_status st = ACC_OK;
 
@@ -56,6 +58,7 @@ register_capture(acc_stream *s, int mode, acc_error *err)
         st = ACC_ERR_STATE;
     }
     else {
+        captures.items[captures.n].owner = g;
         captures.items[captures.n].s = s;
         captures.items[captures.n].mode = mode;
         captures.items[captures.n].thread = pthread_self();
@@ -65,12 +68,14 @@ register_capture(acc_stream *s, int mode, acc_error *err)
     return st;
 }
 
+/* Remove g's own entry: another graph's capture of the same stream (the
+ * one that refused g's) keeps its entry. */
 static void
-unregister_capture(acc_stream *s)
+unregister_capture(const acc_graph *g)
 {
     pthread_mutex_lock(&captures.lock);
     for (int i = 0; i < captures.n; i++) {
-        if (captures.items[i].s == s) {
+        if (captures.items[i].owner == g) {
             captures.items[i] = captures.items[captures.n - 1];
             __atomic_store_n(&captures.n, captures.n - 1, __ATOMIC_RELEASE);
             break;
@@ -124,6 +129,8 @@ acc_graph_capture_begin(acc_graph *g, acc_stream *s, int mode,
     const acc_backend *b = s->backend;
     acc_status st;
 
+    /* Registration checked that the five graph slots are all or none
+     * (backend_check.c): this one stands for the group. */
     if (b->graph_capture_begin == NULL) {
         return graph_unsupported(b, err);
     }
@@ -147,19 +154,21 @@ acc_graph_capture_begin(acc_graph *g, acc_stream *s, int mode,
                            "stream. (However, after capture, it's ok to "
                            "replay them on the default stream.)");
     }
-    st = register_capture(s, mode, err);
+    st = register_capture(g, s, mode, err);
     if (st != ACC_OK) {
         return st;
     }
     st = b->graph_capture_begin(s, mode, err);
     if (st != ACC_OK) {
-        unregister_capture(s);
+        unregister_capture(g);
         return st;
     }
     acc_stream_incref(s);
     g->backend = b;
     g->device = s->device;
     g->capturing = s;
+    g->mode = mode;
+    g->thread = pthread_self();
     return ACC_OK;
 }
 
@@ -191,7 +200,7 @@ acc_graph_capture_end(acc_graph *g, acc_error *err)
     if (st != ACC_OK && still) {
         return st; /* still capturing: end it again (or reset) */
     }
-    unregister_capture(s);
+    unregister_capture(g);
     g->capturing = NULL;
     acc_stream_decref(s);
     if (st != ACC_OK) {
@@ -251,26 +260,75 @@ acc_graph_replay(acc_graph *g, acc_error *err)
     return g->backend->graph_launch(g->exec, s, err);
 }
 
-void
-acc_graph_reset(acc_graph *g)
+/* Release what g holds; ACC_OK, or the capture could not be ended and g
+ * is unchanged. */
+static acc_status
+release(acc_graph *g, acc_error *err)
 {
     if (g->capturing != NULL) {
-        acc_error ignored;
         void *graph = NULL;
         int still = 0;
+        acc_status st = g->backend->graph_capture_end(g->capturing, &graph,
+                                                      &still, err);
 
-        /* From another thread a thread-local capture cannot be ended:
-         * the stream keeps capturing, as the driver says. */
-        if (g->backend->graph_capture_end(g->capturing, &graph, &still,
-                                          &ignored) == ACC_OK
-            && graph != NULL) {
+        if (st != ACC_OK && still) {
+            return st; /* the driver says it still captures */
+        }
+        if (graph != NULL) {
             g->backend->graph_destroy(g->device, graph, NULL);
         }
-        unregister_capture(g->capturing);
+        unregister_capture(g);
         acc_stream_decref(g->capturing);
     }
     if (g->backend != NULL && (g->graph != NULL || g->exec != NULL)) {
         g->backend->graph_destroy(g->device, g->graph, g->exec);
     }
     acc_graph_init(g, g->keep_graph);
+    return ACC_OK;
+}
+
+acc_status
+acc_graph_reset(acc_graph *g, acc_error *err)
+{
+    /* Only the thread that began a 'global' or 'thread_local' capture
+     * can end it (as CUDA): from another thread the capture must stay
+     * whole, for its own thread to end. */
+    if (g->capturing != NULL && g->mode != ACC_CAPTURE_RELAXED
+        && !pthread_equal(g->thread, pthread_self())) {
+        acc_error_set(err, ACC_ERR_STATE, "reset() called from another "
+                      "thread than the one that began this graph's "
+                      "capture (capture_error_mode='%s'): only that thread "
+                      "can end it; call capture_end() or reset() there, or "
+                      "capture with capture_error_mode='relaxed'",
+                      mode_names[g->mode]);
+        return ACC_ERR_STATE;
+    }
+    return release(g, err);
+}
+
+void
+acc_graph_drop(acc_graph *g)
+{
+    acc_error ignored;
+
+    if (acc_check_usable(&ignored) != ACC_OK) {
+        /* A child forked from the process that made g: the driver's
+         * objects are the parent's; forget them without a driver call
+         * (and without the register's lock, which a thread of the
+         * parent may have held at the fork). */
+        if (g->capturing != NULL) {
+            acc_stream_decref(g->capturing);
+        }
+        acc_graph_init(g, g->keep_graph);
+        return;
+    }
+    if (release(g, &ignored) != ACC_OK) {
+        /* Dropped by a thread that cannot end the capture: the stream
+         * keeps capturing, so it must never be pooled for another owner;
+         * its reference is left behind. */
+        acc_trace("a graph dropped while its capture could not be ended: "
+                  "%s", ignored.message);
+        unregister_capture(g);
+        acc_graph_init(g, g->keep_graph);
+    }
 }

@@ -4,12 +4,43 @@
  */
 #include "pyaccel.h"
 
+#include <pthread.h>
 #include <string.h>
 
+/* The driver calls of a graph run without the GIL (a replay or an
+ * instantiation may take long): lock serialises the calls on g instead,
+ * taken only once the GIL is released. */
 typedef struct {
     PyObject_HEAD
+    pthread_mutex_t lock;
     acc_graph g;
 } GraphObject;
+
+typedef acc_status (*graph_op)(acc_graph *g, acc_error *err);
+
+/* op on self's graph, without the GIL; None, or op's error raised.  In
+ * a forked child the 'spawn' error, before the lock (which a thread of
+ * the parent may have held at the fork) and without a driver call. */
+static PyObject *
+graph_call(GraphObject *self, graph_op op)
+{
+    acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
+    acc_error err;
+    acc_status status;
+
+    if (acc_require_usable(st) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->lock);
+    status = op(&self->g, &err);
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
 
 static acc_state *
 graph_state(GraphObject *self)
@@ -51,6 +82,7 @@ graph_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
+    pthread_mutex_init(&self->lock, NULL);
     acc_graph_init(&self->g, keep == Py_True);
     return (PyObject *)self;
 }
@@ -60,7 +92,11 @@ graph_dealloc(GraphObject *self)
 {
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
 
-    acc_graph_reset(&self->g);
+    /* Nobody else holds the object: no lock needed. */
+    Py_BEGIN_ALLOW_THREADS
+    acc_graph_drop(&self->g);
+    Py_END_ALLOW_THREADS
+    pthread_mutex_destroy(&self->lock);
     acc_object_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -110,6 +146,7 @@ graph_capture_begin(GraphObject *self, PyObject *const *args,
     PyObject *mode_arg = NULL;
     acc_stream *s;
     acc_error err;
+    acc_status status;
     int mode;
 
     if (nargs > 1) {
@@ -138,8 +175,15 @@ graph_capture_begin(GraphObject *self, PyObject *const *args,
     if (parse_mode(mode_arg, &mode) < 0 || acc_require_usable(st) < 0) {
         return NULL;
     }
-    if (acc_current_stream(acc_current_device(), &s, &err) != ACC_OK
-        || acc_graph_capture_begin(&self->g, s, mode, &err) != ACC_OK) {
+    if (acc_current_stream(acc_current_device(), &s, &err) != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->lock);
+    status = acc_graph_capture_begin(&self->g, s, mode, &err);
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
         return acc_raise(st, &err);
     }
     Py_RETURN_NONE;
@@ -148,45 +192,29 @@ graph_capture_begin(GraphObject *self, PyObject *const *args,
 static PyObject *
 graph_capture_end(GraphObject *self, PyObject *unused)
 {
-    acc_error err;
-
     (void)unused;
-    if (acc_graph_capture_end(&self->g, &err) != ACC_OK) {
-        return acc_raise(graph_state(self), &err);
-    }
-    Py_RETURN_NONE;
+    return graph_call(self, acc_graph_capture_end);
 }
 
 static PyObject *
 graph_instantiate(GraphObject *self, PyObject *unused)
 {
-    acc_error err;
-
     (void)unused;
-    if (acc_graph_instantiate(&self->g, &err) != ACC_OK) {
-        return acc_raise(graph_state(self), &err);
-    }
-    Py_RETURN_NONE;
+    return graph_call(self, acc_graph_instantiate);
 }
 
 static PyObject *
 graph_replay(GraphObject *self, PyObject *unused)
 {
-    acc_error err;
-
     (void)unused;
-    if (acc_graph_replay(&self->g, &err) != ACC_OK) {
-        return acc_raise(graph_state(self), &err);
-    }
-    Py_RETURN_NONE;
+    return graph_call(self, acc_graph_replay);
 }
 
 static PyObject *
 graph_reset(GraphObject *self, PyObject *unused)
 {
     (void)unused;
-    acc_graph_reset(&self->g);
-    Py_RETURN_NONE;
+    return graph_call(self, acc_graph_reset);
 }
 
 static PyObject *
@@ -233,8 +261,7 @@ graph_exit(GraphObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs > 0 && args[0] != Py_None) {
         /* The body failed: drop the capture, let its exception through. */
-        acc_graph_reset(&self->g);
-        Py_RETURN_NONE;
+        return graph_reset(self, NULL);
     }
     return graph_capture_end(self, NULL);
 }
@@ -286,7 +313,8 @@ PyDoc_STRVAR(replay_doc,
 "stream, with one launch.");
 PyDoc_STRVAR(reset_doc,
 "reset($self, /)\n--\n\nRelease the captured graph; the Graph can capture "
-"again.");
+"again.  Refused\nfrom another thread than the one that began a 'global' or "
+"'thread_local'\ncapture.");
 PyDoc_STRVAR(genter_doc,
 "__enter__($self, /)\n--\n\nSynchronize the current device, empty the "
 "caches (as empty_cache()),\nthen begin capturing on the current stream.");

@@ -96,7 +96,10 @@ class DriverDouble:
     #: makes the record), "query" (what Stream.query() and Event.query()
     #: call), "event_synchronize" (what Event.synchronize() blocks in),
     #: "graph_launch" and "graph_instantiate" (Graph.replay() and
-    #: instantiating, where the backend has graphs)
+    #: instantiating, where the backend has graphs), "graph_capture_begin",
+    #: "graph_capture_end" and "graph_destroy" (the driver call that
+    #: capture_begin(), capture_end() and reset() of an instantiated,
+    #: idle graph make)
     functions: dict[str, str] = {}
     #: how the conftest makes the backend use this double
     env_devices = ""
@@ -124,6 +127,10 @@ class DriverDouble:
     null_stream_handle = False
     #: driver calls of one Graph.replay(), besides slot_functions
     replay_calls = 1
+    #: (driver function, nth call of it in one replay) that orders the
+    #: stream's later work after a replay already launched, where the
+    #: launch is not one driver call; ("", 0) where it is
+    replay_tail: tuple[str, int] = ("", 0)
     #: driver functions a backend calls to recycle its events on its own
     #: (creating, polling and resetting them), not counted in replay_calls
     slot_functions: tuple[str, ...] = ()
@@ -168,6 +175,12 @@ class DriverDouble:
         f("delay").argtypes = [ctypes.c_char_p, ctypes.c_double]
         f("delay").restype = ctypes.c_int
         f("reset_detectors").restype = None
+        f("hold").argtypes = [ctypes.c_char_p, ctypes.c_double]
+        f("hold").restype = ctypes.c_int
+        f("held").argtypes = [ctypes.c_char_p]
+        f("held").restype = ctypes.c_int
+        f("hold_expired").argtypes = [ctypes.c_char_p]
+        f("hold_expired").restype = ctypes.c_int
         self._gates: list[Gate] = []
 
     @classmethod
@@ -218,6 +231,30 @@ class DriverDouble:
         """Make every later call of name sleep ms first (0: no delay),
         holding no lock of the double: keeps a thread inside that call."""
         assert self._fn("delay")(name.encode(), ms) == 0, name
+
+    def hold(self, name: str, timeout: float = 30.0) -> Gate:
+        """Make the next call of name wait on entry until the returned
+        gate opens (or timeout seconds pass, a safety net: the test checks
+        with hold_expired() that it opened the gate while the call
+        waited)."""
+        gate_id = self._fn("hold")(name.encode(), timeout * 1e3)
+        assert gate_id > 0, name
+        gate = Gate(self._fn("open_gate"), gate_id)
+        self._gates.append(gate)
+        return gate
+
+    def held(self, name: str) -> int:
+        """Calls of name waiting in a hold now."""
+        count = self._fn("held")(name.encode())
+        assert count >= 0, name
+        return count
+
+    def hold_expired(self, name: str) -> int:
+        """Holds of name so far that ended by their timeout, not by their
+        gate opening."""
+        count = self._fn("hold_expired")(name.encode())
+        assert count >= 0, name
+        return count
 
     def live(self, kind: str) -> int:
         """Live driver objects: 'stream' or 'event' (or the double's kind)."""
@@ -283,6 +320,9 @@ class CudaDouble(DriverDouble):
                  "event_synchronize": "cuEventSynchronize",
                  "graph_launch": "cuGraphLaunch",
                  "graph_instantiate": "cuGraphInstantiateWithFlags",
+                 "graph_capture_begin": "cuStreamBeginCapture",
+                 "graph_capture_end": "cuStreamEndCapture",
+                 "graph_destroy": "cuGraphExecDestroy",
                  "mem_alloc": "cuMemAlloc", "mem_free": "cuMemFree"}
     env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
@@ -404,10 +444,16 @@ class ZeDouble(DriverDouble):
                  "event_synchronize": "zeEventHostSynchronize",
                  "graph_launch": "zeCommandQueueExecuteCommandLists",
                  "graph_instantiate": "zeCommandQueueCreate",
+                 "graph_capture_begin": "zeCommandListCreate",
+                 "graph_capture_end": "zeCommandListClose",
+                 "graph_destroy": "zeCommandQueueDestroy",
                  "mem_alloc": "zeMemAllocDevice", "mem_free": "zeMemFree"}
     #: after the previous replay: reset the list's end event, signal its
     #: start event, execute, and wait for its end (barriers on the stream)
     replay_calls = 5
+    #: after zeCommandQueueExecuteCommandLists: the stream's barrier that
+    #: waits for the list's end (the third barrier of a replay)
+    replay_tail = ("zeCommandListAppendBarrier", 3)
     slot_functions = ("zeEventPoolCreate", "zeEventCreate",
                       "zeEventQueryStatus", "zeEventHostReset")
     capture_errors = {

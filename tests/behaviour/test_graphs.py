@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 import threading
+import time
+from typing import Callable
 
 import pytest
 
@@ -354,23 +356,30 @@ def test_a_failing_body_drops_the_capture(graphs) -> None:
     acc.Buffer(16)
 
 
+def _raised_in_thread(call: Callable[[], object]) -> list[BaseException]:
+    """Run call in another thread; what it raised (empty: nothing)."""
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            call()
+        except BaseException as exc:  # returned to the caller
+            errors.append(exc)
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    return errors
+
+
 def test_capture_ended_from_another_thread_is_refused(graphs,
                                                       facts) -> None:
     stream = acc.Stream()
     g = acc.Graph()
     with stream:
         g.capture_begin(capture_error_mode="thread_local")
-    errors: list[BaseException] = []
-
-    def end() -> None:
-        try:
-            g.capture_end()
-        except BaseException as exc:  # checked below
-            errors.append(exc)
-
-    t = threading.Thread(target=end)
-    t.start()
-    t.join(30)
+    errors = _raised_in_thread(g.capture_end)
     assert len(errors) == 1
     assert isinstance(errors[0], acc.AcceleratorError)
     assert re.search(facts.capture_errors["wrong_thread"], str(errors[0]))
@@ -519,3 +528,150 @@ def test_exit_with_graphs_and_a_capture_open(graphs) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == "exiting\n"
     assert result.stderr == "", result.stderr
+
+
+def test_a_refused_capture_begin_leaves_the_live_capture_alone(
+        graphs) -> None:
+    """A second graph's capture_begin on a stream that a relaxed capture
+    holds is refused, and the relaxed capture's rules stay in force: not
+    the refused one's 'global' mode (issue 22, item 2)."""
+    stream = acc.Stream()
+    live, refused = acc.Graph(), acc.Graph()
+    with stream:
+        live.capture_begin(capture_error_mode="relaxed")
+        with pytest.raises(RuntimeError, match="already being captured"):
+            refused.capture_begin()  # 'default': global
+        elsewhere = acc.Buffer(16, stream=acc.Stream())  # relaxed: fine
+        with pytest.raises(RuntimeError, match="'relaxed'"):
+            acc.Buffer(16, stream=stream)
+        live.capture_end()
+    assert "captured" in repr(live) and "empty" in repr(refused)
+    del elsewhere
+    acc.Buffer(16, stream=stream)  # no capture registered any more
+
+
+def test_reset_from_another_thread_during_a_capture_is_refused(
+        graphs) -> None:
+    """reset() from a thread that cannot end the capture (modes 'global'
+    and 'thread_local') is refused and changes nothing: the capturing
+    thread still ends its capture, and the graph replays (item 3)."""
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    for mode in ("global", "thread_local"):
+        g = acc.Graph()
+        memoryview(dst)[:] = bytes(N)
+        with stream:
+            g.capture_begin(capture_error_mode=mode)
+            bufs[0].fill(4, stream=stream)
+            bufs[0].copy_to(dst, stream=stream)
+        errors = _raised_in_thread(g.reset)
+        assert len(errors) == 1, (mode, errors)
+        assert isinstance(errors[0], RuntimeError)
+        assert f"'{mode}'" in str(errors[0]) and "thread" in str(errors[0])
+        assert "capturing" in repr(g)
+        with stream:
+            g.capture_end()
+        assert _replay(g, stream, dst) == b"\x04" * N
+    # A relaxed capture may be dropped from any thread.
+    g = acc.Graph()
+    with stream:
+        g.capture_begin(capture_error_mode="relaxed")
+    assert _raised_in_thread(g.reset) == []
+    assert "empty" in repr(g)
+    stream.synchronize()  # not capturing any more
+    acc.Buffer(16, stream=stream)
+
+
+#: a Graph method -> (the steps before it, the facts.functions key of the
+#: driver call it makes)
+GRAPH_STEPS: dict[str, tuple[tuple[str, ...], str]] = {
+    "capture_begin": ((), "graph_capture_begin"),
+    "capture_end": (("capture_begin",), "graph_capture_end"),
+    "instantiate": (("capture_begin", "capture_end"), "graph_instantiate"),
+    "replay": (("capture_begin", "capture_end", "instantiate"),
+               "graph_launch"),
+    "reset": (("capture_begin", "capture_end", "instantiate", "replay"),
+              "graph_destroy"),
+}
+
+
+@pytest.mark.parametrize("method", list(GRAPH_STEPS))
+def test_graph_driver_calls_release_the_gil(graphs, driver, facts,
+                                            method: str) -> None:
+    """Another Python thread runs while a graph's driver call is in
+    progress (issue 22, item 1): the double holds the call until a
+    Python thread opens its gate, which that thread can do only while the
+    caller has let go of the GIL (otherwise the hold's safety timeout
+    ends the call, and the double counts the hold as expired)."""
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph(keep_graph=True)
+    steps, key = GRAPH_STEPS[method]
+
+    def call(name: str) -> None:
+        with stream:
+            if name == "capture_begin":
+                g.capture_begin()
+                bufs[0].fill(6, stream=stream)
+            else:
+                getattr(g, name)()
+        if name == "replay":
+            stream.synchronize()  # idle: reset() destroys it at once
+
+    for name in steps:
+        call(name)
+    function = facts.functions[key]
+    expired = driver.hold_expired(function)
+    gate = driver.hold(function, timeout=10)
+    seen: list[bool] = []
+
+    def opener() -> None:
+        for _ in range(30000):
+            if driver.held(function):
+                seen.append(True)
+                break
+            time.sleep(0.001)
+        gate.open()
+
+    thread = threading.Thread(target=opener)
+    thread.start()
+    try:
+        call(method)
+    finally:
+        gate.open()
+        thread.join(60)
+        with stream:
+            g.reset()
+    assert seen == [True], f"{function} was never called"
+    assert driver.hold_expired(function) == expired, \
+        f"{method}() kept the GIL in {function}"
+    stream.synchronize()
+
+
+def test_a_replay_whose_tail_fails_raises_only_once_it_ran(graphs, driver,
+                                                          facts) -> None:
+    """The replay is launched, then ordering the stream's later work after
+    it fails: replay() raises, but only once the replay has run, so that
+    memory it writes is not released (or read) under it (issue 22, item
+    5)."""
+    name, nth = facts.replay_tail
+    if not name:
+        pytest.skip("the replay is one driver call: nothing follows it")
+    stream = acc.Stream()
+    src, dst, bufs = _pipeline(stream)
+    g = acc.Graph()
+    _capture_fill(g, stream, bufs[0], dst, 7)
+    memoryview(dst)[:] = bytes(N)
+    code, error = facts.unknown_error
+    with driver.gate(stream) as gate:  # the replay waits behind it
+        driver.fail(name, nth, code)
+        gate.open_soon()
+        try:
+            with pytest.raises(acc.AcceleratorError, match=error):
+                with stream:
+                    g.replay()
+        finally:
+            driver.clear_faults()
+        assert bytes(dst) == b"\x07" * N, "replay() raised while it ran"
+    memoryview(dst)[:] = bytes(N)
+    assert _replay(g, stream, dst) == b"\x07" * N  # works again

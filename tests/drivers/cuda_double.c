@@ -44,7 +44,8 @@
  *       allocations whose guard bytes were found overwritten (at free, or
  *       live now).  -1 for an unknown kind.
  *   void fake_cuda_report_at_exit(void)
- *       Prints the live retain, stream and event counts on stderr at exit,
+ *       Prints the live retain, stream and event counts (and the driver
+ *       calls made so far, all functions) on stderr at exit,
  *       after the atexit handlers registered later than this call (so,
  *       called before the product initialises, after its shutdown).
  *   int fake_cuda_enqueue_sleep(int device, unsigned long long stream,
@@ -2692,10 +2693,10 @@ static void
 report_live_objects(void)
 {
     fprintf(stderr, "fake_cuda at exit: retain=%lld stream=%lld event=%lld "
-            "alloc=%lld host_alloc=%lld\n",
+            "alloc=%lld host_alloc=%lld calls=%lld\n",
             fake_cuda_live("retain"), fake_cuda_live("stream"),
             fake_cuda_live("event"), fake_cuda_live("alloc"),
-            fake_cuda_live("host_alloc"));
+            fake_cuda_live("host_alloc"), fake_cuda_call_count(NULL));
 }
 
 void

@@ -99,7 +99,53 @@ dc_enter(dc_control *ctl, int fn, int *code)
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
+    if (fn < DC_MAX_FNS && atomic_load(&ctl->hold_gate[fn]) != 0) {
+        int gate = atomic_exchange(&ctl->hold_gate[fn], 0);
+
+        if (gate > 0) {
+            atomic_fetch_add(&ctl->held[fn], 1);
+            dc_gate_wait_for(gate, atomic_load(&ctl->hold_us[fn]));
+            if (!dc_gate_is_open(gate)) {
+                atomic_fetch_add(&ctl->expired[fn], 1);
+            }
+            atomic_fetch_sub(&ctl->held[fn], 1);
+        }
+    }
     return atomic_load(&ctl->have_faults) && fault_fires(ctl, fn, code);
+}
+
+int
+dc_hold(dc_control *ctl, const char *name, double timeout_ms)
+{
+    int fn = dc_fn_index(ctl, name);
+    int gate;
+
+    if (fn < 0 || fn >= DC_MAX_FNS
+        || !(timeout_ms > 0.0 && timeout_ms < 1e9)) {
+        return -1;
+    }
+    gate = dc_gate_new();
+    if (gate > 0) {
+        atomic_store(&ctl->hold_us[fn], (long long)(timeout_ms * 1e3));
+        atomic_store(&ctl->hold_gate[fn], gate);
+    }
+    return gate;
+}
+
+int
+dc_held(dc_control *ctl, const char *name)
+{
+    int fn = dc_fn_index(ctl, name);
+
+    return fn < 0 || fn >= DC_MAX_FNS ? -1 : atomic_load(&ctl->held[fn]);
+}
+
+int
+dc_hold_expired(dc_control *ctl, const char *name)
+{
+    int fn = dc_fn_index(ctl, name);
+
+    return fn < 0 || fn >= DC_MAX_FNS ? -1 : atomic_load(&ctl->expired[fn]);
 }
 
 int
@@ -442,6 +488,29 @@ dc_gate_wait(int id)
     pthread_mutex_lock(&g_gate_mu);
     while (!atomic_load(&g_gate_open[id])) {
         pthread_cond_wait(&g_gate_cv, &g_gate_mu);
+    }
+    pthread_mutex_unlock(&g_gate_mu);
+}
+
+void
+dc_gate_wait_for(int id, long long us)
+{
+    struct timespec until;
+
+    if (id <= 0 || id >= DC_MAX_GATES) {
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(us / 1000000);
+    until.tv_nsec += (long)(us % 1000000) * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&g_gate_mu);
+    while (!atomic_load(&g_gate_open[id])
+           && pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &until)
+                  != ETIMEDOUT) {
     }
     pthread_mutex_unlock(&g_gate_mu);
 }

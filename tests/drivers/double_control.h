@@ -32,6 +32,19 @@
  *       Zeroes the counts of the double's detectors ("bad_access",
  *       "guard_damage"), so that one defect fails the test during which
  *       it was found and not every test after it.
+ *   int fake_<prefix>_hold(const char *name, double timeout_ms)
+ *       Makes the next call of that function wait on entry (before a
+ *       fault answers it, holding no lock of the double) until the test
+ *       opens the returned gate with fake_<prefix>_open_gate, or
+ *       timeout_ms has passed (a safety net: a test checks that it opened
+ *       the gate while the call waited).  The new gate's id, or -1 for an
+ *       unknown name, a bad timeout_ms or no gate left.
+ *   int fake_<prefix>_held(const char *name)
+ *       Calls of that function waiting in a hold now; -1 for an unknown
+ *       name.
+ *   int fake_<prefix>_hold_expired(const char *name)
+ *       Holds of that function so far that ended by their timeout, not
+ *       by their gate opening; -1 for an unknown name.
  *
  * Control functions are not counted and never affected by faults.
  */
@@ -82,6 +95,10 @@ typedef struct dc_control {
     int nfaults;
     atomic_int have_faults;
     atomic_llong delay_us[DC_MAX_FNS]; /* per function, 0: none */
+    atomic_int hold_gate[DC_MAX_FNS];  /* the next call waits: 0, none */
+    atomic_llong hold_us[DC_MAX_FNS];  /* for at most this long */
+    atomic_int held[DC_MAX_FNS];       /* calls waiting in a hold */
+    atomic_int expired[DC_MAX_FNS];    /* holds ended by their timeout */
 } dc_control;
 
 /* The fields every double sets, from its arrays of functions, call
@@ -107,6 +124,9 @@ void dc_reset_counts(dc_control *ctl);
 int dc_fail(dc_control *ctl, const char *name, int nth, int code);
 void dc_clear_faults(dc_control *ctl);
 int dc_delay(dc_control *ctl, const char *name, double ms);
+int dc_hold(dc_control *ctl, const char *name, double timeout_ms);
+int dc_held(dc_control *ctl, const char *name);
+int dc_hold_expired(dc_control *ctl, const char *name);
 
 /* Live objects: kind by index (the double's own enum) or by name. */
 void dc_live_add(dc_control *ctl, int kind, long long delta);
@@ -140,6 +160,8 @@ int dc_gate_open(int id);
 bool dc_gate_is_open(int id);
 /* Blocks the calling (worker) thread until the gate is open. */
 void dc_gate_wait(int id);
+/* The same for at most us microseconds. */
+void dc_gate_wait_for(int id, long long us);
 
 /* fork(): hold the fault lock across it, so a child finds it usable. */
 void dc_fork_prepare(dc_control *ctl);
@@ -166,6 +188,9 @@ void dc_env_faults(dc_control *ctl, const char *var);
     DC_EXPORT long long fake_##prefix##_live(const char *kind);         \
     DC_EXPORT int fake_##prefix##_delay(const char *name, double ms);   \
     DC_EXPORT void fake_##prefix##_reset_detectors(void);               \
+    DC_EXPORT int fake_##prefix##_hold(const char *name, double ms);    \
+    DC_EXPORT int fake_##prefix##_held(const char *name);               \
+    DC_EXPORT int fake_##prefix##_hold_expired(const char *name);       \
     long long fake_##prefix##_call_count(const char *name)              \
     {                                                                   \
         return dc_call_count(&(ctl), name);                             \
@@ -195,6 +220,18 @@ void dc_env_faults(dc_control *ctl, const char *var);
         if ((ctl).reset_detectors != NULL) {                            \
             (ctl).reset_detectors();                                    \
         }                                                               \
+    }                                                                   \
+    int fake_##prefix##_hold(const char *name, double ms)               \
+    {                                                                   \
+        return dc_hold(&(ctl), name, ms);                               \
+    }                                                                   \
+    int fake_##prefix##_held(const char *name)                          \
+    {                                                                   \
+        return dc_held(&(ctl), name);                                   \
+    }                                                                   \
+    int fake_##prefix##_hold_expired(const char *name)                  \
+    {                                                                   \
+        return dc_hold_expired(&(ctl), name);                           \
     }
 
 #endif /* DOUBLE_CONTROL_H */

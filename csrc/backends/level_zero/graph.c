@@ -34,7 +34,11 @@
  *
  * so replays of one graph run one after another, whichever streams they
  * are queued on (as CUDA orders launches of one executable), and the
- * list's own events are reset each time before they signal again.
+ * list's own events are reset each time before they signal again.  When
+ * the execute succeeds and the last barrier cannot be appended, S does
+ * not wait for the replay: the launch then waits on the host for done
+ * before it reports the error, so that S's later work (a free) cannot
+ * overtake it.
  *
  * Destroying a graph must not wait: a graph whose last replay may still
  * run stays on lz.graphs, dead, and goes once its tail has signalled
@@ -674,6 +678,7 @@ lz_graph_launch(void *exec, acc_stream *s, acc_error *err)
     lz_graph *g = exec;
     lz_target t = lz_target_of(s);
     lz_slot *tail = NULL;
+    int unordered = 0; /* launched, but s's later work does not wait */
     acc_status status = lz_acquire(t.driver, 0, &tail, err);
     if (status != ACC_OK) {
         lz_target_done(&t);
@@ -723,8 +728,10 @@ lz_graph_launch(void *exec, acc_stream *s, acc_error *err)
             }
             else {
                 /* The replay runs, but S does not wait for it: the next
-                 * replay waits for done instead. */
+                 * replay waits for done instead, and this one returns
+                 * only once done has signalled (below). */
                 g->pending = 1;
+                unordered = 1;
                 status = lz_fail(err, "zeCommandListAppendBarrier", w,
                                  t.driver);
             }
@@ -732,6 +739,11 @@ lz_graph_launch(void *exec, acc_stream *s, acc_error *err)
         }
     }
     pthread_mutex_unlock(t.lock);
+    if (unordered) {
+        /* Memory the replay writes would be freed (or read) by S's later
+         * work while it still runs: wait for it before reporting. */
+        lz_await(g->done, "a graph's replay");
+    }
     lz_retire(tail);
     lz_target_done(&t);
     return status;

@@ -271,6 +271,7 @@ void lz_unwait(lz_slot *s);
 void lz_unwait_retire(lz_slot *s);
 void lz_retire(lz_slot *s);
 ze_result_t lz_host_wait(lz_slot *s, uint64_t timeout);
+void lz_await(lz_slot *s, const char *what);
 
 /* streams.c */
 lz_target lz_target_of(const acc_stream *s);

@@ -4,7 +4,6 @@
  */
 #include "lz.h"
 
-#include <time.h>
 
 /*
  * Level Zero has no stream-ordered free: zeMemFree frees at once, and
@@ -221,32 +220,6 @@ lz_appended_locked(lz_target *t, lz_slot *done)
     pthread_mutex_unlock(&lz.lock);
 }
 
-/* A pageable copy was queued (`done` signals when it has run, counted as
- * waited on by the caller) but waiting for its stream failed: the copy
- * still reads or writes the caller's memory, which the caller frees or
- * reuses as soon as we return.  Wait for the copy's own event, retrying
- * what fails, until it has signaled or the driver says it never will
- * (device lost). */
-static void
-lz_await_copy(lz_slot *done)
-{
-    const struct timespec pause = {0, 1000000}; /* 1 ms between tries */
-    for (;;) {
-        ze_result_t r = lz_host_wait(done, UINT64_MAX);
-        if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) {
-            return;
-        }
-        r = lz_fn.zeEventQueryStatus(done->event);
-        if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) {
-            return;
-        }
-        acc_trace("xpu: waiting for a pageable copy failed (0x%x); "
-                  "retrying: it still uses the caller's memory",
-                  (unsigned)r);
-        nanosleep(&pause, NULL);
-    }
-}
-
 acc_status
 lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
 {
@@ -310,7 +283,9 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
     if (queued && pageable) {
         status = lz_synchronize_target(t, err);
         if (status != ACC_OK) {
-            lz_await_copy(done);
+            /* The copy still reads or writes the caller's memory, which
+             * the caller frees or reuses as soon as we return. */
+            lz_await(done, "a pageable copy");
         }
         lz_unwait(done);
     }

@@ -5,6 +5,8 @@
  */
 #include "lz.h"
 
+#include <time.h>
+
 acc_status
 lz_context_locked(int d, ze_context_handle_t *out, acc_error *err)
 {
@@ -222,4 +224,27 @@ ze_result_t
 lz_host_wait(lz_slot *s, uint64_t timeout)
 {
     return lz_fn.zeEventHostSynchronize(s->event, timeout);
+}
+
+/* Work that uses memory the caller is about to release signals s, and
+ * waiting for it failed: wait for s, retrying what fails, until it has
+ * signalled or the driver says it never will (device lost).  `what`
+ * names the work in the trace. */
+void
+lz_await(lz_slot *s, const char *what)
+{
+    const struct timespec pause = {0, 1000000}; /* 1 ms between tries */
+    for (;;) {
+        ze_result_t r = lz_host_wait(s, UINT64_MAX);
+        if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) {
+            return;
+        }
+        r = lz_fn.zeEventQueryStatus(s->event);
+        if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) {
+            return;
+        }
+        acc_trace("xpu: waiting for %s failed (0x%x); retrying: it still "
+                  "uses memory the caller releases", what, (unsigned)r);
+        nanosleep(&pause, NULL);
+    }
 }

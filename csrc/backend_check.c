@@ -1,0 +1,85 @@
+/*
+ * backend_check.c - the check a backend passes when the dispatcher
+ * registers it: every required slot filled, and each group of optional
+ * slots filled all or none (backend.h), so that no call site tests a slot
+ * that registration vouched for.
+ *
+ * Plain C, no Python objects.
+ */
+#include "backend.h"
+
+#include <stdio.h>
+
+/* The slots every backend fills (backend.h). */
+#define REQUIRED_SLOTS(X)                                                  \
+    X(name) X(device_type) X(probe) X(device_synchronize)                  \
+    X(stream_default) X(stream_create) X(stream_destroy) X(stream_query)   \
+    X(stream_synchronize) X(stream_wait_event) X(event_create)             \
+    X(event_destroy) X(event_record) X(event_query) X(event_synchronize)
+
+/* The optional groups: all of a group's slots or none (backend.h). */
+#define GRAPH_SLOTS(X)                                                     \
+    X(graph_capture_begin) X(graph_capture_end) X(graph_instantiate)       \
+    X(graph_launch) X(graph_destroy)
+#define MEMORY_SLOTS(X) X(mem_alloc) X(mem_free) X(mem_copy) X(mem_fill)
+#define HOST_SLOTS(X) X(host_alloc) X(host_free)
+
+#define MAX_GROUP 5
+
+typedef struct group {
+    const char *name;
+    int n;
+    const char *slots[MAX_GROUP];
+    int filled[MAX_GROUP];
+} group;
+
+/* why, when g is filled in part; NULL when all or none. */
+static const char *
+group_incomplete(const group *g, char *why, size_t size)
+{
+    int first_null = -1, first_set = -1;
+
+    for (int i = 0; i < g->n; i++) {
+        if (g->filled[i] && first_set < 0) {
+            first_set = i;
+        }
+        if (!g->filled[i] && first_null < 0) {
+            first_null = i;
+        }
+    }
+    if (first_null < 0 || first_set < 0) {
+        return NULL;
+    }
+    snprintf(why, size, "its %s slots are filled in part: %s is NULL "
+             "while %s is set (all or none)", g->name,
+             g->slots[first_null], g->slots[first_set]);
+    return why;
+}
+
+const char *
+acc_backend_incomplete(const acc_backend *b, char *why, size_t size)
+{
+#define CHECK_SLOT(slot)                                                  \
+    if (b->slot == NULL) {                                                \
+        snprintf(why, size, "its required slot " #slot " is NULL");      \
+        return why;                                                       \
+    }
+    REQUIRED_SLOTS(CHECK_SLOT)
+#undef CHECK_SLOT
+#define NAME(slot) #slot,
+#define FILLED(slot) b->slot != NULL,
+    const group groups[] = {
+        {"graph", 5, {GRAPH_SLOTS(NAME)}, {GRAPH_SLOTS(FILLED)}},
+        {"device memory", 4, {MEMORY_SLOTS(NAME)}, {MEMORY_SLOTS(FILLED)}},
+        {"page-locked host memory", 2, {HOST_SLOTS(NAME)},
+         {HOST_SLOTS(FILLED)}},
+    };
+#undef NAME
+#undef FILLED
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+        if (group_incomplete(&groups[i], why, size) != NULL) {
+            return why;
+        }
+    }
+    return NULL;
+}

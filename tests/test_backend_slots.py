@@ -1,0 +1,72 @@
+"""The registration check of a backend's slots (csrc/backend_check.c).
+
+The dispatcher refuses, when it registers a backend, one with a required
+slot left NULL or an optional group filled in part: the five graph slots,
+the four device memory slots, the two page-locked host memory slots (all
+or none each, backend.h).  No backend of this build is incomplete, so the
+check is run here on descriptors with slots left out: a small C program
+(tests/drivers/check_backend_slots.c) compiled with the very file the
+extension links.
+"""
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from fake_drivers import REPO
+
+GROUPS = {
+    "graph": ("graph_capture_begin", "graph_capture_end",
+              "graph_instantiate", "graph_launch", "graph_destroy"),
+    "device memory": ("mem_alloc", "mem_free", "mem_copy", "mem_fill"),
+    "page-locked host memory": ("host_alloc", "host_free"),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Case -> what the check says (its reason, or 'complete')."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "no C compiler"
+    program = tmp_path_factory.mktemp("slots") / "check_backend_slots"
+    build = subprocess.run(
+        [compiler, "-std=gnu11", "-Wall", "-Wextra", "-Werror",
+         f"-I{REPO / 'csrc'}", str(REPO / "tests/drivers/check_backend_slots.c"),
+         str(REPO / "csrc/backend_check.c"), "-o", str(program)],
+        capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(program)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    return dict(line.split("\t", 1) for line in run.stdout.splitlines())
+
+
+def test_complete_descriptors_and_whole_groups_pass(verdicts) -> None:
+    assert verdicts["complete"] == "complete"
+    for case in ("without graphs", "without device memory",
+                 "without host memory"):
+        assert verdicts[case] == "complete", case
+
+
+def test_a_missing_required_slot_is_named(verdicts) -> None:
+    for slot in ("probe", "event_synchronize"):
+        assert verdicts[f"without {slot}"] == \
+            f"its required slot {slot} is NULL"
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_a_group_filled_in_part_is_refused(verdicts, group: str) -> None:
+    for slot in GROUPS[group]:
+        why = verdicts[f"without {slot}"]
+        assert why.startswith(f"its {group} slots are filled in part: "
+                              f"{slot} is NULL"), (slot, why)
+        assert "all or none" in why, why
+
+
+def test_a_lone_slot_of_a_group_is_refused(verdicts) -> None:
+    why = verdicts["only mem_fill"]
+    assert why.startswith("its device memory slots are filled in part: "
+                          "mem_alloc is NULL"), why
