@@ -176,6 +176,10 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
           "tests/behaviour/test_leaks.py", "tests/behaviour/test_faults.py",
           "-k", "across or wait or record or query or events or streams"],
          {**intercept, "FAKE_ZE_DRIVERS": "2"})
+    inst("xpu-two-drivers-fuzz", "the stateful fuzz of the whole API with "
+         "one Level Zero device on each of two drivers",
+         ["tests/behaviour/test_fuzz.py"],
+         {**intercept, "FAKE_ZE_DRIVERS": "2"}, budget=90)
     inst("opencl", "the behaviour suite on OpenCL (PoCL, two CPU devices)",
          behaviour, opencl, budget=240)
     inst("cuda-direct", "the memory tests without caching on CUDA",

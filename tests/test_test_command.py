@@ -103,6 +103,7 @@ def test_the_builtin_plan_names_every_configuration() -> None:
     names = [line.split()[0] for line in proc.stdout.splitlines()]
     for name in ("setup", "build", "build-instrumented", "cuda", "cuda-direct",
                  "xpu", "xpu-intercept", "xpu-validation", "xpu-two-drivers",
+                 "xpu-two-drivers-fuzz",
                  "opencl", "opencl-direct", "plain", "plain-xpu",
                  "plain-opencl", "stubs", "docs", "wheel",
                  "coverage"):
