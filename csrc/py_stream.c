@@ -186,28 +186,87 @@ parse_priority(PyObject *obj, int *priority)
     return 0;
 }
 
+static int is_int(PyObject *obj);
+static PyObject *wrap_handle(PyTypeObject *cls, PyObject *obj,
+                             PyObject *device);
+
+/* torch's other form, Stream(stream_id=, device_index=, device_type=):
+ * the stream those three name (as from_handle), which compares equal to
+ * the stream they were read from.  Every one is required. */
+static PyObject *
+stream_from_id(PyTypeObject *cls, PyObject *stream_id,
+               PyObject *device_index, PyObject *device_type)
+{
+    long type;
+
+    if (stream_id == NULL || device_index == NULL || device_type == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Stream() takes stream_id, device_index and "
+                        "device_type together (the values of an existing "
+                        "stream's attributes), without device or priority");
+        return NULL;
+    }
+    if (!is_int(stream_id) || !is_int(device_index)
+        || !is_int(device_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "Stream(stream_id=, device_index=, device_type=) takes "
+                     "three ints, got %.100s, %.100s and %.100s",
+                     acc_type_name(stream_id), acc_type_name(device_index),
+                     acc_type_name(device_type));
+        return NULL;
+    }
+    acc_ensure_probed();
+    type = PyLong_AsLong(device_type);
+    if (type == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+    }
+    if (acc_require_usable(acc_state_from_type(cls)) < 0) {
+        return NULL;
+    }
+    if (type != acc_torch_device_type()) {
+        PyErr_Format(PyExc_ValueError,
+                     "Stream(device_type=%R) is not the current "
+                     "accelerator's device type: %s is %d",
+                     device_type, acc_device_type(),
+                     acc_torch_device_type());
+        return NULL;
+    }
+    return wrap_handle(cls, stream_id, device_index);
+}
+
 static PyObject *
 stream_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"device", "priority", NULL};
+    static char *keywords[] = {"device", "priority", "stream_id",
+                               "device_index", "device_type", NULL};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *device = Py_None, *priority_arg = NULL, *self;
+    PyObject *device = NULL, *priority_arg = NULL, *self;
+    PyObject *stream_id = NULL, *device_index = NULL, *device_type = NULL;
     long long index;
     int priority;
     acc_stream *s = NULL;
     acc_error err;
     acc_status status;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$O:Stream", keywords,
-                                     &device, &priority_arg)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOOO:Stream",
+                                     keywords, &device, &priority_arg,
+                                     &stream_id, &device_index,
+                                     &device_type)) {
         return NULL;
+    }
+    if (stream_id != NULL || device_index != NULL || device_type != NULL) {
+        if (device != NULL || priority_arg != NULL) {
+            stream_id = NULL; /* the message says what goes together */
+        }
+        return stream_from_id(cls, stream_id, device_index, device_type);
     }
     if (parse_priority(priority_arg, &priority) < 0) {
         return NULL;
     }
     acc_ensure_probed();
     if (acc_require_usable(st) < 0
-        || acc_resolve_device(st, device, 1, &index) < 0
+        || acc_resolve_device(st, device != NULL ? device : Py_None, 1,
+                              &index) < 0
         || acc_check_index(st, index) < 0) {
         return NULL;
     }
@@ -297,6 +356,28 @@ stream_get_handle(StreamObject *self, void *closure)
 {
     (void)closure;
     return PyLong_FromUnsignedLongLong(self->s->handle);
+}
+
+/* torch's names for the native handle that this Stream spells otherwise:
+ * their AttributeError says what to use. */
+static PyObject *
+stream_getattro(PyObject *self, PyObject *name)
+{
+    PyObject *value = PyObject_GenericGetAttr(self, name);
+
+    if (value == NULL && PyUnicode_Check(name)
+        && PyErr_ExceptionMatches(PyExc_AttributeError)
+        && (PyUnicode_CompareWithASCIIString(name, "cuda_stream") == 0
+            || PyUnicode_CompareWithASCIIString(name, "native_handle")
+                   == 0)) {
+        PyErr_Format(PyExc_AttributeError,
+                     "'%.100s' object has no attribute '%U': the native "
+                     "stream (CUstream, ze command list, cl_command_queue) "
+                     "is Stream.handle (also Stream.stream_id), and CUDA "
+                     "libraries take the stream itself through "
+                     "__cuda_stream__()", acc_type_name(self), name);
+    }
+    return value;
 }
 
 static PyObject *
@@ -674,21 +755,17 @@ done:
     return rc;
 }
 
+/* The stream of the native handle in obj on device (None: current). */
 static PyObject *
-stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+wrap_handle(PyTypeObject *cls, PyObject *obj, PyObject *device)
 {
-    static char *keywords[] = {"handle", "device", NULL};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *obj, *device = Py_None, *owner, *self;
+    PyObject *owner, *self;
     acc_stream *s, *default_stream;
     uintptr_t handle;
     long long index;
     acc_error err;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:from_handle",
-                                     keywords, &obj, &device)) {
-        return NULL;
-    }
     acc_ensure_probed();
     if (acc_require_usable(st) < 0
         || acc_resolve_device(st, device, 1, &index) < 0
@@ -715,6 +792,19 @@ stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 }
 
 static PyObject *
+stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"handle", "device", NULL};
+    PyObject *obj, *device = Py_None;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:from_handle",
+                                     keywords, &obj, &device)) {
+        return NULL;
+    }
+    return wrap_handle(cls, obj, device);
+}
+
+static PyObject *
 stream_reduce(StreamObject *self, PyObject *unused)
 {
     (void)unused;
@@ -728,11 +818,17 @@ stream_reduce(StreamObject *self, PyObject *unused)
 
 PyDoc_STRVAR(stream_doc,
 "Stream(device=None, *, priority=0)\n"
+"Stream(*, stream_id, device_index, device_type)\n"
 "--\n"
 "\n"
 "A new stream (an in-order queue of work) on device, by default the\n"
 "current device.  priority 0 is normal; negative values are higher\n"
-"priority, clamped to what the driver offers.  As torch.Stream.");
+"priority, clamped to what the driver offers.  As torch.Stream.\n"
+"\n"
+"With stream_id, device_index and device_type (an existing stream's\n"
+"attributes), the stream they name, equal to that stream: as\n"
+"from_handle(stream_id, device_index), for this accelerator's\n"
+"device_type only.");
 
 PyDoc_STRVAR(query_doc,
 "query($self, /)\n--\n\nTrue when all work queued on the stream is done.");
@@ -802,7 +898,13 @@ static PyGetSetDef stream_getset[] = {
      PyDoc_STR("The driver's priority of the stream (lower is higher)."),
      NULL},
     {"handle", (getter)stream_get_handle, NULL,
-     PyDoc_STR("The native handle as an int (CUstream, ze command list)."),
+     PyDoc_STR("The native handle as an int (CUstream, ze command list, "
+               "cl_command_queue)."),
+     NULL},
+    {"stream_id", (getter)stream_get_handle, NULL,
+     PyDoc_STR("torch's name for the stream: here its native handle, so "
+               "Stream(stream_id=, device_index=, device_type=) gives "
+               "this stream."),
      NULL},
     {NULL},
 };
@@ -820,6 +922,7 @@ static PyType_Slot stream_slots[] = {
     {Py_tp_traverse, stream_traverse},
     {Py_tp_clear, stream_clear},
     {Py_tp_repr, stream_repr},
+    {Py_tp_getattro, stream_getattro},
     {Py_tp_richcompare, stream_richcompare},
     {Py_tp_hash, stream_hash},
     {Py_tp_methods, stream_methods},
