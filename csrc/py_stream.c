@@ -254,6 +254,10 @@ stream_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
                                      &device_type)) {
         return NULL;
     }
+    /* None, as the signature's defaults say, is leaving one out. */
+    stream_id = stream_id == Py_None ? NULL : stream_id;
+    device_index = device_index == Py_None ? NULL : device_index;
+    device_type = device_type == Py_None ? NULL : device_type;
     if (stream_id != NULL || device_index != NULL || device_type != NULL) {
         if (device != NULL || priority_arg != NULL) {
             stream_id = NULL; /* the message says what goes together */
@@ -817,15 +821,15 @@ stream_reduce(StreamObject *self, PyObject *unused)
 /* Type ------------------------------------------------------------------- */
 
 PyDoc_STRVAR(stream_doc,
-"Stream(device=None, *, priority=0)\n"
-"Stream(*, stream_id, device_index, device_type)\n"
+"Stream(device=None, *, priority=0, stream_id=None, device_index=None,\n"
+"       device_type=None)\n"
 "--\n"
 "\n"
 "A new stream (an in-order queue of work) on device, by default the\n"
 "current device.  priority 0 is normal; negative values are higher\n"
 "priority, clamped to what the driver offers.  As torch.Stream.\n"
 "\n"
-"With stream_id, device_index and device_type (an existing stream's\n"
+"With stream_id, device_index and device_type instead (an existing stream's\n"
 "attributes), the stream they name, equal to that stream: as\n"
 "from_handle(stream_id, device_index), for this accelerator's\n"
 "device_type only.");

@@ -50,9 +50,11 @@ def test_every_callable_has_a_signature_and_a_docstring() -> None:
 def test_signatures_read_as_documented() -> None:
     assert str(inspect.signature(accelerator.synchronize)) == "(device=None, /)"
     assert str(inspect.signature(accelerator.Stream)) == (
-        "(device=None, *, priority=0)")
+        "(device=None, *, priority=0, stream_id=None, device_index=None, "
+        "device_type=None)")
     assert str(inspect.signature(accelerator.Event)) == (
-        "(*, enable_timing=False, blocking=False, interprocess=False)")
+        "(device=None, *, enable_timing=False, blocking=False, "
+        "interprocess=False)")
     assert str(inspect.signature(accelerator.set_device_index)) == (
         "(device, /)")
 

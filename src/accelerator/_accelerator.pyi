@@ -85,7 +85,15 @@ _Stream: TypeAlias = Stream
 @disjoint_base
 class Stream:
     @overload
-    def __new__(cls, device: _DeviceLike | None = None, *, priority: int = 0) -> Self: ...
+    def __new__(
+        cls,
+        device: _DeviceLike | None = None,
+        *,
+        priority: int = 0,
+        stream_id: None = None,
+        device_index: None = None,
+        device_type: None = None,
+    ) -> Self: ...
     @overload
     def __new__(cls, *, stream_id: int, device_index: int, device_type: int) -> Self: ...
     @classmethod
