@@ -853,6 +853,28 @@ empty_cache(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(empty_host_cache_doc,
+"empty_host_cache($module, /)\n--\n\n"
+"Give back to the driver the page-locked host memory held for closed\n"
+"HostBuffers whose queued copies have completed.  Memory still in use by\n"
+"queued work stays held (it is released once that work is done, at the\n"
+"next allocation or empty_cache()); this never waits for the device.\n"
+"A no-op before the first use of the accelerator, as torch's.");
+
+static PyObject *
+empty_host_cache(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (!acc_probed()) {
+        Py_RETURN_NONE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    acc_host_empty_cache();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(noop_doc,
 "_noop($module, /)\n--\n\n"
 "Do nothing: the baseline C call the benchmarks compare against.");
@@ -887,6 +909,8 @@ static PyMethodDef module_methods[] = {
      METH_FASTCALL, get_device_name_doc},
     {"backends", backends, METH_NOARGS, backends_doc},
     {"empty_cache", empty_cache, METH_NOARGS, empty_cache_doc},
+    {"empty_host_cache", empty_host_cache, METH_NOARGS,
+     empty_host_cache_doc},
     {"_visible_devices", visible_devices, METH_NOARGS, visible_devices_doc},
     {"_probed", probed, METH_NOARGS, probed_doc},
     {"from_dlpack", acc_from_dlpack, METH_O, acc_from_dlpack_doc},

@@ -376,6 +376,9 @@ acc_status acc_host_block_record_stream(acc_host_block *h, acc_stream *s,
 /* Wait for the work queued so far on each recorded stream (blocking). */
 acc_status acc_host_block_synchronize(acc_host_block *h, acc_error *err);
 void acc_host_free(acc_host_block *h);
+/* Release the page-locked memory of freed blocks whose work has completed
+ * (empty_host_cache); never waits. */
+void acc_host_empty_cache(void);
 
 /* What a foreign pointer is (pointer_info slot). */
 acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,

@@ -26,6 +26,7 @@ from ._accelerator import (
     _reset_peak_memory_stats,
     _set_per_process_memory_fraction,
     empty_cache,
+    empty_host_cache,
     get_memory_info,
 )
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "empty_cache",
+    "empty_host_cache",
     "get_memory_info",
     "max_memory_allocated",
     "max_memory_reserved",
