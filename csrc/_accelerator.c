@@ -663,19 +663,32 @@ make_properties(acc_state *st, int device, const acc_device_properties *p)
     return props;
 }
 
+/* The driver's facts about device, read once (the dispatcher caches
+ * them); -1 with an exception set on failure. */
+int
+acc_device_facts(acc_state *st, int device, const acc_device_properties **p)
+{
+    acc_error err;
+    acc_status status;
+
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_get_device_properties(device, p, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 properties_of(acc_state *st, int device)
 {
     const acc_device_properties *p;
-    acc_error err;
-    acc_status status;
 
     if (st->properties[device] == NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        status = acc_get_device_properties(device, &p, &err);
-        Py_END_ALLOW_THREADS
-        if (status != ACC_OK) {
-            return acc_raise(st, &err);
+        if (acc_device_facts(st, device, &p) < 0) {
+            return NULL;
         }
         st->properties[device] = make_properties(st, device, p);
         if (st->properties[device] == NULL) {
@@ -1027,6 +1040,9 @@ module_exec(PyObject *module)
     }
     st->device_cache = PyDict_New();
     if (st->device_cache == NULL) {
+        return -1;
+    }
+    if (PyModule_AddFunctions(module, acc_capability_methods) < 0) {
         return -1;
     }
     if (PyModule_AddFunctions(module, acc_memory_methods) < 0) {

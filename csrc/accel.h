@@ -110,7 +110,18 @@ typedef struct acc_device_properties {
     unsigned vendor_id, device_id;   /* PCI ids; 0 if unknown */
     int integrated;                  /* shares memory with the host */
     unsigned estimates;              /* ACC_ESTIMATE_*: numbers guessed */
+    unsigned float_types;            /* ACC_FLOAT_*: what the driver says
+                                      * the device computes in, besides
+                                      * 32-bit floats */
 } acc_device_properties;
+
+/* Floating-point types a device supports beyond float32, as its driver
+ * reports them (get_device_capability). */
+enum {
+    ACC_FLOAT_16 = 1u << 0,   /* IEEE half: float16 */
+    ACC_FLOAT_BF16 = 1u << 1, /* bfloat16 */
+    ACC_FLOAT_64 = 1u << 2,   /* double: float64 (and complex128) */
+};
 
 enum {
     /* acc_memory_info's free bytes are the total: the driver cannot say

@@ -151,6 +151,15 @@ class DriverDouble:
     #: there must not let the call return while the copy still uses the
     #: host memory (none where the driver's copy call itself blocks)
     pageable_copy_waits: tuple[str, ...] = ()
+    #: get_device_capability: the dtypes the double's devices support by
+    #: default beyond every device's (bool, the ints, float32, complex64),
+    #: and an environment under which the driver reports fewer, with the
+    #: dtypes that then disappear
+    float_dtypes: frozenset[str] = frozenset()
+    fewer_float_dtypes: tuple[dict[str, str], frozenset[str]] = ({},
+                                                                 frozenset())
+    #: the driver function get_device_capability's facts come from
+    capability_call = ""
 
     def __init__(self, path: pathlib.Path, prefix: str) -> None:
         self.path = path
@@ -289,6 +298,11 @@ class CudaDouble(DriverDouble):
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
     probe_call = "cuInit"
     first_use_under_lock = ("cuDeviceGetName", "a.get_device_properties(1)")
+    # The double's default compute capability is 9.0; 7.0 lacks bfloat16.
+    float_dtypes = frozenset({"float16", "bfloat16", "float64",
+                              "complex128"})
+    fewer_float_dtypes = ({"FAKE_CUDA_CC": "7.0"}, frozenset({"bfloat16"}))
+    capability_call = "cuDeviceGetAttribute"
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
         super().__init__(path, "cuda")
@@ -416,6 +430,11 @@ class ZeDouble(DriverDouble):
     probe_call = "zeDriverGet"
     first_use_under_lock = ("zeCommandListCreateImmediate",
                             "a.current_stream(1)")
+    # Module flags FP16 | FP64; core Level Zero has no bfloat16 flag.
+    float_dtypes = frozenset({"float16", "float64", "complex128"})
+    fewer_float_dtypes = ({"FAKE_ZE_MODULE_FLAGS": "1"},
+                          frozenset({"float64", "complex128"}))
+    capability_call = "zeDeviceGetModuleProperties"
 
     def __init__(self, path: pathlib.Path = ZE_DRIVER) -> None:
         super().__init__(path, "ze")
@@ -516,6 +535,11 @@ class OpenCLDouble(DriverDouble):
                             "a.current_stream(1)")
     unknown_error = (-59, "CL_INVALID_OPERATION")
     oom_error = (-4, "CL_MEM_OBJECT_ALLOCATION_FAILURE")
+    # PoCL's CPU devices announce cl_khr_fp64 but not cl_khr_fp16.
+    float_dtypes = frozenset({"float64", "complex128"})
+    fewer_float_dtypes = ({"FAKE_OCL_HIDE_EXTENSIONS": "cl_khr_fp64"},
+                          frozenset({"float64", "complex128"}))
+    capability_call = "clGetDeviceInfo"
 
     def __init__(self, path: pathlib.Path = OPENCL_INTERPOSER) -> None:
         super().__init__(path, "ocl")
