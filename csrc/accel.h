@@ -158,6 +158,8 @@ int acc_is_available(void);
 int acc_device_count(void);
 /* The selected backend's device type ("cuda", "xpu"), or NULL. */
 const char *acc_device_type(void);
+/* How messages name it: "CUDA", "XPU", "OpenCL"; NULL before selection. */
+const char *acc_display_device_type(void);
 /* Facts of the selected backend (0 when none is selected). */
 int acc_torch_device_type(void);
 int acc_dlpack_device_type(void);

@@ -28,7 +28,7 @@ static const acc_backend *const registry[] = {
 /* The slots every backend fills (backend.h); checked once, at
  * registration, so that no call site tests them. */
 #define REQUIRED_SLOTS(X)                                                  \
-    X(name) X(device_type) X(probe) X(device_synchronize)                  \
+    X(name) X(device_type) X(display_type) X(probe) X(device_synchronize)  \
     X(stream_default) X(stream_create) X(stream_destroy) X(stream_query)   \
     X(stream_synchronize) X(stream_wait_event) X(event_create)             \
     X(event_destroy) X(event_record) X(event_query) X(event_synchronize)
@@ -864,6 +864,12 @@ const char *
 acc_device_type(void)
 {
     return g.selected ? g.selected->device_type : NULL;
+}
+
+const char *
+acc_display_device_type(void)
+{
+    return g.selected ? g.selected->display_type : NULL;
 }
 
 int

@@ -78,8 +78,10 @@ class DriverDouble:
     bytes were overwritten).
     """
 
-    #: the device type of the backend this double sits under
+    #: the device type of the backend this double sits under, and how
+    #: messages name it ("CUDA out of memory.")
     device_type = ""
+    display_type = ""
     #: torch's c10::DeviceType number (Stream.device_type) and DLPack's
     #: device code for that device type
     torch_device_type = -1
@@ -269,6 +271,7 @@ class CudaDouble(DriverDouble):
     """tests/drivers/build/libcuda.so.1."""
 
     device_type = "cuda"
+    display_type = "CUDA"
     torch_device_type = 1
     dlpack_device_type = 2
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
@@ -386,6 +389,7 @@ class ZeDouble(DriverDouble):
     pageable_copy_waits = ("zeEventHostSynchronize",)
 
     device_type = "xpu"
+    display_type = "XPU"
     torch_device_type = 12
     dlpack_device_type = 14
     lacks = {
@@ -496,6 +500,7 @@ class OpenCLDouble(DriverDouble):
     OpenCL runtime on the CPU, with counters and faults on every call."""
 
     device_type = "opencl"
+    display_type = "OpenCL"
     torch_device_type = 4
     dlpack_device_type = 4
     lacks = {

@@ -1294,6 +1294,7 @@ ocl_after_fork_child(void)
 const acc_backend acc_opencl_backend = {
     .name = "opencl",
     .device_type = "opencl",
+    .display_type = "OpenCL",
     .torch_device_type = 4,  /* c10::DeviceType::OPENCL */
     .dlpack_device_type = 4, /* kDLOpenCL */
     .caps = 0,
