@@ -362,26 +362,19 @@ stream_get_handle(StreamObject *self, void *closure)
     return PyLong_FromUnsignedLongLong(self->s->handle);
 }
 
-/* torch's names for the native handle that this Stream spells otherwise:
- * their AttributeError says what to use. */
+/* torch's names for the native handle, which this Stream spells
+ * otherwise: getters that raise the AttributeError saying what to use
+ * (descriptors, not a tp_getattro, which would slow every method call). */
 static PyObject *
-stream_getattro(PyObject *self, PyObject *name)
+stream_torch_handle_name(StreamObject *self, void *closure)
 {
-    PyObject *value = PyObject_GenericGetAttr(self, name);
-
-    if (value == NULL && PyUnicode_Check(name)
-        && PyErr_ExceptionMatches(PyExc_AttributeError)
-        && (PyUnicode_CompareWithASCIIString(name, "cuda_stream") == 0
-            || PyUnicode_CompareWithASCIIString(name, "native_handle")
-                   == 0)) {
-        PyErr_Format(PyExc_AttributeError,
-                     "'%.100s' object has no attribute '%U': the native "
-                     "stream (CUstream, ze command list, cl_command_queue) "
-                     "is Stream.handle (also Stream.stream_id), and CUDA "
-                     "libraries take the stream itself through "
-                     "__cuda_stream__()", acc_type_name(self), name);
-    }
-    return value;
+    PyErr_Format(PyExc_AttributeError,
+                 "'%.100s' object has no attribute '%s': the native stream "
+                 "(CUstream, ze command list, cl_command_queue) is "
+                 "Stream.handle (also Stream.stream_id), and CUDA libraries "
+                 "take the stream itself through __cuda_stream__()",
+                 acc_type_name((PyObject *)self), (const char *)closure);
+    return NULL;
 }
 
 static PyObject *
@@ -905,6 +898,12 @@ static PyGetSetDef stream_getset[] = {
      PyDoc_STR("The native handle as an int (CUstream, ze command list, "
                "cl_command_queue)."),
      NULL},
+    {"cuda_stream", (getter)stream_torch_handle_name, NULL,
+     PyDoc_STR("Not here: raises AttributeError naming Stream.handle."),
+     "cuda_stream"},
+    {"native_handle", (getter)stream_torch_handle_name, NULL,
+     PyDoc_STR("Not here: raises AttributeError naming Stream.handle."),
+     "native_handle"},
     {"stream_id", (getter)stream_get_handle, NULL,
      PyDoc_STR("torch's name for the stream: here its native handle, so "
                "Stream(stream_id=, device_index=, device_type=) gives "
@@ -926,7 +925,6 @@ static PyType_Slot stream_slots[] = {
     {Py_tp_traverse, stream_traverse},
     {Py_tp_clear, stream_clear},
     {Py_tp_repr, stream_repr},
-    {Py_tp_getattro, stream_getattro},
     {Py_tp_richcompare, stream_richcompare},
     {Py_tp_hash, stream_hash},
     {Py_tp_methods, stream_methods},
