@@ -6,28 +6,14 @@ whatever the machine's speed.
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 import fake_drivers
-
-REPO = Path(__file__).resolve().parents[1]
-BENCH = REPO / "bench" / "bench_api.py"
-
-
-def bench_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_api_check", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_api_check"] = module  # dataclasses look it up
-    spec.loader.exec_module(module)
-    return module
+from test_callgrind_gate import BENCH, REPO, bench_module
 
 
 def test_missed_budgets_are_the_rows_judged_no() -> None:
