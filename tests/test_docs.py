@@ -111,6 +111,9 @@ def test_readme_examples_run_with_one_device(backend: str) -> None:
     result = run_example(memory, double.environment(1))
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith(" GB/s\n"), result.stdout
+    quick_start = dict(python_examples())["docs/index.rst #0"]
+    result = run_example(quick_start, double.environment(1))
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.skipif(not fake_drivers.CUDA_DOUBLE.exists(),
