@@ -510,8 +510,9 @@ class OpenCLDouble(DriverDouble):
         "pci_bus_id": ("core OpenCL has no PCI address (PoCL's CPU "
                        "devices lack cl_khr_pci_bus_info)"),
         "free_memory": ("OpenCL cannot say how much device memory is free: "
-                        "get_memory_info reports the total, and the "
-                        "properties list it among the estimates"),
+                        "get_memory_info reports the total less what this "
+                        "process allocated, and the properties list it "
+                        "among the estimates"),
         "set_total_memory": ("PoCL's device memory size cannot be set "
                              "to the sizes a test needs"),
         "driver_events": ("an OpenCL event is a host object holding the "

@@ -590,7 +590,8 @@ ocl_device_properties(int device, acc_device_properties *p, acc_error *err)
         p->integrated = unified != 0;
         /* No compute capability, UUID or PCI address in core OpenCL. */
         p->major = p->minor = -1;
-        /* ocl_memory_info cannot read free memory: it reports the total. */
+        /* ocl_memory_info cannot read free memory: it reports the total
+         * less what this process allocated. */
         p->estimates |= ACC_ESTIMATE_FREE_MEMORY;
     }
     return st;

@@ -26,8 +26,8 @@ reading the devices' properties then initialises it (``cuInit``), unless
 ``--no-init`` (or ``collect_report(init=False)``) is given.  The backends
 are read after the devices, so ``initialized`` is the state the report
 leaves behind.  A number the driver cannot give and the report shows
-guessed (free memory on Level Zero without Sysman: the total less what
-this process took; on OpenCL: the total) is listed in the device's ``estimates`` and marked
+guessed (free memory on Level Zero without Sysman and on OpenCL: the
+total less what this process took) is listed in the device's ``estimates`` and marked
 "(estimate ...)" in the text.
 
 JSON document (schema 1; keys are only ever added, under the same number):
