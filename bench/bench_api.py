@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Per-call cost of accelerator's hot APIs, against a no-op C call.
 
-    python bench/bench_api.py [--double] [--quick] [--json OUT.json]
-                              [--markdown OUT.md] [--peers] [--callgrind]
+    python bench/bench_api.py [--double] [--quick] [--check]
+                              [--json OUT.json] [--markdown OUT.md]
+                              [--peers] [--callgrind]
 
 Each API is timed in a worker process next to ``_accelerator._noop()`` (a
 METH_NOARGS C function that returns None) and an empty loop: per repeat,
@@ -14,7 +15,10 @@ part of each call is the same driver function timed from C
 difference.  On the CUDA driver double the driver calls per API call are
 counted, not assumed.  ``--callgrind`` adds instructions per call under
 valgrind.  ``--peers`` adds torch.accelerator, torch.cuda, cuda.core and
-CuPy doing the same calls, where installed and usable.  See bench/README.md.
+CuPy doing the same calls, where installed and usable.  Each row's budget
+(the ``budget`` column: a multiple of the no-op, or the driver call plus
+some ns) is judged in ``met?``; ``--check`` exits 1 when one is missed.
+See bench/README.md.
 """
 from __future__ import annotations
 
@@ -106,6 +110,12 @@ def budget_met(budget: str, ratio: float | None, overhead: float | None
         return "yes" if overhead <= limit else \
             f"NO, +{overhead - limit:,.0f} ns"
     return "-"
+
+
+def missed_budgets(rows: list[dict[str, Any]]) -> list[str]:
+    """Each row of a table whose budget was missed, as "api: NO, ..."."""
+    return [f"{row['api']}: {row['met']}" for row in rows
+            if str(row.get("met", "")).startswith("NO")]
 
 # The driver allocation a cached Buffer avoids, timed from C and shown
 # beside the Buffer row.
@@ -1001,14 +1011,14 @@ def main_table(result: dict[str, Any], c_ns: dict[str, Any],
         ok = (imports["extra_ms"] < 2.0 and not imports["drivers_loaded"]
               and imports["driver_calls"] in (0, None))
         calls = imports["driver_calls"]
+        met = "yes" if ok else f"NO, {imports['extra_ms'] - 2.0:+.2f} ms over"
         rows.append(["import accelerator (extra ms)",
                      f"{imports['extra_ms']:.2f} ms", "-",
                      "-" if calls is None else f"{calls} calls", "-",
-                     "< 2 ms, no driver", "yes" if ok else
-                     f"NO, {imports['extra_ms'] - 2.0:+.2f} ms over"]
+                     "< 2 ms, no driver", met]
                     + ([f"{calls} calls"] if counted is not None else []))
         data.append({"api": "import", "extra_ms": imports["extra_ms"],
-                     "met": "yes" if ok else "NO", **imports})
+                     "met": met, **imports})
     headers = ["api", "ns/call", "x no-op", "driver ns", "overhead ns",
                "budget", "met?"] + (["driver calls/call (counted)"]
                                     if counted is not None else [])
@@ -1261,6 +1271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "cuda.core and CuPy (real GPU only)")
     parser.add_argument("--summary", type=Path,
                         help="write the last (shortest) table here")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a row misses its budget (listed "
+                        "on stderr)")
     parser.add_argument("--callgrind", action="store_true",
                         help="also count instructions per call (valgrind)")
     parser.add_argument("--callgrind-baseline", choices=("check", "write"),
@@ -1305,6 +1318,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         tmp = Path(tmpdir)
         program = build_c(tmp, "driver_calls.c", "driver_calls")
         measured = 0
+        missed: list[str] = []
         for backend in ("cuda", "xpu"):
             env = child_env(args.double, backend)
             if env is None:
@@ -1328,6 +1342,7 @@ def orchestrate(args: argparse.Namespace) -> int:
                     c_ns = {}
             imports = measure_import(env, 20 if args.quick else 40)
             body, rows = main_table(result, c_ns, imports)
+            missed += [f"{chosen}: {miss}" for miss in missed_budgets(rows)]
             check = check_counts(result)
             head = header(result, args, imports)
             summary = body
@@ -1366,6 +1381,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         if args.double and {"cuda", "xpu"} <= {
                 b for b, r in report["backends"].items() if "worker" in r}:
             body, rows = across_table(report["backends"])
+            missed += [f"xpu/cuda: {miss}" for miss in missed_budgets(rows)]
             report["across"] = rows
             text.append("Level Zero against CUDA, both on their doubles "
                         "(ns/call net of the loop)\n\n" + body)
@@ -1404,6 +1420,12 @@ def orchestrate(args: argparse.Namespace) -> int:
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text("\n\n".join(text) + "\n")
+    if args.check:
+        if missed:
+            print(f"{len(missed)} budget(s) missed:\n  "
+                  + "\n  ".join(missed), file=sys.stderr)
+            return 1
+        print("every budget met", file=sys.stderr)
     return 0
 
 

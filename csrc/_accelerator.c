@@ -663,19 +663,32 @@ make_properties(acc_state *st, int device, const acc_device_properties *p)
     return props;
 }
 
+/* The driver's facts about device, read once (the dispatcher caches
+ * them); -1 with an exception set on failure. */
+int
+acc_device_facts(acc_state *st, int device, const acc_device_properties **p)
+{
+    acc_error err;
+    acc_status status;
+
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_get_device_properties(device, p, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 properties_of(acc_state *st, int device)
 {
     const acc_device_properties *p;
-    acc_error err;
-    acc_status status;
 
     if (st->properties[device] == NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        status = acc_get_device_properties(device, &p, &err);
-        Py_END_ALLOW_THREADS
-        if (status != ACC_OK) {
-            return acc_raise(st, &err);
+        if (acc_device_facts(st, device, &p) < 0) {
+            return NULL;
         }
         st->properties[device] = make_properties(st, device, p);
         if (st->properties[device] == NULL) {
@@ -853,6 +866,28 @@ empty_cache(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(empty_host_cache_doc,
+"empty_host_cache($module, /)\n--\n\n"
+"Give back to the driver the page-locked host memory held for closed\n"
+"HostBuffers whose queued copies have completed.  Memory still in use by\n"
+"queued work stays held (it is released once that work is done, at the\n"
+"next allocation or empty_cache()); this never waits for the device.\n"
+"A no-op before the first use of the accelerator, as torch's.");
+
+static PyObject *
+empty_host_cache(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (!acc_probed()) {
+        Py_RETURN_NONE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    acc_host_empty_cache();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(noop_doc,
 "_noop($module, /)\n--\n\n"
 "Do nothing: the baseline C call the benchmarks compare against.");
@@ -887,6 +922,8 @@ static PyMethodDef module_methods[] = {
      METH_FASTCALL, get_device_name_doc},
     {"backends", backends, METH_NOARGS, backends_doc},
     {"empty_cache", empty_cache, METH_NOARGS, empty_cache_doc},
+    {"empty_host_cache", empty_host_cache, METH_NOARGS,
+     empty_host_cache_doc},
     {"_visible_devices", visible_devices, METH_NOARGS, visible_devices_doc},
     {"_probed", probed, METH_NOARGS, probed_doc},
     {"from_dlpack", acc_from_dlpack, METH_O, acc_from_dlpack_doc},
@@ -1011,6 +1048,9 @@ module_exec(PyObject *module)
     }
     st->device_cache = PyDict_New();
     if (st->device_cache == NULL) {
+        return -1;
+    }
+    if (PyModule_AddFunctions(module, acc_capability_methods) < 0) {
         return -1;
     }
     if (PyModule_AddFunctions(module, acc_memory_methods) < 0) {

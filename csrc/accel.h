@@ -111,7 +111,18 @@ typedef struct acc_device_properties {
     unsigned vendor_id, device_id;   /* PCI ids; 0 if unknown */
     int integrated;                  /* shares memory with the host */
     unsigned estimates;              /* ACC_ESTIMATE_*: numbers guessed */
+    unsigned float_types;            /* ACC_FLOAT_*: what the driver says
+                                      * the device computes in, besides
+                                      * 32-bit floats */
 } acc_device_properties;
+
+/* Floating-point types a device supports beyond float32, as its driver
+ * reports them (get_device_capability). */
+enum {
+    ACC_FLOAT_16 = 1u << 0,   /* IEEE half: float16 */
+    ACC_FLOAT_BF16 = 1u << 1, /* bfloat16 */
+    ACC_FLOAT_64 = 1u << 2,   /* double: float64 (and complex128) */
+};
 
 enum {
     /* acc_memory_info's free bytes are the total: the driver cannot say
@@ -148,6 +159,8 @@ int acc_is_available(void);
 int acc_device_count(void);
 /* The selected backend's device type ("cuda", "xpu"), or NULL. */
 const char *acc_device_type(void);
+/* How messages name it: "CUDA", "XPU", "OpenCL"; NULL before selection. */
+const char *acc_display_device_type(void);
 /* Facts of the selected backend (0 when none is selected). */
 int acc_torch_device_type(void);
 int acc_dlpack_device_type(void);
@@ -381,6 +394,9 @@ acc_status acc_host_block_record_stream(acc_host_block *h, acc_stream *s,
 /* Wait for the work queued so far on each recorded stream (blocking). */
 acc_status acc_host_block_synchronize(acc_host_block *h, acc_error *err);
 void acc_host_free(acc_host_block *h);
+/* Release the page-locked memory of freed blocks whose work has completed
+ * (empty_host_cache); never waits. */
+void acc_host_empty_cache(void);
 
 /* What a foreign pointer is (pointer_info slot). */
 acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,

@@ -848,14 +848,13 @@ static acc_status
 out_of_memory(int device, size_t nbytes, int by_cap, acc_error *err)
 {
     device_state *d = &A.dev[device];
-    const char *type = acc_device_type();
+    const char *type = acc_display_device_type();
     size_t free_bytes = 0, total_bytes = 0;
     char asked[32], free_text[32], total_text[32], cap[64], alloc[32];
-    char unused[32], upper[16], exact[48], driver[200];
+    char unused[32], exact[48], driver[200];
     long long reserved, allocated;
     acc_error info_err;
     int have_info;
-    size_t i;
 
     have_info = acc_memory_info(device, &free_bytes, &total_bytes,
                                 &info_err) == ACC_OK;
@@ -871,12 +870,6 @@ out_of_memory(int device, size_t nbytes, int by_cap, acc_error *err)
         snprintf(cap, sizeof(cap), "%s allowed; ", limit);
     }
     unlock(&d->lock);
-    for (i = 0; type != NULL && type[i] != '\0' && i + 1 < sizeof(upper);
-         i++) {
-        upper[i] = (char)(type[i] >= 'a' && type[i] <= 'z' ? type[i] - 32
-                                                           : type[i]);
-    }
-    upper[i] = '\0';
     format_size(asked, sizeof(asked), nbytes);
     exact[0] = '\0';
     if (nbytes >= 1024) {
@@ -906,7 +899,7 @@ out_of_memory(int device, size_t nbytes, int by_cap, acc_error *err)
              "total capacity of %s of which %s is free. %sOf the memory "
              "this process reserved, %s is allocated and %s is reserved but "
              "unallocated.%s%s",
-             upper, asked, exact, device, total_text, free_text, cap, alloc,
+             type != NULL ? type : "device", asked, exact, device, total_text, free_text, cap, alloc,
              unused,
              by_cap ? " The allocation would exceed the limit set by "
                       "set_per_process_memory_fraction()." : "", driver);

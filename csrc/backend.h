@@ -68,6 +68,9 @@ struct acc_backend {
      * errors) and the device type users write: "cuda", "xpu", "opencl". */
     const char *name;
     const char *device_type;
+    /* REQUIRED.  How messages name the device type, as torch words its
+     * own: "CUDA", "XPU", "OpenCL" ("CUDA out of memory."). */
+    const char *display_type;
 
     /* Facts the Python layer and the tests read instead of branching on
      * the name. */

@@ -921,6 +921,12 @@ acc_device_type(void)
     return g.selected ? g.selected->device_type : NULL;
 }
 
+const char *
+acc_display_device_type(void)
+{
+    return g.selected ? g.selected->display_type : NULL;
+}
+
 int
 acc_torch_device_type(void)
 {

@@ -519,3 +519,35 @@ acc_host_free(acc_host_block *h)
     free(h->streams);
     free(h);
 }
+
+/* Page-locked memory held for freed host blocks, waiting on the work
+ * queued with them, is the host cache: release the entries whose work has
+ * completed, without waiting for the others (torch's empty_host_cache). */
+void
+acc_host_empty_cache(void)
+{
+    deferred *ready = NULL, **p, *d;
+    acc_error err;
+
+    if (acc_check_usable(&err) != ACC_OK) {
+        return;
+    }
+    pthread_mutex_lock(&pending.lock);
+    p = &pending.head;
+    while ((d = *p) != NULL) {
+        if (d->release == host_release && deferred_ready(d, 0)) {
+            *p = d->next;
+            d->next = ready;
+            ready = d;
+            pending.count--;
+        }
+        else {
+            p = &d->next;
+        }
+    }
+    pthread_mutex_unlock(&pending.lock);
+    while ((d = ready) != NULL) {
+        ready = d->next;
+        deferred_finish(d);
+    }
+}

@@ -39,15 +39,18 @@ parse_flag(PyObject *obj, const char *name, int *value)
 static PyObject *
 event_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"enable_timing", "blocking", "interprocess",
-                               NULL};
+    static char *keywords[] = {"device", "enable_timing", "blocking",
+                               "interprocess", NULL};
     acc_state *st = acc_state_from_type(cls);
+    PyObject *device = Py_None;
     PyObject *timing_arg = NULL, *blocking_arg = NULL, *ipc_arg = NULL;
     int timing, blocking, ipc;
+    long long index;
     EventObject *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOO:Event", keywords,
-                                     &timing_arg, &blocking_arg, &ipc_arg)
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOO:Event", keywords,
+                                     &device, &timing_arg, &blocking_arg,
+                                     &ipc_arg)
         || parse_flag(timing_arg, "enable_timing", &timing) < 0
         || parse_flag(blocking_arg, "blocking", &blocking) < 0
         || parse_flag(ipc_arg, "interprocess", &ipc) < 0) {
@@ -62,7 +65,12 @@ event_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     acc_ensure_probed();
-    if (acc_require_usable(st) < 0) {
+    /* As torch, the device says the type only: the event takes its
+     * device from the stream of its first record.  Checked all the same. */
+    if (acc_require_usable(st) < 0
+        || (device != Py_None
+            && (acc_resolve_device(st, device, 1, &index) < 0
+                || acc_check_index(st, index) < 0))) {
         return NULL;
     }
     self = (EventObject *)acc_alloc(cls);
@@ -296,6 +304,14 @@ event_get_device_index(EventObject *self, void *closure)
 }
 
 static PyObject *
+event_get_device_type(EventObject *self, void *closure)
+{
+    (void)self;
+    (void)closure;
+    return PyLong_FromLong(acc_torch_device_type());
+}
+
+static PyObject *
 event_get_handle(EventObject *self, void *closure)
 {
     (void)closure;
@@ -343,11 +359,13 @@ event_repr(EventObject *self)
 /* Type ------------------------------------------------------------------- */
 
 PyDoc_STRVAR(event_doc,
-"Event(*, enable_timing=False, blocking=False, interprocess=False)\n"
+"Event(device=None, *, enable_timing=False, blocking=False, "
+"interprocess=False)\n"
 "--\n"
 "\n"
 "A marker in a stream's work, for ordering and timing, as torch.Event.\n"
-"The driver event is made on first record(), on that stream's device.\n"
+"The driver event is made on first record(), on that stream's device;\n"
+"device, as in torch, only has to be of this accelerator.\n"
 "blocking=True makes synchronize() block the thread instead of spinning.\n"
 "interprocess=True is not supported (NotImplementedError).");
 
@@ -390,6 +408,9 @@ static PyGetSetDef event_getset[] = {
      PyDoc_STR("The device it was recorded on (index None before)."), NULL},
     {"device_index", (getter)event_get_device_index, NULL,
      PyDoc_STR("The device index, or None before the first record."), NULL},
+    {"device_type", (getter)event_get_device_type, NULL,
+     PyDoc_STR("The device type as torch's c10 enum (CUDA 1, OPENCL 4, "
+               "XPU 12)."), NULL},
     {"handle", (getter)event_get_handle, NULL,
      PyDoc_STR("The native event as an int; 0 before the first record."),
      NULL},

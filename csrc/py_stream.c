@@ -186,28 +186,91 @@ parse_priority(PyObject *obj, int *priority)
     return 0;
 }
 
+static int is_int(PyObject *obj);
+static PyObject *wrap_handle(PyTypeObject *cls, PyObject *obj,
+                             PyObject *device);
+
+/* torch's other form, Stream(stream_id=, device_index=, device_type=):
+ * the stream those three name (as from_handle), which compares equal to
+ * the stream they were read from.  Every one is required. */
+static PyObject *
+stream_from_id(PyTypeObject *cls, PyObject *stream_id,
+               PyObject *device_index, PyObject *device_type)
+{
+    long type;
+
+    if (stream_id == NULL || device_index == NULL || device_type == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Stream() takes stream_id, device_index and "
+                        "device_type together (the values of an existing "
+                        "stream's attributes), without device or priority");
+        return NULL;
+    }
+    if (!is_int(stream_id) || !is_int(device_index)
+        || !is_int(device_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "Stream(stream_id=, device_index=, device_type=) takes "
+                     "three ints, got %.100s, %.100s and %.100s",
+                     acc_type_name(stream_id), acc_type_name(device_index),
+                     acc_type_name(device_type));
+        return NULL;
+    }
+    acc_ensure_probed();
+    type = PyLong_AsLong(device_type);
+    if (type == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+    }
+    if (acc_require_usable(acc_state_from_type(cls)) < 0) {
+        return NULL;
+    }
+    if (type != acc_torch_device_type()) {
+        PyErr_Format(PyExc_ValueError,
+                     "Stream(device_type=%R) is not the current "
+                     "accelerator's device type: %s is %d",
+                     device_type, acc_device_type(),
+                     acc_torch_device_type());
+        return NULL;
+    }
+    return wrap_handle(cls, stream_id, device_index);
+}
+
 static PyObject *
 stream_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"device", "priority", NULL};
+    static char *keywords[] = {"device", "priority", "stream_id",
+                               "device_index", "device_type", NULL};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *device = Py_None, *priority_arg = NULL, *self;
+    PyObject *device = NULL, *priority_arg = NULL, *self;
+    PyObject *stream_id = NULL, *device_index = NULL, *device_type = NULL;
     long long index;
     int priority;
     acc_stream *s = NULL;
     acc_error err;
     acc_status status;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$O:Stream", keywords,
-                                     &device, &priority_arg)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOOO:Stream",
+                                     keywords, &device, &priority_arg,
+                                     &stream_id, &device_index,
+                                     &device_type)) {
         return NULL;
+    }
+    /* None, as the signature's defaults say, is leaving one out. */
+    stream_id = stream_id == Py_None ? NULL : stream_id;
+    device_index = device_index == Py_None ? NULL : device_index;
+    device_type = device_type == Py_None ? NULL : device_type;
+    if (stream_id != NULL || device_index != NULL || device_type != NULL) {
+        if (device != NULL || priority_arg != NULL) {
+            stream_id = NULL; /* the message says what goes together */
+        }
+        return stream_from_id(cls, stream_id, device_index, device_type);
     }
     if (parse_priority(priority_arg, &priority) < 0) {
         return NULL;
     }
     acc_ensure_probed();
     if (acc_require_usable(st) < 0
-        || acc_resolve_device(st, device, 1, &index) < 0
+        || acc_resolve_device(st, device != NULL ? device : Py_None, 1,
+                              &index) < 0
         || acc_check_index(st, index) < 0) {
         return NULL;
     }
@@ -297,6 +360,21 @@ stream_get_handle(StreamObject *self, void *closure)
 {
     (void)closure;
     return PyLong_FromUnsignedLongLong(self->s->handle);
+}
+
+/* torch's names for the native handle, which this Stream spells
+ * otherwise: getters that raise the AttributeError saying what to use
+ * (descriptors, not a tp_getattro, which would slow every method call). */
+static PyObject *
+stream_torch_handle_name(StreamObject *self, void *closure)
+{
+    PyErr_Format(PyExc_AttributeError,
+                 "'%.100s' object has no attribute '%s': the native stream "
+                 "(CUstream, ze command list, cl_command_queue) is "
+                 "Stream.handle (also Stream.stream_id), and CUDA libraries "
+                 "take the stream itself through __cuda_stream__()",
+                 acc_type_name((PyObject *)self), (const char *)closure);
+    return NULL;
 }
 
 static PyObject *
@@ -586,7 +664,7 @@ stream_cuda_stream(StreamObject *self, PyObject *unused)
     if (!(acc_backend_caps() & ACC_CAP_CUDA_STREAM_PROTOCOL)) {
         PyErr_Format(PyExc_TypeError,
                      "__cuda_stream__ is only defined for CUDA streams; this "
-                     "is a %s stream", acc_device_type());
+                     "is an %s stream", acc_display_device_type());
         return NULL;
     }
     return Py_BuildValue("(iK)", 0, (unsigned long long)self->s->handle);
@@ -674,21 +752,17 @@ done:
     return rc;
 }
 
+/* The stream of the native handle in obj on device (None: current). */
 static PyObject *
-stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+wrap_handle(PyTypeObject *cls, PyObject *obj, PyObject *device)
 {
-    static char *keywords[] = {"handle", "device", NULL};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *obj, *device = Py_None, *owner, *self;
+    PyObject *owner, *self;
     acc_stream *s, *default_stream;
     uintptr_t handle;
     long long index;
     acc_error err;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:from_handle",
-                                     keywords, &obj, &device)) {
-        return NULL;
-    }
     acc_ensure_probed();
     if (acc_require_usable(st) < 0
         || acc_resolve_device(st, device, 1, &index) < 0
@@ -715,6 +789,19 @@ stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 }
 
 static PyObject *
+stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"handle", "device", NULL};
+    PyObject *obj, *device = Py_None;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:from_handle",
+                                     keywords, &obj, &device)) {
+        return NULL;
+    }
+    return wrap_handle(cls, obj, device);
+}
+
+static PyObject *
 stream_reduce(StreamObject *self, PyObject *unused)
 {
     (void)unused;
@@ -727,12 +814,18 @@ stream_reduce(StreamObject *self, PyObject *unused)
 /* Type ------------------------------------------------------------------- */
 
 PyDoc_STRVAR(stream_doc,
-"Stream(device=None, *, priority=0)\n"
+"Stream(device=None, *, priority=0, stream_id=None, device_index=None,\n"
+"       device_type=None)\n"
 "--\n"
 "\n"
 "A new stream (an in-order queue of work) on device, by default the\n"
 "current device.  priority 0 is normal; negative values are higher\n"
-"priority, clamped to what the driver offers.  As torch.Stream.");
+"priority, clamped to what the driver offers.  As torch.Stream.\n"
+"\n"
+"With stream_id, device_index and device_type instead (an existing stream's\n"
+"attributes), the stream they name, equal to that stream: as\n"
+"from_handle(stream_id, device_index), for this accelerator's\n"
+"device_type only.");
 
 PyDoc_STRVAR(query_doc,
 "query($self, /)\n--\n\nTrue when all work queued on the stream is done.");
@@ -802,7 +895,19 @@ static PyGetSetDef stream_getset[] = {
      PyDoc_STR("The driver's priority of the stream (lower is higher)."),
      NULL},
     {"handle", (getter)stream_get_handle, NULL,
-     PyDoc_STR("The native handle as an int (CUstream, ze command list)."),
+     PyDoc_STR("The native handle as an int (CUstream, ze command list, "
+               "cl_command_queue)."),
+     NULL},
+    {"cuda_stream", (getter)stream_torch_handle_name, NULL,
+     PyDoc_STR("Not here: raises AttributeError naming Stream.handle."),
+     "cuda_stream"},
+    {"native_handle", (getter)stream_torch_handle_name, NULL,
+     PyDoc_STR("Not here: raises AttributeError naming Stream.handle."),
+     "native_handle"},
+    {"stream_id", (getter)stream_get_handle, NULL,
+     PyDoc_STR("torch's name for the stream: here its native handle, so "
+               "Stream(stream_id=, device_index=, device_type=) gives "
+               "this stream."),
      NULL},
     {NULL},
 };

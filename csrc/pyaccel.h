@@ -177,6 +177,11 @@ int acc_optional_device(acc_state *st, PyObject *const *args,
 
 /* Check index against the device count (DeviceIndexError). */
 int acc_check_index(acc_state *st, long long index);
+/* The driver's facts about device (read once: the dispatcher caches
+ * them), the GIL released while the driver is asked; -1 with an
+ * exception set on failure. */
+int acc_device_facts(acc_state *st, int device,
+                     const acc_device_properties **p);
 
 /* An int as text for a message: decimal as written, or past 256 bits
  * "<an int of N bits>" ("-<...>" when negative).  New reference. */
@@ -207,6 +212,8 @@ PyObject *acc_call_aio(const char *name, PyObject *obj);
 
 /* The allocator's statistics and controls (py_memory.c). */
 extern PyMethodDef acc_memory_methods[];
+/* get_device_capability (py_capability.c). */
+extern PyMethodDef acc_capability_methods[];
 
 extern PyType_Spec acc_device_spec;
 extern PyType_Spec acc_stream_spec;

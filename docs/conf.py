@@ -38,6 +38,9 @@ autodoc_inherit_docstrings = False
 
 html_theme = "alabaster"
 html_title = f"accelerator {release}"
+# Wide tables scroll within the page (docs/_static/tables.css).
+html_static_path = ["_static"]
+html_css_files = ["tables.css"]
 
 
 def _check_api_reference(app):

@@ -78,8 +78,10 @@ class DriverDouble:
     bytes were overwritten).
     """
 
-    #: the device type of the backend this double sits under
+    #: the device type of the backend this double sits under, and how
+    #: messages name it ("CUDA out of memory.")
     device_type = ""
+    display_type = ""
     #: torch's c10::DeviceType number (Stream.device_type) and DLPack's
     #: device code for that device type
     torch_device_type = -1
@@ -158,6 +160,15 @@ class DriverDouble:
     #: there must not let the call return while the copy still uses the
     #: host memory (none where the driver's copy call itself blocks)
     pageable_copy_waits: tuple[str, ...] = ()
+    #: get_device_capability: the dtypes the double's devices support by
+    #: default beyond every device's (bool, the ints, float32, complex64),
+    #: and an environment under which the driver reports fewer, with the
+    #: dtypes that then disappear
+    float_dtypes: frozenset[str] = frozenset()
+    fewer_float_dtypes: tuple[dict[str, str], frozenset[str]] = ({},
+                                                                 frozenset())
+    #: the driver function get_device_capability's facts come from
+    capability_call = ""
 
     def __init__(self, path: pathlib.Path, prefix: str) -> None:
         self.path = path
@@ -310,6 +321,7 @@ class CudaDouble(DriverDouble):
     """tests/drivers/build/libcuda.so.1."""
 
     device_type = "cuda"
+    display_type = "CUDA"
     torch_device_type = 1
     dlpack_device_type = 2
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
@@ -342,6 +354,11 @@ class CudaDouble(DriverDouble):
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
     probe_call = "cuInit"
     first_use_under_lock = ("cuDeviceGetName", "a.get_device_properties(1)")
+    # The double's default compute capability is 9.0; 7.0 lacks bfloat16.
+    float_dtypes = frozenset({"float16", "bfloat16", "float64",
+                              "complex128"})
+    fewer_float_dtypes = ({"FAKE_CUDA_CC": "7.0"}, frozenset({"bfloat16"}))
+    capability_call = "cuDeviceGetAttribute"
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
         super().__init__(path, "cuda")
@@ -425,6 +442,7 @@ class ZeDouble(DriverDouble):
     pageable_copy_waits = ("zeEventHostSynchronize",)
 
     device_type = "xpu"
+    display_type = "XPU"
     torch_device_type = 12
     dlpack_device_type = 14
     lacks = {
@@ -475,6 +493,11 @@ class ZeDouble(DriverDouble):
     probe_call = "zeDriverGet"
     first_use_under_lock = ("zeCommandListCreateImmediate",
                             "a.current_stream(1)")
+    # Module flags FP16 | FP64; core Level Zero has no bfloat16 flag.
+    float_dtypes = frozenset({"float16", "float64", "complex128"})
+    fewer_float_dtypes = ({"FAKE_ZE_MODULE_FLAGS": "1"},
+                          frozenset({"float64", "complex128"}))
+    capability_call = "zeDeviceGetModuleProperties"
 
     def __init__(self, path: pathlib.Path = ZE_DRIVER) -> None:
         super().__init__(path, "ze")
@@ -536,6 +559,7 @@ class OpenCLDouble(DriverDouble):
     OpenCL runtime on the CPU, with counters and faults on every call."""
 
     device_type = "opencl"
+    display_type = "OpenCL"
     torch_device_type = 4
     dlpack_device_type = 4
     lacks = {
@@ -545,8 +569,9 @@ class OpenCLDouble(DriverDouble):
         "pci_bus_id": ("core OpenCL has no PCI address (PoCL's CPU "
                        "devices lack cl_khr_pci_bus_info)"),
         "free_memory": ("OpenCL cannot say how much device memory is free: "
-                        "get_memory_info reports the total, and the "
-                        "properties list it among the estimates"),
+                        "get_memory_info reports the total less what this "
+                        "process allocated, and the properties list it "
+                        "among the estimates"),
         "set_total_memory": ("PoCL's device memory size cannot be set "
                              "to the sizes a test needs"),
         "driver_events": ("an OpenCL event is a host object holding the "
@@ -575,6 +600,11 @@ class OpenCLDouble(DriverDouble):
                             "a.current_stream(1)")
     unknown_error = (-59, "CL_INVALID_OPERATION")
     oom_error = (-4, "CL_MEM_OBJECT_ALLOCATION_FAILURE")
+    # PoCL's CPU devices announce cl_khr_fp64 but not cl_khr_fp16.
+    float_dtypes = frozenset({"float64", "complex128"})
+    fewer_float_dtypes = ({"FAKE_OCL_HIDE_EXTENSIONS": "cl_khr_fp64"},
+                          frozenset({"float64", "complex128"}))
+    capability_call = "clGetDeviceInfo"
 
     def __init__(self, path: pathlib.Path = OPENCL_INTERPOSER) -> None:
         super().__init__(path, "ocl")

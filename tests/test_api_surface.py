@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import inspect
+import os
+import pathlib
+import subprocess
+import sys
 
 import accelerator
 
@@ -50,9 +54,11 @@ def test_every_callable_has_a_signature_and_a_docstring() -> None:
 def test_signatures_read_as_documented() -> None:
     assert str(inspect.signature(accelerator.synchronize)) == "(device=None, /)"
     assert str(inspect.signature(accelerator.Stream)) == (
-        "(device=None, *, priority=0)")
+        "(device=None, *, priority=0, stream_id=None, device_index=None, "
+        "device_type=None)")
     assert str(inspect.signature(accelerator.Event)) == (
-        "(*, enable_timing=False, blocking=False, interprocess=False)")
+        "(device=None, *, enable_timing=False, blocking=False, "
+        "interprocess=False)")
     assert str(inspect.signature(accelerator.set_device_index)) == (
         "(device, /)")
 
@@ -66,3 +72,19 @@ def test_exception_hierarchy() -> None:
     error = accelerator.AcceleratorError("x")
     assert (error.backend, error.api, error.code, error.error_name) == (
         None, None, None, None)
+
+
+def test_dir_shows_the_api_only() -> None:
+    """No helper module or future import among the public names, in a
+    fresh interpreter (here pytest has loaded the pytest plugin, a
+    submodule, and rewritten its asserts)."""
+    code = ("import accelerator, accelerator.memory\n"
+            "for m in (accelerator, accelerator.memory):\n"
+            "    print(m.__name__, [n for n in dir(m) if not n.startswith('_')"
+            " and n not in m.__all__])\n")
+    env = {**os.environ,
+           "PYTHONPATH": str(pathlib.Path(accelerator.__file__).parents[1])}
+    result = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "accelerator []\naccelerator.memory []\n"

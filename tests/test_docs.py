@@ -86,3 +86,53 @@ def test_python_examples_run_on_the_cuda_double(where: str, code: str
     result = subprocess.run([sys.executable, "-c", code], env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"{where}:\n{code}\n{result.stderr}"
+
+
+def run_example(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code],
+                          env={**fake_drivers.clean_environment(),
+                               "PYTHONPATH": str(fake_drivers.SRC), **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("backend", sorted(fake_drivers.DOUBLES))
+def test_readme_examples_run_with_one_device(backend: str) -> None:
+    double = fake_drivers.DOUBLES[backend]
+    if double.missing():
+        pytest.skip(double.missing())
+    example, memory = [code for where, code in python_examples()
+                       if where.startswith("README.md")][:2]
+    result = run_example(example, double.environment(1))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{backend} 1 "), result.stdout
+    assert re.fullmatch(rf"filled 1 MiB on {backend}:0 in \d+\.\d{{3}} ms",
+                        lines[1]), result.stdout
+    result = run_example(memory, double.environment(1))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(" GB/s\n"), result.stdout
+    quick_start = dict(python_examples())["docs/index.rst #0"]
+    result = run_example(quick_start, double.environment(1))
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(not fake_drivers.CUDA_DOUBLE.exists(),
+                    reason="the CUDA driver double is not built")
+def test_readme_examples_say_why_with_no_device() -> None:
+    example, memory = [code for where, code in python_examples()
+                       if where.startswith("README.md")][:2]
+    env = {"ACCELERATOR_CUDA_LIBRARY": str(fake_drivers.CUDA_DOUBLE),
+           "FAKE_CUDA_DEVICES": "0",
+           "ACCELERATOR_ZE_LIBRARY": "/nonexistent/libze_loader.so.1",
+           "ACCELERATOR_OPENCL_LIBRARY": "/nonexistent/libOpenCL.so.1"}
+    result = run_example(example, env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "no accelerator:"
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "  cuda", "  xpu", "  opencl"]
+    assert "counts none" in lines[1], lines
+    assert "nonexistent" in lines[2] and "nonexistent" in lines[3], lines
+    result = run_example(memory, env)
+    assert result.returncode == 1
+    assert "python -m accelerator` says why" in result.stderr

@@ -80,7 +80,7 @@ print(json.dumps(dict(
     nvml_calls=nvml.calls(), nvml_open=nvml.live("init"),
     counted_by=report["backends"][0]["counted_by"],
     initialized=report["backends"][0]["initialized"],
-    devices=[d["error"] for d in report["devices"]])))
+    devices=[[d["read"], d["error"]] for d in report["devices"]])))
 """
 
 
@@ -98,7 +98,8 @@ def test_questions_answer_through_nvml_without_cuinit() -> None:
                                  "initialised until first use")
     assert got["initialized"] is False
     assert len(got["devices"]) == 3
-    assert all("not read" in error for error in got["devices"])
+    # Listed unread, which is no error.
+    assert got["devices"] == [[False, None]] * 3
 
 
 def test_without_nvml_the_questions_run_cuinit() -> None:
@@ -109,7 +110,7 @@ def test_without_nvml_the_questions_run_cuinit() -> None:
     assert got["counted_by"] == ("cuInit (NVML not used: "
                                  "ACCELERATOR_NVML_LIBRARY=none)")
     assert got["initialized"] is True
-    assert [error for error in got["devices"]] == [None] * 3
+    assert got["devices"] == [[True, None]] * 3
 
 
 def test_report_no_init_leaves_cuda_uninitialised() -> None:
@@ -128,7 +129,8 @@ def test_report_no_init_leaves_cuda_uninitialised() -> None:
         env=environment(**CUDA), capture_output=True, text=True,
         timeout=120).stdout
     assert "counted by: NVML (" in text and "(driver not initialised)" in text
-    assert "not read: the driver is not initialised" in text
+    assert "not read: --no-init leaves the driver uninitialised" in text
+    assert "error" not in text
 
 
 def test_nvml_library_override_and_a_missing_one() -> None:

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 import accelerator
+import fake_drivers
 from accelerator import _report
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ DEVICE_KEYS = {
     "index", "device", "name", "uuid", "total_memory", "free_memory",
     "compute_capability", "pci_bus_id", "multi_processor_count",
     "vendor_id", "device_id", "is_integrated", "memory_reserved",
-    "memory_allocated", "error",
+    "memory_allocated", "error", "read", "estimates",
 }
 BACKEND_KEYS = {
     "name", "device_type", "library", "loaded", "available", "selected",
@@ -301,7 +302,7 @@ def make_device(**changes: object) -> _report.DeviceReport:
         total_memory=8 * GIB, free_memory=None, compute_capability=None,
         pci_bus_id=None, multi_processor_count=448, vendor_id=0x8086,
         device_id=0x56A0, is_integrated=False, memory_reserved=None,
-        memory_allocated=None, error=None,
+        memory_allocated=None, error=None, read=True, estimates=[],
     )
     device.update(changes)  # type: ignore[typeddict-item]
     return device
@@ -354,3 +355,74 @@ def test_device_error_is_printed() -> None:
         _report.format_device(make_device(error="cuDeviceGet failed"), "xpu")
     )
     assert "error: cuDeviceGet failed" in text
+
+
+# State, unread devices and estimates (issue 22 item 14) ---------------------
+
+
+@needs_double
+def test_initialized_is_the_state_after_reading_the_devices() -> None:
+    # The probe counts through NVML and leaves CUDA uninitialised; reading
+    # the devices initialises it, and the report says so.
+    document = json_report(str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="1")
+    cuda = document["backends"][0]
+    assert cuda["counted_by"].startswith("NVML")
+    assert document["devices"][0]["read"] is True
+    assert cuda["initialized"] is True
+    result = run_report(cuda_library=str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="1")
+    assert "(driver initialised)" in result.stdout, result.stdout
+
+
+@needs_double
+def test_no_init_lists_devices_unread_not_failed() -> None:
+    result = run_report("--no-init", "--json", cuda_library=str(CUDA_DOUBLE),
+                        FAKE_CUDA_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert_schema(document)
+    assert document["backends"][0]["initialized"] is False
+    for device in document["devices"]:
+        assert device["read"] is False and device["error"] is None
+        assert device["name"] is None and device["estimates"] == []
+    text = run_report("--no-init", cuda_library=str(CUDA_DOUBLE),
+                      FAKE_CUDA_DEVICES="2").stdout
+    assert "error" not in text, text
+    for index in range(2):
+        assert (f"cuda:{index}  not read: --no-init leaves the driver "
+                "uninitialised\n") in text
+    assert "(driver not initialised)" in text
+
+
+@needs_double
+def test_the_drivers_free_memory_is_no_estimate() -> None:
+    document = json_report(str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="1")
+    assert document["devices"][0]["estimates"] == []
+    text = run_report(cuda_library=str(CUDA_DOUBLE),
+                      FAKE_CUDA_DEVICES="1").stdout
+    assert "estimate" not in text
+
+
+@pytest.mark.skipif(fake_drivers.OpenCLDouble.missing() is not None,
+                    reason=str(fake_drivers.OpenCLDouble.missing()))
+def test_guessed_free_memory_is_marked_an_estimate() -> None:
+    env = {**report_env(MISSING_LIBRARY),
+           **fake_drivers.OpenCLDouble.environment(1)}
+    for arguments in (["--json"], []):
+        result = subprocess.run(
+            [sys.executable, "-m", "accelerator", *arguments], env=env,
+            capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        if arguments:
+            device = json.loads(result.stdout)["devices"][0]
+            assert device["estimates"] == ["free_memory"]
+            assert device["free_memory"] == device["total_memory"]
+        else:
+            assert re.search(r"memory: .* free \(estimate: the driver "
+                             r"cannot say what is free\)\n", result.stdout)
+
+
+def test_an_estimate_is_marked_in_the_text() -> None:
+    text = "\n".join(_report.format_device(
+        make_device(free_memory=8 * GIB, estimates=["free_memory"]), "xpu"))
+    assert ("memory: 8.00 GiB total, 8.00 GiB free (estimate: the driver "
+            "cannot say what is free)") in text

@@ -454,6 +454,15 @@ cuda_device_properties(int device, acc_device_properties *p,
     CUDA_ATTRIBUTE(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, slot)
 #undef CUDA_ATTRIBUTE
     if (st == ACC_OK) {
+        /* Every CUDA device computes in double; half arithmetic came with
+         * compute capability 5.3, bfloat16 with 8.0. */
+        p->float_types = ACC_FLOAT_64;
+        if (p->major > 5 || (p->major == 5 && p->minor >= 3)) {
+            p->float_types |= ACC_FLOAT_16;
+        }
+        if (p->major >= 8) {
+            p->float_types |= ACC_FLOAT_BF16;
+        }
         p->vendor_id = 0x10de; /* NVIDIA */
         snprintf(p->pci_bus_id, sizeof(p->pci_bus_id), "%04x:%02x:%02x.0",
                  domain, bus, slot);
@@ -963,6 +972,7 @@ cuda_graph_destroy(int device, void *graph, void *exec)
 const acc_backend acc_cuda_backend = {
     .name = "cuda",
     .device_type = "cuda",
+    .display_type = "CUDA",
     .torch_device_type = 1,  /* c10::DeviceType::CUDA */
     .dlpack_device_type = 2, /* kDLCUDA */
     .caps = ACC_CAP_CUDA_STREAM_PROTOCOL | ACC_CAP_NULL_STREAM_HANDLE,

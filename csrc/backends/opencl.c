@@ -510,6 +510,48 @@ ocl_device_synchronize(int device, acc_error *err)
     return st;
 }
 
+/* Whether the space-separated list names the extension (a whole word). */
+static int
+has_extension(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *at = strstr(list, name); at != NULL;
+         at = strstr(at + n, name)) {
+        if ((at == list || at[-1] == ' ')
+            && (at[n] == '\0' || at[n] == ' ')) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The floating-point types the device's extensions announce. */
+static acc_status
+ocl_float_types(cl_device_id dev, unsigned *types, acc_error *err)
+{
+    size_t size = 0;
+    char *list;
+    acc_status st;
+
+    st = CL(clGetDeviceInfo, (dev, CL_DEVICE_EXTENSIONS, 0, NULL, &size));
+    if (st != ACC_OK) {
+        return st;
+    }
+    list = calloc(1, size + 1);
+    if (list == NULL) {
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
+    }
+    st = CL(clGetDeviceInfo, (dev, CL_DEVICE_EXTENSIONS, size, list, NULL));
+    if (st == ACC_OK) {
+        *types = (has_extension(list, "cl_khr_fp16") ? ACC_FLOAT_16 : 0)
+                 | (has_extension(list, "cl_khr_fp64") ? ACC_FLOAT_64 : 0);
+    }
+    free(list);
+    return st;
+}
+
 static acc_status
 ocl_device_properties(int device, acc_device_properties *p, acc_error *err)
 {
@@ -539,13 +581,17 @@ ocl_device_properties(int device, acc_device_properties *p, acc_error *err)
                                   sizeof(unified), &unified, NULL));
     }
     if (st == ACC_OK) {
+        st = ocl_float_types(dev, &p->float_types, err);
+    }
+    if (st == ACC_OK) {
         p->total_memory = total;
         p->multi_processor_count = (int)units;
         p->vendor_id = vendor;
         p->integrated = unified != 0;
         /* No compute capability, UUID or PCI address in core OpenCL. */
         p->major = p->minor = -1;
-        /* ocl_memory_info cannot read free memory: it reports the total. */
+        /* ocl_memory_info cannot read free memory: it reports the total
+         * less what this process allocated. */
         p->estimates |= ACC_ESTIMATE_FREE_MEMORY;
     }
     return st;
@@ -1249,6 +1295,7 @@ ocl_after_fork_child(void)
 const acc_backend acc_opencl_backend = {
     .name = "opencl",
     .device_type = "opencl",
+    .display_type = "OpenCL",
     .torch_device_type = 4,  /* c10::DeviceType::OPENCL */
     .dlpack_device_type = 4, /* kDLOpenCL */
     .caps = 0,

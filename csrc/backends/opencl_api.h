@@ -94,6 +94,7 @@
     X(CL_DEVICE_GLOBAL_MEM_SIZE, 0x101F)                     \
     X(CL_DEVICE_NAME, 0x102B)                                \
     X(CL_DEVICE_HOST_UNIFIED_MEMORY, 0x1035)                 \
+    X(CL_DEVICE_EXTENSIONS, 0x1030)                          \
     X(CL_QUEUE_PROFILING_ENABLE, (1 << 1))                   \
     X(CL_CONTEXT_PLATFORM, 0x1084)                           \
     X(CL_QUEUE_CONTEXT, 0x1090)                              \

@@ -93,6 +93,7 @@
 #define ACC_ZE_STRUCTURE_TYPES(X)                               \
     X(ZE_STRUCTURE_TYPE_DRIVER_PROPERTIES, 0x1)                 \
     X(ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES, 0x3)                 \
+    X(ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES, 0x5)          \
     X(ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES, 0x6)    \
     X(ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES, 0x7)          \
     X(ZE_STRUCTURE_TYPE_CONTEXT_DESC, 0xd)                      \
@@ -145,6 +146,8 @@
     X(ZE_INIT_FLAG_VPU_ONLY, 2)                                  \
     X(ZE_DEVICE_PROPERTY_FLAG_INTEGRATED, 1)                     \
     X(ZE_DEVICE_PROPERTY_FLAG_SUBDEVICE, 2)                      \
+    X(ZE_DEVICE_MODULE_FLAG_FP16, 1)                             \
+    X(ZE_DEVICE_MODULE_FLAG_FP64, 2)                             \
     X(ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE, 1)           \
     X(ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY, 2)              \
     X(ZE_COMMAND_QUEUE_FLAG_EXPLICIT_ONLY, 1)                    \
@@ -159,13 +162,16 @@
 #define ACC_ZE_SIZES(X)                 \
     X(ZE_MAX_DRIVER_UUID_SIZE, 16)      \
     X(ZE_MAX_DEVICE_UUID_SIZE, 16)      \
-    X(ZE_MAX_DEVICE_NAME, 256)
+    X(ZE_MAX_DEVICE_NAME, 256)          \
+    X(ZE_MAX_NATIVE_KERNEL_UUID_SIZE, 16)
 
 /* The plain integer types: name, C type. */
 #define ACC_ZE_SCALAR_TYPES(X)                               \
     X(ze_bool_t, uint8_t)                                    \
     X(ze_init_flags_t, uint32_t)                             \
     X(ze_device_property_flags_t, uint32_t)                  \
+    X(ze_device_module_flags_t, uint32_t)                    \
+    X(ze_device_fp_flags_t, uint32_t)                        \
     X(ze_command_queue_group_property_flags_t, uint32_t)     \
     X(ze_device_memory_property_flags_t, uint32_t)           \
     X(ze_context_flags_t, uint32_t)                          \
@@ -330,6 +336,21 @@
     F(S, uint64_t, kernelStart, )                 \
     F(S, uint64_t, kernelEnd, )
 
+#define ACC_ZE_NATIVE_KERNEL_UUID_FIELDS(F, S) \
+    F(S, uint8_t, id, [ZE_MAX_NATIVE_KERNEL_UUID_SIZE])
+
+#define ACC_ZE_DEVICE_MODULE_PROPERTIES_FIELDS(F, S)          \
+    F(S, ze_structure_type_t, stype, )                        \
+    F(S, void *, pNext, )                                     \
+    F(S, uint32_t, spirvVersionSupported, )                   \
+    F(S, ze_device_module_flags_t, flags, )                   \
+    F(S, ze_device_fp_flags_t, fp16flags, )                   \
+    F(S, ze_device_fp_flags_t, fp32flags, )                   \
+    F(S, ze_device_fp_flags_t, fp64flags, )                   \
+    F(S, uint32_t, maxArgumentsSize, )                        \
+    F(S, uint32_t, printfBufferSize, )                        \
+    F(S, ACC_ZE_OWN(ze_native_kernel_uuid_t), nativeKernelSupported, )
+
 #define ACC_ZE_KERNEL_TIMESTAMP_RESULT_FIELDS(F, S)           \
     F(S, ACC_ZE_OWN(ze_kernel_timestamp_data_t), global, )    \
     F(S, ACC_ZE_OWN(ze_kernel_timestamp_data_t), context, )
@@ -340,6 +361,9 @@
     X(ze_driver_properties_t, ACC_ZE_DRIVER_PROPERTIES_FIELDS)            \
     X(ze_device_uuid_t, ACC_ZE_DEVICE_UUID_FIELDS)                        \
     X(ze_device_properties_t, ACC_ZE_DEVICE_PROPERTIES_FIELDS)            \
+    X(ze_native_kernel_uuid_t, ACC_ZE_NATIVE_KERNEL_UUID_FIELDS)          \
+    X(ze_device_module_properties_t,                                      \
+      ACC_ZE_DEVICE_MODULE_PROPERTIES_FIELDS)                             \
     X(ze_device_memory_properties_t,                                      \
       ACC_ZE_DEVICE_MEMORY_PROPERTIES_FIELDS)                             \
     X(ze_command_queue_group_properties_t,                                \
@@ -460,6 +484,9 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
     X(zeDeviceGetProperties,                                               \
       (ze_device_handle_t hDevice,                                         \
        ze_device_properties_t *pDeviceProperties))                         \
+    X(zeDeviceGetModuleProperties,                                         \
+      (ze_device_handle_t hDevice,                                         \
+       ze_device_module_properties_t *pModuleProperties))                  \
     X(zeDeviceGetMemoryProperties,                                         \
       (ze_device_handle_t hDevice, uint32_t *pCount,                       \
        ze_device_memory_properties_t *pMemProperties))                     \

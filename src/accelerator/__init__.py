@@ -10,9 +10,9 @@ is not needed.
 Importing the package calls no driver function; the first call that needs
 a backend probes the drivers once.
 """
-from __future__ import annotations
-
-import warnings
+# No `from __future__ import annotations` and a private alias of warnings:
+# dir(accelerator) shows the API only.
+import warnings as _warnings
 
 from . import _accelerator
 from ._accelerator import (
@@ -34,7 +34,9 @@ from ._accelerator import (
     device_count,
     device_index,
     empty_cache,
+    empty_host_cache,
     from_dlpack,
+    get_device_capability,
     get_device_name,
     get_device_properties,
     get_memory_info,
@@ -77,7 +79,9 @@ __all__ = [
     "device_count",
     "device_index",
     "empty_cache",
+    "empty_host_cache",
     "from_dlpack",
+    "get_device_capability",
     "get_device_name",
     "get_device_properties",
     "get_memory_info",
@@ -107,7 +111,7 @@ def current_device_idx() -> int:
 
     Deprecated alias of :func:`current_device_index`.
     """
-    warnings.warn(
+    _warnings.warn(
         "Use `current_device_index` instead.", FutureWarning, stacklevel=2
     )
     return current_device_index()
@@ -118,5 +122,5 @@ def set_device_idx(device: object, /) -> None:
 
     Deprecated alias of :func:`set_device_index`.
     """
-    warnings.warn("Use `set_device_index` instead.", FutureWarning, stacklevel=2)
+    _warnings.warn("Use `set_device_index` instead.", FutureWarning, stacklevel=2)
     set_device_index(device)

@@ -11,7 +11,8 @@ Options:
                  stderr, when no accelerator is available.
   ``--no-init``  do not initialise a driver the probe left uninitialised
                  (CUDA counted through NVML): devices are listed by index
-                 only, and the process stays free to fork CUDA workers.
+                 only, marked "not read" (not an error), and the process
+                 stays free to fork CUDA workers.
 The exit status is 0 otherwise (2 for a bad command line, from argparse;
 1, with one line on stderr, when stdout cannot be written: closed, full,
 or a pipe nobody reads).
@@ -22,7 +23,12 @@ last one retains each listed device's primary context, as any CUDA
 program does, so the free memory it reports includes that context.  On
 CUDA the probe counts devices through NVML without initialising CUDA;
 reading the devices' properties then initialises it (``cuInit``), unless
-``--no-init`` (or ``collect_report(init=False)``) is given.
+``--no-init`` (or ``collect_report(init=False)``) is given.  The backends
+are read after the devices, so ``initialized`` is the state the report
+leaves behind.  A number the driver cannot give and the report shows
+guessed (free memory on Level Zero without Sysman and on OpenCL: the
+total less what this process took) is listed in the device's ``estimates`` and marked
+"(estimate ...)" in the text.
 
 JSON document (schema 1; keys are only ever added, under the same number):
   ``schema``          1
@@ -54,6 +60,11 @@ JSON document (schema 1; keys are only ever added, under the same number):
                                  from the driver and in live buffers, or
                                  null before it allocated device memory
       ``error``                  null, or why a query of this device failed
+      ``read``                   false when the device was listed unread
+                                 (``--no-init``), true otherwise
+      ``estimates``              the names of the values above that are
+                                 guesses, not the driver's figures:
+                                 ``["free_memory"]`` or ``[]``
   ``backends``        one object per known backend, in probe order:
       ``name``, ``device_type``, ``library`` (path or name tried),
       ``loaded``, ``available``, ``selected``, ``driver_version`` (text or
@@ -117,6 +128,8 @@ class DeviceReport(TypedDict):
     memory_reserved: int | None
     memory_allocated: int | None
     error: str | None
+    read: bool
+    estimates: list[str]
 
 
 class Report(TypedDict):
@@ -160,7 +173,7 @@ def device_report_skeleton(device_type: str, index: int) -> DeviceReport:
         total_memory=None, free_memory=None, compute_capability=None,
         pci_bus_id=None, multi_processor_count=None, vendor_id=None,
         device_id=None, is_integrated=None, memory_reserved=None,
-        memory_allocated=None, error=None,
+        memory_allocated=None, error=None, read=True, estimates=[],
     )
 
 
@@ -181,6 +194,7 @@ def device_report(device_type: str, index: int) -> DeviceReport:
             "vendor_id": props.vendor_id,
             "device_id": props.device_id,
             "is_integrated": props.is_integrated,
+            "estimates": list(props.estimates),
         })
         report["free_memory"], total = accelerator.get_memory_info(index)
         if report["total_memory"] is None:
@@ -198,8 +212,7 @@ def unread_device(device_type: str, index: int) -> DeviceReport:
     """A device listed by index only: reading it would initialise the
     driver, which the caller asked not to do."""
     report = device_report_skeleton(device_type, index)
-    report["error"] = ("not read: the driver is not initialised in this "
-                       "process (--no-init)")
+    report["read"] = False
     return report
 
 
@@ -216,6 +229,11 @@ def collect_report(init: bool = True) -> Report:
     device_count = accelerator.device_count() if selected else 0
     read = device_report if init or (selected and selected["initialized"]) \
         else unread_device
+    devices = [read(selected["device_type"], index)
+               for index in range(device_count)] if selected else []
+    # Reading the devices may have initialised the driver: report the
+    # state now, not the probe's.
+    backends = [backend_report(record) for record in accelerator.backends()]
     return Report(
         schema=SCHEMA_VERSION,
         version=accelerator.__version__,
@@ -227,10 +245,7 @@ def collect_report(init: bool = True) -> Report:
         driver_version=selected["driver_version"] if selected else None,
         device_count=device_count,
         visible_devices=_accelerator._visible_devices(),
-        devices=[
-            read(selected["device_type"], index)
-            for index in range(device_count)
-        ] if selected else [],
+        devices=devices,
         backends=backends,
     )
 
@@ -252,12 +267,17 @@ def human(size: int) -> str:
 
 def format_device(device: DeviceReport, device_type: str) -> list[str]:
     """The text lines that describe one device."""
+    if not device["read"]:
+        return [f"  {device['device']}  not read: --no-init leaves the "
+                "driver uninitialised"]
     lines = [f"  {device['device']}  {device['name'] or 'unknown name'}"]
     if device["error"] is not None:
         lines.append(f"      error: {device['error']}")
+    guessed = ("" if "free_memory" not in device["estimates"] else
+               " (estimate: the driver cannot say what is free)")
     lines.append(
         f"      memory: {gib(device['total_memory'])} total, "
-        f"{gib(device['free_memory'])} free"
+        f"{gib(device['free_memory'])} free{guessed}"
     )
     if device["memory_reserved"] is not None:
         lines.append(

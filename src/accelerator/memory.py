@@ -16,9 +16,10 @@ The statistics have torch's keys and meanings (see
 Every function takes an optional device (an index, a device, a device
 string; None means the current device).
 """
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
+# No `from __future__ import annotations` (nor typing names): dir() shows
+# the API only; _DeviceLike exists in the stubs, so annotations name it as
+# a string.
+import typing as _typing
 
 from ._accelerator import (
     _memory_stats,
@@ -26,14 +27,16 @@ from ._accelerator import (
     _reset_peak_memory_stats,
     _set_per_process_memory_fraction,
     empty_cache,
+    empty_host_cache,
     get_memory_info,
 )
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._accelerator import _DeviceLike
 
 __all__ = [
     "empty_cache",
+    "empty_host_cache",
     "get_memory_info",
     "max_memory_allocated",
     "max_memory_reserved",
@@ -47,7 +50,7 @@ __all__ = [
 ]
 
 
-def memory_stats(device: _DeviceLike | None = None, /) -> dict[str, int]:
+def memory_stats(device: "_DeviceLike | None" = None, /) -> dict[str, int]:
     """memory_stats(device=None, /)
 
     The allocator's statistics for device, as torch's: a dict sorted by
@@ -73,7 +76,7 @@ def memory_stats(device: _DeviceLike | None = None, /) -> dict[str, int]:
     return dict(sorted(_memory_stats(device).items()))
 
 
-def memory_allocated(device: _DeviceLike | None = None, /) -> int:
+def memory_allocated(device: "_DeviceLike | None" = None, /) -> int:
     """memory_allocated(device=None, /)
 
     Bytes of device memory held by live buffers (rounded sizes).
@@ -81,7 +84,7 @@ def memory_allocated(device: _DeviceLike | None = None, /) -> int:
     return memory_stats(device).get("allocated_bytes.all.current", 0)
 
 
-def max_memory_allocated(device: _DeviceLike | None = None, /) -> int:
+def max_memory_allocated(device: "_DeviceLike | None" = None, /) -> int:
     """max_memory_allocated(device=None, /)
 
     The peak of :func:`accelerator.memory_allocated` since the last reset.
@@ -89,7 +92,7 @@ def max_memory_allocated(device: _DeviceLike | None = None, /) -> int:
     return memory_stats(device).get("allocated_bytes.all.peak", 0)
 
 
-def memory_reserved(device: _DeviceLike | None = None, /) -> int:
+def memory_reserved(device: "_DeviceLike | None" = None, /) -> int:
     """memory_reserved(device=None, /)
 
     Bytes this process holds from the driver: used or cached.
@@ -97,7 +100,7 @@ def memory_reserved(device: _DeviceLike | None = None, /) -> int:
     return memory_stats(device).get("reserved_bytes.all.current", 0)
 
 
-def max_memory_reserved(device: _DeviceLike | None = None, /) -> int:
+def max_memory_reserved(device: "_DeviceLike | None" = None, /) -> int:
     """max_memory_reserved(device=None, /)
 
     The peak of :func:`accelerator.memory_reserved` since the last reset.
@@ -105,7 +108,7 @@ def max_memory_reserved(device: _DeviceLike | None = None, /) -> int:
     return memory_stats(device).get("reserved_bytes.all.peak", 0)
 
 
-def reset_peak_memory_stats(device: _DeviceLike | None = None, /) -> None:
+def reset_peak_memory_stats(device: "_DeviceLike | None" = None, /) -> None:
     """reset_peak_memory_stats(device=None, /)
 
     Set every ``peak`` statistic of device to its ``current`` value.
@@ -113,7 +116,7 @@ def reset_peak_memory_stats(device: _DeviceLike | None = None, /) -> None:
     _reset_peak_memory_stats(device)
 
 
-def reset_accumulated_memory_stats(device: _DeviceLike | None = None, /) -> None:
+def reset_accumulated_memory_stats(device: "_DeviceLike | None" = None, /) -> None:
     """reset_accumulated_memory_stats(device=None, /)
 
     Zero the ``allocated`` and ``freed`` totals and the ``num_*``
@@ -122,7 +125,7 @@ def reset_accumulated_memory_stats(device: _DeviceLike | None = None, /) -> None
     _reset_accumulated_memory_stats(device)
 
 
-def set_per_process_memory_fraction(fraction: float, device: _DeviceLike | None = None) -> None:
+def set_per_process_memory_fraction(fraction: float, device: "_DeviceLike | None" = None) -> None:
     """set_per_process_memory_fraction(fraction, device=None)
 
     Cap the memory this process may reserve on device at ``fraction``
@@ -168,7 +171,7 @@ _SECTIONS = [
 ]
 
 
-def memory_summary(device: _DeviceLike | None = None, abbreviated: bool = False) -> str:
+def memory_summary(device: "_DeviceLike | None" = None, abbreviated: bool = False) -> str:
     """memory_summary(device=None, abbreviated=False)
 
     A readable table of :func:`accelerator.memory_stats`, as torch's: for each

@@ -324,7 +324,7 @@ def test_oom_raises_torchs_message(
         acc.Buffer(300 * MIB)
     driver.clear_faults()
     message = str(info.value)
-    assert f"{accel_type.upper()} out of memory" in message
+    assert message.startswith(f"{driver.display_type} out of memory. ")
     assert "Tried to allocate 300.00 MiB" in message
     assert "total capacity of" in message and "is free" in message
     assert "is allocated" in message and "reserved but unallocated" in message

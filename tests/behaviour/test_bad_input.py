@@ -465,7 +465,15 @@ CASES: list[tuple[str, Callable[[], Any], type, str, bool]] = [
      r"accelerator\.Stream\.__new__\(\)", False),
     # Event().
     ("Event(True)", lambda: acc.Event(True), TE,
-     r"takes no positional arguments", False),
+     r"expected a device or an int device index, got bool", False),
+    ("Event(0, True)", lambda: acc.Event(0, True), TE,
+     r"takes at most 1 positional argument", False),
+    ("Stream(stream_id=0, device_index=0)", lambda: acc.Stream(
+        stream_id=0, device_index=0), TE, r"takes stream_id, device_index "
+     r"and device_type together", False),
+    ("Stream(stream_id=True, ...)", lambda: acc.Stream(
+        stream_id=True, device_index=0, device_type=1), TE,
+     r"takes three ints, got bool, int and int", False),
     ("Event(enable_timing=1)", lambda: acc.Event(enable_timing=1), TE,
      r"enable_timing must be a bool, not int", False),
     ("Event(blocking=None)", lambda: acc.Event(blocking=None), TE,

@@ -18,6 +18,21 @@ def test_new_event_defaults(accel_type: str) -> None:
     assert "enable_timing=False" in repr(event)
 
 
+def test_torch_event_forms(accel_type: str, facts) -> None:
+    # torch.Event(device, enable_timing=...): only the device's type
+    # matters; the event's device comes from the stream it is recorded on.
+    event = acc.Event(accel_type, enable_timing=True)
+    assert event.enable_timing and event.device_index is None
+    assert event.device_type == facts.torch_device_type
+    event.record(acc.Stream(1))
+    assert event.device_index == 1
+    assert acc.Event(acc.device(accel_type, 1)).device_index is None
+    with pytest.raises(ValueError, match="doesn't match"):
+        acc.Event("cpu")
+    with pytest.raises(acc.DeviceIndexError):
+        acc.Event(7)
+
+
 def test_unrecorded_event_is_complete_and_waits_for_nothing() -> None:
     event = acc.Event()
     assert event.query() is True

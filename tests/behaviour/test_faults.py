@@ -358,6 +358,7 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "get_memory_info(0)": lambda st: acc.get_memory_info(0),
     "get_memory_info(1) from device 0": lambda st: acc.get_memory_info(1),
     "get_device_properties(0)": lambda st: acc.get_device_properties(0),
+    "get_device_capability(0)": lambda st: acc.get_device_capability(0),
     "stream.query()": lambda st: st["s"].query(),
     "default stream query()": lambda st: acc.current_stream(0).query(),
     "stream.synchronize()": lambda st: st["s"].synchronize(),
@@ -654,6 +655,8 @@ XPU_SITES = [
     Site("zesMemoryGetProperties", FRESH, "get_memory_info(0)"),
     Site("zesMemoryGetState", RAISE, "get_memory_info(0)"),
     Site("zesDevicePciGetProperties", FRESH, "get_device_properties(0)"),
+    Site("zeDeviceGetModuleProperties", FRESH, "get_device_properties(0)"),
+    Site("zeDeviceGetModuleProperties", FRESH, "get_device_capability(0)"),
     # Graphs: the capture's regular list and its start event (begin),
     # its end event and closing (end), the queue (instantiate), and a
     # replay's barriers, event reset and execution on the queue.
@@ -684,6 +687,9 @@ OPENCL_SITES = [
          note="only the version text is lost"),
     Site("clGetDeviceIDs", PROBE),
     Site("clGetDeviceInfo", FRESH, "get_device_properties(0)"),
+    # The extensions list: its size, then the list (dtype support).
+    Site("clGetDeviceInfo", FRESH, "get_device_properties(0)", nth=6),
+    Site("clGetDeviceInfo", FRESH, "get_device_capability(0)", nth=7),
     Site("clGetDeviceInfo", RAISE, "get_memory_info(0)"),
     Site("clCreateContext", FRESH, "Stream()", prepare=nothing),
     Site("clCreateContext", FRESH, "default stream query()"),

@@ -536,6 +536,34 @@ def test_host_buffer_freed_after_its_copies(driver) -> None:
     assert driver.live("host_alloc") == before
 
 
+def test_empty_host_cache_releases_only_what_no_work_uses(driver) -> None:
+    s = acc.Stream(0)
+    b = acc.Buffer(4096, stream=s)
+    before = driver.live("host_alloc")
+    busy, done = acc.HostBuffer(4096), acc.HostBuffer(4096)
+    b.copy_to(done, stream=s)
+    done.close()  # its release waits for the copy (an event on s)
+    s.synchronize()
+    with driver.gate(s) as gate:
+        b.copy_to(busy, stream=s)
+        busy.close()
+        # Both held: nothing has polled the deferred releases yet.
+        assert driver.live("host_alloc") == before + 2
+        acc.memory.empty_host_cache()
+        # The idle one is released, the one a queued copy uses is not.
+        assert driver.live("host_alloc") == before + 1
+        gate.open()
+        s.synchronize()
+    assert driver.live("host_alloc") == before + 1
+    acc.empty_host_cache()
+    assert driver.live("host_alloc") == before
+    # Device memory is not its business: the buffer's block stays cached.
+    b.close()
+    reserved = acc.memory_reserved(0)
+    acc.empty_host_cache()
+    assert acc.memory_reserved(0) == reserved
+
+
 # Errors ---------------------------------------------------------------------------
 
 

@@ -24,6 +24,53 @@ def test_new_stream_attributes(accel_type: str, facts) -> None:
     assert acc.Stream(f"{accel_type}:1").device_index == 1
 
 
+def test_torch_stream_id_form_gives_the_same_stream(facts) -> None:
+    for stream in (acc.Stream(), acc.Stream(1), acc.current_stream(),
+                   acc.current_stream(1)):
+        assert stream.stream_id == stream.handle
+        same = acc.Stream(stream_id=stream.stream_id,
+                          device_index=stream.device_index,
+                          device_type=stream.device_type)
+        assert same == stream and not (same != stream)
+        assert hash(same) == hash(stream)
+        assert same.device_index == stream.device_index
+    # The default stream is the very object current_stream() gives.
+    default = acc.current_stream()
+    if default == acc.current_stream(0):
+        assert acc.Stream(stream_id=default.stream_id, device_index=0,
+                          device_type=facts.torch_device_type) is default
+
+
+def test_torch_stream_id_form_checks_its_arguments(facts) -> None:
+    s = acc.Stream()
+    with pytest.raises(TypeError, match="stream_id, device_index and "
+                       "device_type together"):
+        acc.Stream(stream_id=s.stream_id, device_index=0)
+    with pytest.raises(TypeError, match="together"):
+        acc.Stream(0, stream_id=s.stream_id, device_index=0,
+                   device_type=facts.torch_device_type)
+    with pytest.raises(TypeError, match="three ints"):
+        acc.Stream(stream_id=str(s.stream_id), device_index=0,
+                   device_type=facts.torch_device_type)
+    with pytest.raises(ValueError, match="not the current accelerator"):
+        acc.Stream(stream_id=s.stream_id, device_index=0,
+                   device_type=facts.torch_device_type + 1)
+    with pytest.raises(acc.DeviceIndexError):
+        acc.Stream(stream_id=s.stream_id, device_index=7,
+                   device_type=facts.torch_device_type)
+
+
+def test_torch_handle_names_say_what_to_use() -> None:
+    s = acc.Stream()
+    for name in ("cuda_stream", "native_handle"):
+        with pytest.raises(AttributeError, match=f"'{name}'.*Stream.handle"):
+            getattr(s, name)
+        assert not hasattr(s, name)
+    with pytest.raises(AttributeError) as info:
+        s.no_such_attribute  # noqa: B018
+    assert "Stream.handle" not in str(info.value)
+
+
 def test_stream_on_the_current_device() -> None:
     acc.set_device_index(1)
     assert acc.Stream().device_index == 1
@@ -323,7 +370,8 @@ def test_exit_without_enter() -> None:
 def test_cuda_stream_protocol(facts) -> None:
     stream = acc.Stream()
     if not facts.has("cuda_stream_protocol"):
-        with pytest.raises(TypeError, match="only defined for CUDA"):
+        with pytest.raises(TypeError, match="only defined for CUDA streams; "
+                           f"this is an {facts.display_type} stream$"):
             stream.__cuda_stream__()
         return
     assert stream.__cuda_stream__() == (0, stream.handle)

@@ -33,6 +33,9 @@
  *   FAKE_OCL_FAIL     faults installed at load: "name:nth:code,..."
  *   FAKE_OCL_SVM_CAPS what clGetDeviceInfo(CL_DEVICE_SVM_CAPABILITIES)
  *                     reports at most (a mask: 0 is a device without SVM)
+ *   FAKE_OCL_HIDE_EXTENSIONS  extensions (space-separated) that
+ *                     clGetDeviceInfo(CL_DEVICE_EXTENSIONS) leaves out, as
+ *                     on a device without them ("cl_khr_fp64")
  *
  * Shared virtual memory: clSVMAlloc hands out the middle of a larger
  * allocation, with OCL_GUARD guard bytes before and after, written and
@@ -200,6 +203,33 @@ clGetDeviceIDs(cl_platform_id platform, cl_device_type device_type,
                                num_devices);
 }
 
+/* Remove each extension that FAKE_OCL_HIDE_EXTENSIONS names from the
+ * space-separated list, in place. */
+static void
+hide_extensions(char *list, size_t size)
+{
+    const char *hide = getenv("FAKE_OCL_HIDE_EXTENSIONS");
+    char word[128], *at;
+    size_t n;
+    int used;
+
+    list[size - 1] = '\0';
+    while (hide != NULL && sscanf(hide, " %127s%n", word, &used) == 1) {
+        hide += used;
+        n = strlen(word);
+        for (at = strstr(list, word); at != NULL; at = strstr(at, word)) {
+            if ((at == list || at[-1] == ' ')
+                && (at[n] == '\0' || at[n] == ' ')) {
+                memmove(at, at + n + (at[n] == ' '),
+                        strlen(at + n + (at[n] == ' ')) + 1);
+            }
+            else {
+                at += n;
+            }
+        }
+    }
+}
+
 cl_int
 clGetDeviceInfo(cl_device_id device, cl_device_info param_name,
                 size_t param_value_size, void *param_value,
@@ -214,6 +244,10 @@ clGetDeviceInfo(cl_device_id device, cl_device_info param_name,
         && param_value != NULL
         && param_value_size >= sizeof(cl_device_svm_capabilities)) {
         *(cl_device_svm_capabilities *)param_value &= g_svm_caps_mask;
+    }
+    if (rc == CL_SUCCESS && param_name == CL_DEVICE_EXTENSIONS
+        && param_value != NULL && param_value_size > 0) {
+        hide_extensions(param_value, param_value_size);
     }
     return rc;
 }

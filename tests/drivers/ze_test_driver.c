@@ -31,6 +31,8 @@
  *   FAKE_ZE_TIMESTAMP_BASE  tick value at load time, e.g. just below
  *                           2**bits to make the counter wrap soon
  *   FAKE_ZE_INTEGRATED=1    report integrated devices
+ *   FAKE_ZE_MODULE_FLAGS    zeDeviceGetModuleProperties' flags (default 3:
+ *                           FP16 | FP64; 1 is a device without doubles)
  *   FAKE_ZE_INIT_FAIL=1     zeInit fails
  *   FAKE_ZE_FAIL            "name:nth:code,..." faults, as fake_ze_fail
  *
@@ -196,7 +198,7 @@ typedef struct fake_mem {
 #define FAKE_FUNCTIONS(X)                                               \
     X(zeInit) X(zeDriverGet) X(zeDriverGetApiVersion)                   \
     X(zeDriverGetProperties) X(zeDeviceGet) X(zeDeviceGetProperties)    \
-    X(zeDeviceGetMemoryProperties)                                      \
+    X(zeDeviceGetMemoryProperties) X(zeDeviceGetModuleProperties)       \
     X(zeDeviceGetCommandQueueGroupProperties)                           \
     X(zeContextCreate) X(zeContextDestroy)                              \
     X(zeCommandListCreateImmediate) X(zeCommandListDestroy)             \
@@ -250,6 +252,7 @@ static struct {
     uint64_t ts_base;
     uint64_t t0;
     int integrated;
+    uint32_t module_flags;
     int init_fail;
     fake_driver drivers[FAKE_MAX_DRIVERS];
     fake_device devices[FAKE_MAX_DEVICES];
@@ -456,6 +459,9 @@ fake_configure(void)
     g.ts_bits = (uint32_t)env_ull("FAKE_ZE_TIMESTAMP_BITS", 32);
     g.ts_base = env_ull("FAKE_ZE_TIMESTAMP_BASE", 0);
     g.integrated = env_ull("FAKE_ZE_INTEGRATED", 0) != 0;
+    g.module_flags = (uint32_t)env_ull("FAKE_ZE_MODULE_FLAGS",
+                                       ZE_DEVICE_MODULE_FLAG_FP16
+                                           | ZE_DEVICE_MODULE_FLAG_FP64);
     g.init_fail = env_ull("FAKE_ZE_INIT_FAIL", 0) != 0;
     g.t0 = mono_ns();
     dm_configure("ze_test_driver", g.total_mem);
@@ -560,22 +566,55 @@ fake_zeDeviceGet(ze_driver_handle_t h, uint32_t *pCount,
     return ZE_RESULT_SUCCESS;
 }
 
+/* The checks and clearing of a device query's output struct (its stype
+ * and pNext kept, as the caller set them). */
+static ze_result_t
+device_output(ze_device_handle_t h, void *out, size_t size)
+{
+    if (device_of(h) == NULL) {
+        return bad_handle(h);
+    }
+    if (out == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    ze_base_properties_t head;
+    memcpy(&head, out, sizeof(head));
+    memset(out, 0, size);
+    memcpy(out, &head, sizeof(head));
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeDeviceGetModuleProperties(ze_device_handle_t h,
+                                 ze_device_module_properties_t *p)
+{
+    ENTER(zeDeviceGetModuleProperties);
+    ze_result_t r = device_output(h, p, sizeof(*p));
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    p->spirvVersionSupported = (1u << 16) | 2u; /* 1.2 */
+    p->flags = g.module_flags;
+    p->fp16flags = (g.module_flags & ZE_DEVICE_MODULE_FLAG_FP16)
+                       ? ZE_DEVICE_FP_FLAG_ROUND_TO_NEAREST : 0;
+    p->fp32flags = ZE_DEVICE_FP_FLAG_ROUND_TO_NEAREST;
+    p->fp64flags = (g.module_flags & ZE_DEVICE_MODULE_FLAG_FP64)
+                       ? ZE_DEVICE_FP_FLAG_ROUND_TO_NEAREST : 0;
+    p->maxArgumentsSize = 2048;
+    p->printfBufferSize = 4u << 20;
+    return ZE_RESULT_SUCCESS;
+}
+
 static ze_result_t
 fake_zeDeviceGetProperties(ze_device_handle_t h, ze_device_properties_t *p)
 {
     ENTER(zeDeviceGetProperties);
+    ze_result_t r = device_output(h, p, sizeof(*p));
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
     fake_device *d = device_of(h);
-    if (d == NULL) {
-        return bad_handle(h);
-    }
-    if (p == NULL) {
-        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-    }
     ze_structure_type_t stype = p->stype;
-    void *next = p->pNext;
-    memset(p, 0, sizeof(*p));
-    p->stype = stype;
-    p->pNext = next;
     p->type = ZE_DEVICE_TYPE_GPU;
     p->vendorId = 0x8086;
     p->deviceId = 0x0bd0 + (uint32_t)d->index;
@@ -1829,6 +1868,7 @@ zeGetDeviceProcAddrTable(ze_api_version_t version, ze_device_dditable_t *t)
     if (r == ZE_RESULT_SUCCESS) {
         t->pfnGet = fake_zeDeviceGet;
         t->pfnGetProperties = fake_zeDeviceGetProperties;
+        t->pfnGetModuleProperties = fake_zeDeviceGetModuleProperties;
         t->pfnGetMemoryProperties = fake_zeDeviceGetMemoryProperties;
         t->pfnGetCommandQueueGroupProperties =
             fake_zeDeviceGetCommandQueueGroupProperties;

@@ -556,6 +556,7 @@ lz_after_fork_child(void)
 const acc_backend acc_level_zero_backend = {
     .name = LZ_BACKEND,
     .device_type = LZ_BACKEND,
+    .display_type = "XPU",
     .torch_device_type = 12,  /* c10::DeviceType::XPU */
     .dlpack_device_type = 14, /* kDLOneAPI */
     .caps = 0,

@@ -95,6 +95,19 @@ lz_device_properties(int device, acc_device_properties *props,
     props->device_id = p->deviceId;
     props->integrated = (p->flags & ZE_DEVICE_PROPERTY_FLAG_INTEGRATED) != 0;
 
+    /* Half and double support are module (kernel) properties.  Core Level
+     * Zero has no bfloat16 flag. */
+    ze_device_module_properties_t module;
+    memset(&module, 0, sizeof(module));
+    module.stype = ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES;
+    ze_result_t mr = lz_fn.zeDeviceGetModuleProperties(dev->handle, &module);
+    if (mr != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeDeviceGetModuleProperties", mr, dev->driver);
+    }
+    props->float_types =
+        ((module.flags & ZE_DEVICE_MODULE_FLAG_FP16) ? ACC_FLOAT_16 : 0)
+        | ((module.flags & ZE_DEVICE_MODULE_FLAG_FP64) ? ACC_FLOAT_64 : 0);
+
     zes_pci_properties_t pci;
     memset(&pci, 0, sizeof(pci));
     pci.stype = ZES_STRUCTURE_TYPE_PCI_PROPERTIES;
