@@ -323,6 +323,7 @@ struct acc_backend {
 /* The backends, in probe order (defined in backends/<name>.c). */
 extern const acc_backend acc_cuda_backend;
 extern const acc_backend acc_level_zero_backend;
+extern const acc_backend acc_hip_backend;
 extern const acc_backend acc_opencl_backend;
 
 /* The selected backend (NULL when none); for the core files (allocator.c,

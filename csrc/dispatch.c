@@ -21,6 +21,7 @@
 static const acc_backend *const registry[] = {
     &acc_cuda_backend,
     &acc_level_zero_backend,
+    &acc_hip_backend,
     &acc_opencl_backend,
 };
 #define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))

@@ -27,6 +27,7 @@ CUDA_DOUBLE_NOPROC = DRIVERS / "noproc" / "libcuda.so.1"
 NVML_DOUBLE = DRIVERS / "libnvidia-ml.so.1"
 ZE_DRIVER = DRIVERS / "libze_test_driver.so"
 OPENCL_INTERPOSER = DRIVERS / "libopencl_interposer.so"
+HIP_DOUBLE = DRIVERS / "libamdhip64.so.5"
 
 
 #: what the behaviour suite runs on (tests/behaviour/conftest.py)
@@ -119,6 +120,11 @@ class DriverDouble:
     #: (code, name) of a generic driver failure and of out-of-memory
     unknown_error: tuple[int, str] = (0, "")
     oom_error: tuple[int, str] = (0, "")
+    #: the driver function that names an error code, and a code that the
+    #: backend's own table lacks with the name the product then reports
+    #: (REPORTER fault sites)
+    error_name_function = ""
+    unnamed_error: tuple[int, str] = (0, "")
     #: 0 names a stream (CUDA's legacy default stream); where it does not,
     #: Stream.from_handle(0) is refused
     null_stream_handle = False
@@ -281,6 +287,8 @@ class CudaDouble(DriverDouble):
     stream_create_api = "cuStreamCreateWithPriority"
     unknown_error = (999, "CUDA_ERROR_UNKNOWN")
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
+    error_name_function = "cuGetErrorName"
+    unnamed_error = (12345, "CUDA_ERROR_UNRECOGNIZED")
     capture_errors = {"refused": "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
                       "invalidated": "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
                       "wrong_thread": "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
@@ -460,6 +468,77 @@ class ZeDouble(DriverDouble):
         assert rc == 0, f"fake_ze_enqueue_sleep failed: {rc:#x}"
 
 
+class HipDouble(DriverDouble):
+    """tests/drivers/build/libamdhip64.so.5: the HIP runtime double."""
+
+    device_type = "hip"
+    torch_device_type = 6
+    dlpack_device_type = 10
+    lacks = {
+        "cuda_stream_protocol": "HIP streams are not CUDA streams",
+        "graphs": ("the HIP backend does not capture graphs yet "
+                   "(hipStreamBeginCapture is not wired)"),
+        "foreign_capture": "the HIP backend has no graphs",
+    }
+    symbol_lists = (("csrc/backends/hip_api.h", "ACC_HIP_FUNCTIONS"),)
+    functions = {"stream_create": "hipStreamCreateWithPriority",
+                 "event_create": "hipEventCreateWithFlags",
+                 "event_record": "hipEventRecord", "query": "hipStreamQuery",
+                 "event_synchronize": "hipEventSynchronize",
+                 "mem_alloc": "hipMalloc", "mem_free": "hipFree"}
+    env_devices = "FAKE_HIP_DEVICES"
+    live_kinds = ("stream", "event", "alloc", "host_alloc", "bad_access",
+                  "guard_damage")
+    fail_env = "FAKE_HIP_FAIL"
+    library_env = "ACCELERATOR_HIP_LIBRARY"
+    total_mem_env = "FAKE_HIP_TOTAL_MEM"
+    stream_create_api = "hipStreamCreateWithPriority"
+    unknown_error = (999, "hipErrorUnknown")
+    oom_error = (2, "hipErrorOutOfMemory")
+    error_name_function = "hipGetErrorName"
+    unnamed_error = (12345, "hipErrorUnrecognized")
+    null_stream_handle = True
+    probe_call = "hipInit"
+    first_use_under_lock = ("hipDeviceGetName", "a.get_device_properties(1)")
+    #: ROCm promises no staging for pageable memory: the backend waits
+    pageable_copy_waits = ("hipStreamSynchronize",)
+
+    def __init__(self, path: pathlib.Path = HIP_DOUBLE) -> None:
+        super().__init__(path, "hip")
+        self.lib.fake_hip_enqueue_sleep.argtypes = [
+            ctypes.c_int, ctypes.c_ulonglong, ctypes.c_double]
+        self.lib.fake_hip_enqueue_sleep.restype = ctypes.c_int
+        self.lib.fake_hip_event_sync_blocked.restype = ctypes.c_longlong
+        self.lib.fake_hip_current_device.restype = ctypes.c_int
+
+    @classmethod
+    def environment(cls, devices: int) -> dict[str, str]:
+        return {**super().environment(devices),
+                "ACCELERATOR_HIP_LIBRARY": str(HIP_DOUBLE)}
+
+    @classmethod
+    def missing(cls) -> str | None:
+        if HIP_DOUBLE.exists():
+            return None
+        return f"{HIP_DOUBLE} is missing: run make -C tests/drivers"
+
+    def enqueue_sleep(self, stream: object, ms: float) -> None:
+        rc = self.lib.fake_hip_enqueue_sleep(
+            stream.device_index, stream.handle, ms)  # type: ignore[attr-defined]
+        assert rc == 0, f"fake_hip_enqueue_sleep failed: {rc}"
+
+    def _gate_target(self, stream: object) -> tuple[object, ...]:
+        return (ctypes.c_int(stream.device_index),  # type: ignore[attr-defined]
+                ctypes.c_ulonglong(stream.handle))  # type: ignore[attr-defined]
+
+    def blocking_syncs(self) -> int:
+        return self.lib.fake_hip_event_sync_blocked()
+
+    def current_device(self) -> int:
+        """The calling thread's current HIP device."""
+        return self.lib.fake_hip_current_device()
+
+
 def opencl_runtime() -> str | None:
     """Why no OpenCL runtime with CPU devices (PoCL) is usable, or None."""
     import ctypes.util
@@ -546,7 +625,8 @@ class OpenCLDouble(DriverDouble):
 
 #: device type -> the double class of that backend
 DOUBLES: dict[str, type[DriverDouble]] = {
-    cls.device_type: cls for cls in (CudaDouble, ZeDouble, OpenCLDouble)}
+    cls.device_type: cls for cls in (CudaDouble, ZeDouble, HipDouble,
+                                      OpenCLDouble)}
 
 
 def under_test() -> type[DriverDouble]:
@@ -563,6 +643,6 @@ def under_test() -> type[DriverDouble]:
 def clean_environment() -> dict[str, str]:
     """os.environ without the variables that configure backends or doubles."""
     prefixes = ("ACCELERATOR_", "FAKE_CUDA_", "FAKE_NVML_", "FAKE_ZE_",
-                "FAKE_OCL_", "ZE_", "ZEL_", "ZES_", "CUDA_VISIBLE_DEVICES",
+                "FAKE_OCL_", "FAKE_HIP_", "ZE_", "ZEL_", "ZES_", "CUDA_VISIBLE_DEVICES",
                 "POCL_", "OCL_ICD_")
     return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
