@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
+import re
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 #: what subprocesses put on PYTHONPATH to import the in-place build (src
@@ -190,6 +191,19 @@ class DriverDouble:
     @classmethod
     def has(cls, feature: str) -> bool:
         return feature not in cls.lacks
+
+    @classmethod
+    def driver_functions(cls) -> list[str]:
+        """The functions in the backend's X-macro lists, in list order."""
+        names: list[str] = []
+        for header, macro in cls.symbol_lists:
+            text = (REPO / header).read_text()
+            match = re.search(rf"^#define {macro}\(X\)((?:.*\\\n)*.*)$",
+                              text, re.MULTILINE)
+            assert match, f"{macro} not found in {header}"
+            names += re.findall(r"\bX\(\s*(\w+)", match.group(1))
+        assert names and len(names) == len(set(names)), names
+        return names
 
     def can_enqueue(self, stream: object) -> bool:
         """Whether enqueue_sleep works on that stream right now."""

@@ -159,7 +159,6 @@ hip_probe(acc_probe_result *out, acc_error *err)
     else {
         acc_trace("hip: hipDriverGetVersion failed; version unknown");
     }
-    snprintf(out->counted_by, sizeof(out->counted_by), "hipGetDeviceCount");
     st = HIP(hipInit, (0));
     if (st == ACC_OK) {
         st = HIP(hipGetDeviceCount, (&count));
@@ -184,6 +183,7 @@ hip_probe(acc_probe_result *out, acc_error *err)
     }
     hip.count = count;
     out->device_count = count;
+    snprintf(out->counted_by, sizeof(out->counted_by), "hipGetDeviceCount");
     return ACC_OK;
 }
 
