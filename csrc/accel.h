@@ -147,6 +147,9 @@ int acc_is_available(void);
 int acc_device_count(void);
 /* The selected backend's device type ("cuda", "xpu"), or NULL. */
 const char *acc_device_type(void);
+/* Another device type accepted for the selected backend's devices
+ * ("cuda" on HIP), or NULL. */
+const char *acc_device_type_alias(void);
 /* Facts of the selected backend (0 when none is selected). */
 int acc_torch_device_type(void);
 int acc_dlpack_device_type(void);

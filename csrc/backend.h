@@ -74,6 +74,10 @@ struct acc_backend {
      * accelerator.Graph's error says it after "does not support graphs: ".
      * NULL where the backend has graphs. */
     const char *graphs_unsupported;
+    /* OPTIONAL.  Another device type that names this backend's devices
+     * where users pass a device ("cuda" for HIP: torch built for ROCm
+     * calls AMD GPUs cuda devices); NULL where there is none. */
+    const char *device_type_alias;
 
     /* Lifetime ----------------------------------------------------------- */
 

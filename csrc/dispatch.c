@@ -867,6 +867,12 @@ acc_device_type(void)
     return g.selected ? g.selected->device_type : NULL;
 }
 
+const char *
+acc_device_type_alias(void)
+{
+    return g.selected ? g.selected->device_type_alias : NULL;
+}
+
 int
 acc_torch_device_type(void)
 {

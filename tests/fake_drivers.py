@@ -82,6 +82,9 @@ class DriverDouble:
 
     #: the device type of the backend this double sits under
     device_type = ""
+    #: other device types that name the backend's devices where a device
+    #: is passed ("cuda" on HIP, as torch built for ROCm calls them)
+    device_type_aliases: tuple[str, ...] = ()
     #: torch's c10::DeviceType number (Stream.device_type) and DLPack's
     #: device code for that device type
     torch_device_type = -1
@@ -148,6 +151,9 @@ class DriverDouble:
     #: Debian's loader 1.8 lacks: query() then answers from the stream's
     #: own last work, and synchronize() still waits for everything)
     query_sees_foreign_work = True
+    #: how the probe reports devices counted without initialising the
+    #: driver (the start of counted_by), or "" where it always initialises
+    counted_without_init = ""
     #: a driver function that probing the backend calls (to hold a probe)
     probe_call = ""
     #: (driver function, Python call): the call's first use of device 1
@@ -309,6 +315,7 @@ class CudaDouble(DriverDouble):
                       "unjoined": "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"}
     null_stream_handle = True
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
+    counted_without_init = "NVML ("
     probe_call = "cuInit"
     first_use_under_lock = ("cuDeviceGetName", "a.get_device_properties(1)")
 
@@ -486,6 +493,7 @@ class HipDouble(DriverDouble):
     """tests/drivers/build/libamdhip64.so.5: the HIP runtime double."""
 
     device_type = "hip"
+    device_type_aliases = ("cuda",)
     torch_device_type = 6
     dlpack_device_type = 10
     lacks = {
@@ -524,11 +532,18 @@ class HipDouble(DriverDouble):
         self.lib.fake_hip_enqueue_sleep.restype = ctypes.c_int
         self.lib.fake_hip_event_sync_blocked.restype = ctypes.c_longlong
         self.lib.fake_hip_current_device.restype = ctypes.c_int
+        self.lib.fake_hip_initialized.restype = ctypes.c_int
+
+    #: as the NVML double for CUDA: a KFD topology of the double's machine
+    #: lets the probe count without initialising the runtime
+    eager_probe_env = {"ACCELERATOR_KFD_TOPOLOGY": "none"}
+    counted_without_init = "KFD topology ("
 
     @classmethod
     def environment(cls, devices: int) -> dict[str, str]:
         return {**super().environment(devices),
-                "ACCELERATOR_HIP_LIBRARY": str(HIP_DOUBLE)}
+                "ACCELERATOR_HIP_LIBRARY": str(HIP_DOUBLE),
+                "ACCELERATOR_KFD_TOPOLOGY": str(kfd_topology(devices))}
 
     @classmethod
     def missing(cls) -> str | None:
@@ -551,6 +566,33 @@ class HipDouble(DriverDouble):
     def current_device(self) -> int:
         """The calling thread's current HIP device."""
         return self.lib.fake_hip_current_device()
+
+    def initialized(self) -> bool:
+        """Whether any runtime call has initialised the double."""
+        return bool(self.lib.fake_hip_initialized())
+
+
+def kfd_topology(gpus: int, cpus: int = 1) -> pathlib.Path:
+    """A KFD topology nodes folder as the amdgpu driver publishes it in
+    sysfs (/sys/class/kfd/kfd/topology/nodes): CPU nodes (gpu_id 0), then
+    one node per GPU with a nonzero gpu_id.  Made once per shape under
+    tests/drivers/build/kfd/, atomically (tests may run in parallel)."""
+    import tempfile
+    nodes = DRIVERS / "kfd" / f"{cpus}cpu-{gpus}gpu" / "nodes"
+    if nodes.exists():
+        return nodes
+    nodes.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(dir=nodes.parent))
+    for node in range(cpus + gpus):
+        (staging / str(node)).mkdir()
+        gpu_id = 0 if node < cpus else 4000 + 1111 * (node - cpus + 1)
+        (staging / str(node) / "gpu_id").write_text(f"{gpu_id}\n")
+    try:
+        staging.rename(nodes)
+    except OSError:
+        import shutil
+        shutil.rmtree(staging)  # another process made it first
+    return nodes
 
 
 def opencl_runtime() -> str | None:

@@ -41,11 +41,11 @@ def test_device_counts(devices: int) -> None:
     seen = state(**hip_double(devices))
     assert (seen["available"], seen["count"], seen["type"]) == (
         True, devices, "hip")
-    assert seen["hip"]["counted_by"] == "hipGetDeviceCount"
+    assert seen["hip"]["counted_by"].startswith("KFD topology ("), seen
 
 
 def test_no_device_is_unavailable_with_the_runtimes_error() -> None:
-    seen = state(**hip_double(0))
+    seen = state(**hip_double(0, ACCELERATOR_KFD_TOPOLOGY="none"))
     assert seen["available"] is False
     assert seen["hip"]["loaded"] is True
     assert seen["hip"]["reason"].startswith(
@@ -53,60 +53,69 @@ def test_no_device_is_unavailable_with_the_runtimes_error() -> None:
         "visible"), seen
 
 
-def test_a_missing_library_is_unavailable() -> None:
-    seen = state(ACCELERATOR_BACKEND="hip", ACCELERATOR_HIP_LIBRARY=MISSING)
+def test_no_gpu_in_the_kfd_topology_is_unavailable() -> None:
+    seen = state(**hip_double(0))
     assert seen["available"] is False
-    assert seen["hip"]["loaded"] is False
-    assert seen["hip"]["reason"].startswith("cannot load the HIP runtime")
+    assert seen["hip"]["reason"].startswith(
+        "no AMD GPU is visible: the KFD topology ("), seen
 
 
-def test_hip_is_probed_after_xpu_and_before_opencl() -> None:
-    """Without CUDA and Level Zero, HIP is selected ahead of OpenCL (whose
-    PoCL would otherwise be found)."""
-    env = hip_double(2, ACCELERATOR_CUDA_LIBRARY=MISSING,
-                     ACCELERATOR_ZE_LIBRARY=MISSING)
-    del env["ACCELERATOR_BACKEND"]
-    seen = state(**env)
-    assert (seen["available"], seen["type"]) == (True, "hip")
-    names = json.loads(run("import json, accelerator as a; print(json.dumps("
-                           "[b['name'] for b in a.backends()]))",
-                           **env).stdout)
-    assert names == ["cuda", "xpu", "hip", "opencl"]
-
-
-def test_visible_devices_reorder_the_runtimes_devices() -> None:
-    out = run("""
-import accelerator as a
-print(a.device_count(), a.get_device_properties(0).name,
-      a.get_device_properties(1).name)
-""", **hip_double(3, ACCELERATOR_VISIBLE_DEVICES="2,0")).stdout.split()
-    assert out == ["2", "Fake", "HIP", "Device", "2", "Fake", "HIP",
-                   "Device", "0"]
-
-
-def test_visible_devices_reach_the_runtime_on_every_call() -> None:
-    """Work for device 0 runs on the runtime's device 2: a buffer made on
-    device 0 is the runtime's device 2 memory, and the runtime's current
-    device is 2 after set_device_index(0)."""
-    out = run("""
-import ctypes, accelerator as a, fake_drivers
+QUESTIONS = """
+import json, accelerator as a, fake_drivers
 d = fake_drivers.HipDouble()
-a.set_device_index(0)
-b = a.Buffer(256)
-print(d.current_device(), b.__dlpack_device__())
-""", **hip_double(3, ACCELERATOR_VISIBLE_DEVICES="2,0")).stdout.split()
-    assert out[0] == "2"
-    assert " ".join(out[1:]) == "(10, 0)"
+answers = [a.is_available(), a.device_count(), str(a.current_accelerator())]
+hip = [b for b in a.backends() if b["name"] == "hip"][0]
+print(json.dumps([answers, d.initialized(), hip["counted_by"]]))
+"""
 
 
-def test_facts_of_the_device_type() -> None:
-    """torch's DeviceType::HIP 6, kDLROCM 10, the null stream's handle 0;
-    page-locked memory is host memory to DLPack (kDLCPU), as on CUDA."""
+def test_questions_do_not_initialise_the_runtime() -> None:
+    """Every HIP call initialises ROCm (fork-unsafe): is_available() and
+    device_count() count the KFD topology's GPUs instead."""
+    answers, initialized, counted_by = json.loads(
+        run(QUESTIONS, **hip_double(2)).stdout)
+    assert answers == [True, 2, "hip"]
+    assert initialized is False
+    assert counted_by.startswith("KFD topology (")
+
+
+@pytest.mark.parametrize("env", [
+    {"ACCELERATOR_KFD_TOPOLOGY": "none"},
+    {"HIP_VISIBLE_DEVICES": "0,1"},
+    {"ROCR_VISIBLE_DEVICES": "0,1"},
+    {"ACCELERATOR_KFD_TOPOLOGY": "/nonexistent/kfd/nodes"},
+], ids=["none", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "missing"])
+def test_the_runtime_counts_where_the_topology_cannot(env: dict) -> None:
+    answers, initialized, counted_by = json.loads(
+        run(QUESTIONS, **hip_double(2, **env)).stdout)
+    assert answers == [True, 2, "hip"]
+    assert initialized is True
+    assert counted_by.startswith("hipGetDeviceCount ("), counted_by
+
+
+def test_an_unreadable_node_makes_the_runtime_count(tmp_path) -> None:
+    nodes = tmp_path / "nodes"
+    (nodes / "0").mkdir(parents=True)
+    (nodes / "0" / "gpu_id").write_text("not a number\n")
+    answers, initialized, counted_by = json.loads(run(
+        QUESTIONS, **hip_double(2, ACCELERATOR_KFD_TOPOLOGY=str(nodes))
+    ).stdout)
+    assert answers == [True, 2, "hip"] and initialized is True
+    assert "gpu_id is unreadable" in counted_by, counted_by
+
+
+def test_the_first_use_initialises_and_the_runtime_counts() -> None:
+    """The topology counts 3 GPUs, the runtime 2: from the first use on,
+    the runtime's count holds, and device 2 is the runtime's error."""
+    env = hip_double(2, ACCELERATOR_KFD_TOPOLOGY=str(
+        fake_drivers.kfd_topology(3)))
     out = run("""
 import accelerator as a
-s = a.current_stream()
-h = a.HostBuffer(64)
-print(s.device_type, s.handle, a.Buffer(64).__dlpack_device__(),
-      h.__dlpack_device__())
-""", **hip_double(2)).stdout
-    assert out.split() == ["6", "0", "(10,", "0)", "(1,", "0)"]
+print(a.device_count())
+try:
+    a.Stream(2)
+except a.AcceleratorError as exc:
+    print(exc.api, exc.error_name)
+print(a.device_count())
+""", **env).stdout.split()
+    assert out == ["3", "hipSetDevice", "hipErrorInvalidDevice", "2"], out

@@ -15,12 +15,18 @@
  * the thread's current device is another (hip_enter/hip_leave), as CUDA's
  * contexts are pushed and popped.
  *
+ * The probe counts GPUs through the KFD topology when it can (hip_kfd.c)
+ * and leaves hipInit to the first use (hip_initialize): every HIP call
+ * initialises ROCm, and a process that did so cannot use the GPU in a
+ * fork() child, so is_available() must not.
+ *
  * Graphs are not offered: the five graph slots stay NULL, and
  * accelerator.Graph is refused with graphs_unsupported's reason.
  */
 #define _GNU_SOURCE
 #include "../backend.h"
 #include "hip_api.h"
+#include "hip_kfd.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -42,6 +48,7 @@ static struct {
     /* Device i is the runtime's device ids[i] (ACCELERATOR_VISIBLE_
      * DEVICES reorders). */
     int ids[ACC_MAX_DEVICES];
+    int selected; /* select_devices ordered them */
     /* Priority range per device, read once. */
     atomic_int have_range[ACC_MAX_DEVICES];
     int least[ACC_MAX_DEVICES], greatest[ACC_MAX_DEVICES];
@@ -126,13 +133,35 @@ hip_resolve(acc_error *err)
     return ACC_OK;
 }
 
+/* hipInit and the runtime's count, with a hint for the failures users
+ * meet. */
+static acc_status
+hip_init_runtime(int *count, acc_error *err)
+{
+    acc_status st = HIP(hipInit, (0));
+    size_t n;
+
+    *count = 0;
+    if (st == ACC_OK) {
+        st = HIP(hipGetDeviceCount, (count));
+    }
+    if (st != ACC_OK && (err->code == hipErrorNoDevice
+                         || err->code == hipErrorInvalidDevice)) {
+        /* What ROCm answers on a machine without an AMD GPU. */
+        n = strlen(err->message);
+        acc_format(err->message + n, sizeof(err->message) - n,
+                   " (no AMD GPU is visible; check HIP_VISIBLE_DEVICES "
+                   "and /dev/kfd)");
+    }
+    return st;
+}
+
 static acc_status
 hip_probe(acc_probe_result *out, acc_error *err)
 {
     const char *path = getenv("ACCELERATOR_HIP_LIBRARY");
     int version = 0, count = 0;
     acc_status st;
-    size_t n;
 
     if (path == NULL || path[0] == '\0') {
         path = HIP_DEFAULT_LIBRARY;
@@ -149,6 +178,26 @@ hip_probe(acc_probe_result *out, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
+    if (acc_hip_kfd_count(&count, out->counted_by,
+                          sizeof(out->counted_by))) {
+        if (count == 0) {
+            acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
+                          "no AMD GPU is visible: the %s lists none",
+                          out->counted_by);
+            return ACC_ERR_NO_ACCELERATOR;
+        }
+        /* hipDriverGetVersion would initialise the runtime too: the
+         * version stays unknown until the first use. */
+        out->device_count = count > ACC_MAX_DEVICES ? ACC_MAX_DEVICES
+                                                    : count;
+        out->deferred = 1;
+        for (int i = 0; i < out->device_count; i++) {
+            hip.ids[i] = i;
+        }
+        hip.count = out->device_count;
+        return ACC_OK;
+    }
+    acc_trace("hip: counting with %s", out->counted_by);
     if (hip.fn.hipDriverGetVersion(&version) == hipSuccess) {
         /* HIP_VERSION: major * 10^7 + minor * 10^5 + patch. */
         out->driver_version = version;
@@ -159,19 +208,8 @@ hip_probe(acc_probe_result *out, acc_error *err)
     else {
         acc_trace("hip: hipDriverGetVersion failed; version unknown");
     }
-    st = HIP(hipInit, (0));
-    if (st == ACC_OK) {
-        st = HIP(hipGetDeviceCount, (&count));
-    }
+    st = hip_init_runtime(&count, err);
     if (st != ACC_OK) {
-        if (err->code == hipErrorNoDevice
-            || err->code == hipErrorInvalidDevice) {
-            /* What ROCm answers on a machine without an AMD GPU. */
-            n = strlen(err->message);
-            acc_format(err->message + n, sizeof(err->message) - n,
-                       " (no AMD GPU is visible; check "
-                       "HIP_VISIBLE_DEVICES and /dev/kfd)");
-        }
         err->status = ACC_ERR_NO_ACCELERATOR;
         return ACC_ERR_NO_ACCELERATOR;
     }
@@ -183,8 +221,21 @@ hip_probe(acc_probe_result *out, acc_error *err)
     }
     hip.count = count;
     out->device_count = count;
-    snprintf(out->counted_by, sizeof(out->counted_by), "hipGetDeviceCount");
     return ACC_OK;
+}
+
+static acc_status
+hip_initialize(int *device_count, acc_error *err)
+{
+    acc_status st = hip_init_runtime(device_count, err);
+
+    /* The runtime is the authority now; the ids stay those the probe and
+     * select_devices set (the dispatcher checks a visible order against
+     * this count). */
+    if (st == ACC_OK && !hip.selected && *device_count < hip.count) {
+        hip.count = *device_count;
+    }
+    return st;
 }
 
 static acc_status
@@ -194,6 +245,7 @@ hip_select_devices(const int *order, int count, acc_error *err)
     /* Probed devices are the runtime's ids 0..count-1. */
     memcpy(hip.ids, order, (size_t)count * sizeof(*order));
     hip.count = count;
+    hip.selected = 1;
     return ACC_OK;
 }
 
@@ -692,10 +744,13 @@ const acc_backend acc_hip_backend = {
     .torch_device_type = 6,   /* c10::DeviceType::HIP */
     .dlpack_device_type = 10, /* kDLROCM */
     .caps = ACC_CAP_NULL_STREAM_HANDLE,
+    /* As torch built for ROCm: torch.device("cuda", i) is HIP device i. */
+    .device_type_alias = "cuda",
     .graphs_unsupported =
         "the HIP backend does not capture graphs yet (hipStreamBeginCapture "
         "is not wired)",
     .probe = hip_probe,
+    .initialize = hip_initialize,
     .select_devices = hip_select_devices,
     .device_activate = hip_device_activate,
     .device_synchronize = hip_device_synchronize,

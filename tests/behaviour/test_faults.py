@@ -744,6 +744,8 @@ HIP_SITES = [
     Site("hipGetErrorString", REPORTER, "stream.query()",
          note="hipStreamQuery"),
     Site("hipGetDeviceCount", PROBE),
+    Site("hipInit", DEFERRED),
+    Site("hipGetDeviceCount", DEFERRED),
     Site("hipSetDevice", RAISE, "set_device_index(1) in a new thread"),
     Site("hipSetDevice", RAISE, "with Stream(1) in a new thread"),
     Site("hipSetDevice", RAISE, "set_stream(Stream(1)) in a new thread"),

@@ -26,6 +26,9 @@
  *   int fake_hip_open_gate(int gate)
  *   int fake_hip_current_device(void)
  *       The calling thread's current device.
+ *   int fake_hip_initialized(void)
+ *       1 once any runtime function but the two string functions ran
+ *       (ROCm initialises on the first call), else 0.
  *   long long fake_hip_event_sync_blocked(void)
  *       hipEventSynchronize calls on a recorded hipEventBlockingSync
  *       event (which wait blocking, not spinning).
@@ -98,6 +101,7 @@ FAKE_EXPORT int fake_hip_enqueue_gate(int device, unsigned long long stream,
 FAKE_EXPORT int fake_hip_open_gate(int gate);
 FAKE_EXPORT int fake_hip_current_device(void);
 FAKE_EXPORT long long fake_hip_event_sync_blocked(void);
+FAKE_EXPORT int fake_hip_initialized(void);
 
 /* Functions: the unit of counting and of fault injection. */
 #define FAKE_FN_ID(name, ret, params) FN_##name,
@@ -184,11 +188,11 @@ fake_enter(enum fake_fn fn, bool need_init, hipError_t *rc)
         *rc = hipErrorNotInitialized;
         return true;
     }
+    atomic_store(&g_initialized, 1);
     if (cfg.devices == 0) {
         *rc = hipErrorNoDevice;
         return true;
     }
-    atomic_store(&g_initialized, 1);
     return false;
 }
 
@@ -344,18 +348,19 @@ hipInit(unsigned int flags)
     if (atomic_load(&g_poisoned)) {
         return hipErrorNotInitialized;
     }
-    if (cfg.devices == 0) {
-        /* What ROCm 5.2 answers without an AMD GPU. */
-        return hipErrorInvalidDevice;
-    }
     atomic_store(&g_initialized, 1);
-    return hipSuccess;
+    /* What ROCm 5.2 answers without an AMD GPU. */
+    return cfg.devices == 0 ? hipErrorInvalidDevice : hipSuccess;
 }
 
 hipError_t
 hipDriverGetVersion(int *driverVersion)
 {
     FAKE_ENTER(hipDriverGetVersion, false);
+    /* ROCm's initialises the runtime too, GPU or not. */
+    if (!atomic_load(&g_poisoned)) {
+        atomic_store(&g_initialized, 1);
+    }
     if (driverVersion == NULL) {
         return hipErrorInvalidValue;
     }
@@ -1186,6 +1191,12 @@ int
 fake_hip_open_gate(int gate)
 {
     return dc_gate_open(gate);
+}
+
+int
+fake_hip_initialized(void)
+{
+    return atomic_load(&g_initialized);
 }
 
 int
