@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define HIP_DEFAULT_LIBRARY "libamdhip64.so.5"
 
@@ -449,6 +450,28 @@ hip_enter_stream(const acc_stream *s, int *previous, acc_error *err)
     return hip_enter(s->device, previous, err);
 }
 
+/*
+ * ROCm promises no staging of pageable host memory in hipMemcpyAsync: wait
+ * for the stream, so that the caller may reuse (or read) its host side as
+ * soon as the copy call returns.  Should the wait fail, the copy may still
+ * be running: poll the stream until it is idle before reporting the
+ * failure (the caller frees its memory at once).  Where the runtime
+ * answers neither, nothing more can be asked of it.
+ */
+static acc_status
+hip_wait_pageable(acc_stream *s, acc_error *err)
+{
+    const struct timespec pause = {0, 50000};
+    acc_status st = HIP(hipStreamSynchronize, (hip_stream(s)));
+
+    if (st != ACC_OK) {
+        while (hip.fn.hipStreamQuery(hip_stream(s)) == hipErrorNotReady) {
+            nanosleep(&pause, NULL);
+        }
+    }
+    return st;
+}
+
 static acc_status
 hip_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
 {
@@ -474,11 +497,8 @@ hip_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
                                   c->nbytes, kinds[c->kind],
                                   hip_stream(s)));
     }
-    /* ROCm documents no staging guarantee for pageable host memory in
-     * hipMemcpyAsync: wait, so that the caller may reuse (or read) its
-     * host side as soon as this returns. */
     if (st == ACC_OK && (c->flags & ACC_COPY_PAGEABLE)) {
-        st = HIP(hipStreamSynchronize, (hip_stream(s)));
+        st = hip_wait_pageable(s, err);
     }
     return hip_leave(previous, st, err);
 }

@@ -56,9 +56,12 @@
  *     its work waits for the work already queued on them, and theirs for
  *     its.  hipStreamPerThread is not modelled: hipErrorInvalidHandle.
  *   - hipFree does not synchronise (ROCm's does), so that freeing memory
- *     that queued work still uses is caught as a use after free.  A copy
- *     from pageable host memory stages the source at the call; one to
- *     pageable memory returns when it has run.
+ *     that queued work still uses is caught as a use after free.
+ *   - hipMemcpyAsync is asynchronous with pageable host memory too: the
+ *     source is read, the destination written, when the copy runs on the
+ *     stream's worker.  ROCm promises neither staging nor a wait, so the
+ *     double takes the reading that catches a caller who reuses its host
+ *     memory before the copy has run.
  *   - hipGetErrorName and hipGetErrorString give a code's name, as ROCm
  *     5.2 does ("hipErrorUnknown" for codes it does not know); a fault
  *     injected there makes them return NULL.
@@ -951,13 +954,13 @@ hipHostFree(void *ptr)
     return mem_result(dm_free("hipHostFree", (uintptr_t)ptr, true));
 }
 
-/* Queues a copy or fill on stream (mem copied); with wait, returns once
- * it ran (a copy to pageable memory). */
+/* Queues a copy or fill on stream (mem copied), asynchronously even
+ * where a side is pageable host memory (read or written when the work
+ * runs: see "Model" above). */
 static hipError_t
-mem_enqueue(hipStream_t stream, const dm_op *mem, bool wait)
+mem_enqueue(hipStream_t stream, const dm_op *mem)
 {
     struct ihipStream_t *s;
-    ds_mark *m = NULL;
     ds_op *op;
     hipError_t rc;
 
@@ -966,10 +969,6 @@ mem_enqueue(hipStream_t stream, const dm_op *mem, bool wait)
         return hipErrorOutOfMemory;
     }
     op->mem = *mem;
-    if (dm_op_stage(&op->mem) != DM_OK) {
-        ds_op_free(op);
-        return hipErrorOutOfMemory;
-    }
     pthread_mutex_lock(&g_mu);
     rc = stream_resolve(stream, &s);
     if (rc != hipSuccess) {
@@ -977,14 +976,8 @@ mem_enqueue(hipStream_t stream, const dm_op *mem, bool wait)
     }
     else {
         rc = stream_enqueue(s, op);
-        if (rc == hipSuccess && wait) {
-            rc = stream_fence(s, &m);
-        }
     }
     pthread_mutex_unlock(&g_mu);
-    if (m != NULL) {
-        fence_wait(m);
-    }
     return rc;
 }
 
@@ -1033,7 +1026,7 @@ hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes,
     case hipMemcpyDefault:
         op.dst = dm_classify(dst, sizeBytes);
         op.src = dm_classify(src, sizeBytes);
-        return mem_enqueue(stream, &op, op.dst.kind == DM_HOST);
+        return mem_enqueue(stream, &op);
     default:
         return hipErrorInvalidValue;
     }
@@ -1041,7 +1034,7 @@ hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes,
         || !copy_side(op.api, src, sizeBytes, src_device, &op.src)) {
         return hipErrorInvalidValue;
     }
-    return mem_enqueue(stream, &op, op.dst.kind == DM_HOST);
+    return mem_enqueue(stream, &op);
 }
 
 hipError_t
@@ -1063,7 +1056,7 @@ hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *src,
         || !dm_check_device(op.api, op.src.addr, sizeBytes, srcDevice)) {
         return hipErrorInvalidValue;
     }
-    return mem_enqueue(stream, &op, false);
+    return mem_enqueue(stream, &op);
 }
 
 hipError_t
@@ -1080,7 +1073,7 @@ hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count,
     if (!dm_check_device(op.api, op.dst.addr, count, -1)) {
         return hipErrorInvalidValue;
     }
-    return mem_enqueue(stream, &op, false);
+    return mem_enqueue(stream, &op);
 }
 
 hipError_t
