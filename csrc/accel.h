@@ -161,6 +161,9 @@ int acc_device_count(void);
 const char *acc_device_type(void);
 /* How messages name it: "CUDA", "XPU", "OpenCL"; NULL before selection. */
 const char *acc_display_device_type(void);
+/* Another device type accepted for the selected backend's devices
+ * ("cuda" on HIP), or NULL. */
+const char *acc_device_type_alias(void);
 /* Facts of the selected backend (0 when none is selected). */
 int acc_torch_device_type(void);
 int acc_dlpack_device_type(void);

@@ -82,6 +82,10 @@ struct acc_backend {
      * accelerator.Graph's error says it after "does not support graphs: ".
      * NULL where the backend has graphs. */
     const char *graphs_unsupported;
+    /* OPTIONAL.  Another device type that names this backend's devices
+     * where users pass a device ("cuda" for HIP: torch built for ROCm
+     * calls AMD GPUs cuda devices); NULL where there is none. */
+    const char *device_type_alias;
 
     /* Lifetime ----------------------------------------------------------- */
 
@@ -331,6 +335,7 @@ struct acc_backend {
 /* The backends, in probe order (defined in backends/<name>.c). */
 extern const acc_backend acc_cuda_backend;
 extern const acc_backend acc_level_zero_backend;
+extern const acc_backend acc_hip_backend;
 extern const acc_backend acc_opencl_backend;
 
 /* Registration's check of b's slots (backend_check.c): NULL when every

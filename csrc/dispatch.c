@@ -23,6 +23,7 @@
 static const acc_backend *const registry[] = {
     &acc_cuda_backend,
     &acc_level_zero_backend,
+    &acc_hip_backend,
     &acc_opencl_backend,
 };
 #define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
@@ -925,6 +926,12 @@ const char *
 acc_display_device_type(void)
 {
     return g.selected ? g.selected->display_type : NULL;
+}
+
+const char *
+acc_device_type_alias(void)
+{
+    return g.selected ? g.selected->device_type_alias : NULL;
 }
 
 int

@@ -56,7 +56,8 @@ capability_dict(const acc_device_properties *p)
     }
     result = Py_BuildValue("{s:O}", "supported_dtypes", dtypes);
     if (result != NULL && p->major >= 0) {
-        /* CUDA's compute capability, as torch.cuda's (major, minor). */
+        /* The compute capability (CUDA; HIP reports its gfx version), as
+         * torch.cuda's (major, minor). */
         cc = Py_BuildValue("(ii)", p->major, p->minor);
         if (cc == NULL
             || PyDict_SetItemString(result, "compute_capability", cc) < 0) {

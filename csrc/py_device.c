@@ -441,7 +441,11 @@ acc_resolve_device(acc_state *st, PyObject *obj, int optional,
         Py_DECREF(type);
         return acc_require_usable(st);
     }
-    if (PyUnicode_CompareWithASCIIString(type, accel) != 0) {
+    if (PyUnicode_CompareWithASCIIString(type, accel) != 0
+        && (acc_device_type_alias() == NULL
+            || PyUnicode_CompareWithASCIIString(type,
+                                                acc_device_type_alias())
+                   != 0)) {
         PyErr_Format(PyExc_ValueError,
                      "%U doesn't match the current accelerator %s.", type,
                      accel);

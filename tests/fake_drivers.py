@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
+import re
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 #: what subprocesses put on PYTHONPATH to import the in-place build (src
@@ -27,6 +28,7 @@ CUDA_DOUBLE_NOPROC = DRIVERS / "noproc" / "libcuda.so.1"
 NVML_DOUBLE = DRIVERS / "libnvidia-ml.so.1"
 ZE_DRIVER = DRIVERS / "libze_test_driver.so"
 OPENCL_INTERPOSER = DRIVERS / "libopencl_interposer.so"
+HIP_DOUBLE = DRIVERS / "libamdhip64.so.5"
 
 
 #: what the behaviour suite runs on (tests/behaviour/conftest.py)
@@ -82,6 +84,9 @@ class DriverDouble:
     #: messages name it ("CUDA out of memory.")
     device_type = ""
     display_type = ""
+    #: other device types that name the backend's devices where a device
+    #: is passed ("cuda" on HIP, as torch built for ROCm calls them)
+    device_type_aliases: tuple[str, ...] = ()
     #: torch's c10::DeviceType number (Stream.device_type) and DLPack's
     #: device code for that device type
     torch_device_type = -1
@@ -124,6 +129,11 @@ class DriverDouble:
     #: (code, name) of a generic driver failure and of out-of-memory
     unknown_error: tuple[int, str] = (0, "")
     oom_error: tuple[int, str] = (0, "")
+    #: the driver function that names an error code, and a code that the
+    #: backend's own table lacks with the name the product then reports
+    #: (REPORTER fault sites)
+    error_name_function = ""
+    unnamed_error: tuple[int, str] = (0, "")
     #: 0 names a stream (CUDA's legacy default stream); where it does not,
     #: Stream.from_handle(0) is refused
     null_stream_handle = False
@@ -150,6 +160,9 @@ class DriverDouble:
     #: Debian's loader 1.8 lacks: query() then answers from the stream's
     #: own last work, and synchronize() still waits for everything)
     query_sees_foreign_work = True
+    #: how the probe reports devices counted without initialising the
+    #: driver (the start of counted_by), or "" where it always initialises
+    counted_without_init = ""
     #: a driver function that probing the backend calls (to hold a probe)
     probe_call = ""
     #: (driver function, Python call): the call's first use of device 1
@@ -209,6 +222,19 @@ class DriverDouble:
     @classmethod
     def has(cls, feature: str) -> bool:
         return feature not in cls.lacks
+
+    @classmethod
+    def driver_functions(cls) -> list[str]:
+        """The functions in the backend's X-macro lists, in list order."""
+        names: list[str] = []
+        for header, macro in cls.symbol_lists:
+            text = (REPO / header).read_text()
+            match = re.search(rf"^#define {macro}\(X\)((?:.*\\\n)*.*)$",
+                              text, re.MULTILINE)
+            assert match, f"{macro} not found in {header}"
+            names += re.findall(r"\bX\(\s*(\w+)", match.group(1))
+        assert names and len(names) == len(set(names)), names
+        return names
 
     def can_enqueue(self, stream: object) -> bool:
         """Whether enqueue_sleep works on that stream right now."""
@@ -346,12 +372,15 @@ class CudaDouble(DriverDouble):
     stream_create_api = "cuStreamCreateWithPriority"
     unknown_error = (999, "CUDA_ERROR_UNKNOWN")
     oom_error = (2, "CUDA_ERROR_OUT_OF_MEMORY")
+    error_name_function = "cuGetErrorName"
+    unnamed_error = (12345, "CUDA_ERROR_UNRECOGNIZED")
     capture_errors = {"refused": "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
                       "invalidated": "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
                       "wrong_thread": "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
                       "unjoined": "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"}
     null_stream_handle = True
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
+    counted_without_init = "NVML ("
     probe_call = "cuInit"
     first_use_under_lock = ("cuDeviceGetName", "a.get_device_properties(1)")
     # The double's default compute capability is 9.0; 7.0 lacks bfloat16.
@@ -542,6 +571,118 @@ class ZeDouble(DriverDouble):
         assert rc == 0, f"fake_ze_enqueue_sleep failed: {rc:#x}"
 
 
+class HipDouble(DriverDouble):
+    """tests/drivers/build/libamdhip64.so.5: the HIP runtime double."""
+
+    device_type = "hip"
+    display_type = "HIP"
+    device_type_aliases = ("cuda",)
+    torch_device_type = 6
+    dlpack_device_type = 10
+    lacks = {
+        "cuda_stream_protocol": "HIP streams are not CUDA streams",
+        "graphs": ("the HIP backend does not capture graphs yet "
+                   "(hipStreamBeginCapture is not wired)"),
+        "foreign_capture": "the HIP backend has no graphs",
+    }
+    symbol_lists = (("csrc/backends/hip_api.h", "ACC_HIP_FUNCTIONS"),)
+    functions = {"stream_create": "hipStreamCreateWithPriority",
+                 "event_create": "hipEventCreateWithFlags",
+                 "event_record": "hipEventRecord", "query": "hipStreamQuery",
+                 "event_synchronize": "hipEventSynchronize",
+                 "mem_alloc": "hipMalloc", "mem_free": "hipFree"}
+    env_devices = "FAKE_HIP_DEVICES"
+    live_kinds = ("stream", "event", "alloc", "host_alloc", "bad_access",
+                  "guard_damage")
+    fail_env = "FAKE_HIP_FAIL"
+    library_env = "ACCELERATOR_HIP_LIBRARY"
+    total_mem_env = "FAKE_HIP_TOTAL_MEM"
+    stream_create_api = "hipStreamCreateWithPriority"
+    unknown_error = (999, "hipErrorUnknown")
+    oom_error = (2, "hipErrorOutOfMemory")
+    # The double is a gfx9 device; gfx8 has no bfloat16.
+    float_dtypes = frozenset({"float16", "bfloat16", "float64",
+                              "complex128"})
+    fewer_float_dtypes = ({"FAKE_HIP_GFX": "8.0"}, frozenset({"bfloat16"}))
+    capability_call = "hipDeviceGetAttribute"
+    error_name_function = "hipGetErrorName"
+    unnamed_error = (12345, "hipErrorUnrecognized")
+    null_stream_handle = True
+    probe_call = "hipInit"
+    first_use_under_lock = ("hipDeviceGetName", "a.get_device_properties(1)")
+    #: ROCm promises no staging for pageable memory: the backend waits
+    pageable_copy_waits = ("hipStreamSynchronize",)
+
+    def __init__(self, path: pathlib.Path = HIP_DOUBLE) -> None:
+        super().__init__(path, "hip")
+        self.lib.fake_hip_enqueue_sleep.argtypes = [
+            ctypes.c_int, ctypes.c_ulonglong, ctypes.c_double]
+        self.lib.fake_hip_enqueue_sleep.restype = ctypes.c_int
+        self.lib.fake_hip_event_sync_blocked.restype = ctypes.c_longlong
+        self.lib.fake_hip_current_device.restype = ctypes.c_int
+        self.lib.fake_hip_initialized.restype = ctypes.c_int
+
+    #: as the NVML double for CUDA: a KFD topology of the double's machine
+    #: lets the probe count without initialising the runtime
+    eager_probe_env = {"ACCELERATOR_KFD_TOPOLOGY": "none"}
+    counted_without_init = "KFD topology ("
+
+    @classmethod
+    def environment(cls, devices: int) -> dict[str, str]:
+        return {**super().environment(devices),
+                "ACCELERATOR_HIP_LIBRARY": str(HIP_DOUBLE),
+                "ACCELERATOR_KFD_TOPOLOGY": str(kfd_topology(devices))}
+
+    @classmethod
+    def missing(cls) -> str | None:
+        if HIP_DOUBLE.exists():
+            return None
+        return f"{HIP_DOUBLE} is missing: run make -C tests/drivers"
+
+    def enqueue_sleep(self, stream: object, ms: float) -> None:
+        rc = self.lib.fake_hip_enqueue_sleep(
+            stream.device_index, stream.handle, ms)  # type: ignore[attr-defined]
+        assert rc == 0, f"fake_hip_enqueue_sleep failed: {rc}"
+
+    def _gate_target(self, stream: object) -> tuple[object, ...]:
+        return (ctypes.c_int(stream.device_index),  # type: ignore[attr-defined]
+                ctypes.c_ulonglong(stream.handle))  # type: ignore[attr-defined]
+
+    def blocking_syncs(self) -> int:
+        return self.lib.fake_hip_event_sync_blocked()
+
+    def current_device(self) -> int:
+        """The calling thread's current HIP device."""
+        return self.lib.fake_hip_current_device()
+
+    def initialized(self) -> bool:
+        """Whether any runtime call has initialised the double."""
+        return bool(self.lib.fake_hip_initialized())
+
+
+def kfd_topology(gpus: int, cpus: int = 1) -> pathlib.Path:
+    """A KFD topology nodes folder as the amdgpu driver publishes it in
+    sysfs (/sys/class/kfd/kfd/topology/nodes): CPU nodes (gpu_id 0), then
+    one node per GPU with a nonzero gpu_id.  Made once per shape under
+    tests/drivers/build/kfd/, atomically (tests may run in parallel)."""
+    import tempfile
+    nodes = DRIVERS / "kfd" / f"{cpus}cpu-{gpus}gpu" / "nodes"
+    if nodes.exists():
+        return nodes
+    nodes.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(dir=nodes.parent))
+    for node in range(cpus + gpus):
+        (staging / str(node)).mkdir()
+        gpu_id = 0 if node < cpus else 4000 + 1111 * (node - cpus + 1)
+        (staging / str(node) / "gpu_id").write_text(f"{gpu_id}\n")
+    try:
+        staging.rename(nodes)
+    except OSError:
+        import shutil
+        shutil.rmtree(staging)  # another process made it first
+    return nodes
+
+
 def opencl_runtime() -> str | None:
     """Why no OpenCL runtime with CPU devices (PoCL) is usable, or None."""
     import ctypes.util
@@ -635,7 +776,8 @@ class OpenCLDouble(DriverDouble):
 
 #: device type -> the double class of that backend
 DOUBLES: dict[str, type[DriverDouble]] = {
-    cls.device_type: cls for cls in (CudaDouble, ZeDouble, OpenCLDouble)}
+    cls.device_type: cls for cls in (CudaDouble, ZeDouble, HipDouble,
+                                      OpenCLDouble)}
 
 
 def under_test() -> type[DriverDouble]:
@@ -652,6 +794,6 @@ def under_test() -> type[DriverDouble]:
 def clean_environment() -> dict[str, str]:
     """os.environ without the variables that configure backends or doubles."""
     prefixes = ("ACCELERATOR_", "FAKE_CUDA_", "FAKE_NVML_", "FAKE_ZE_",
-                "FAKE_OCL_", "ZE_", "ZEL_", "ZES_", "CUDA_VISIBLE_DEVICES",
+                "FAKE_OCL_", "FAKE_HIP_", "ZE_", "ZEL_", "ZES_", "CUDA_VISIBLE_DEVICES",
                 "POCL_", "OCL_ICD_")
     return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}

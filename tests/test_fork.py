@@ -38,8 +38,11 @@ TYPES["cuda-without-nvml"] = "cuda"
 #: configuration -> the double underneath
 DOUBLES = {name: fake_drivers.DOUBLES[t].__name__ for name, t in TYPES.items()}
 #: configuration -> does answering is_available() initialise the driver
-#: (all but CUDA, which counts devices through NVML)
-PROBE_INITIALISES = {name: name != "cuda" for name in BACKENDS}
+#: (all but those whose double counts without it: CUDA through NVML, HIP
+#: through the KFD topology)
+PROBE_INITIALISES = {
+    name: not fake_drivers.DOUBLES[TYPES[name]].counted_without_init
+    or name == "cuda-without-nvml" for name in BACKENDS}
 
 
 def backend_params() -> list:
@@ -219,7 +222,7 @@ assert a.is_available() and a.device_count() == 2
 assert str(a.current_accelerator()) == T
 a.synchronize()                  # waits for nothing: initialises nothing
 quiesce()
-parent_init = driver.calls("cuInit") if T == "cuda" else None
+parent_init = driver.calls(driver.probe_call)
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
@@ -268,10 +271,11 @@ def test_a_child_forked_after_questions_only(backend: str) -> None:
     else:
         assert child.get("worked") is True, child
         assert child["driver_calls"] > 0
-        # The counters of the CUDA double: the parent never called cuInit.
+        # The double's counters: the parent never initialised the driver.
         assert child["parent_init"] == 0, child
         assert child["initialized"] is False
-        assert child["counted_by"].startswith("NVML ("), child
+        assert child["counted_by"].startswith(
+            fake_drivers.DOUBLES[TYPES[backend]].counted_without_init), child
 
 
 @pytest.mark.parametrize("backend", backend_params())
@@ -504,7 +508,7 @@ def test_a_child_forked_while_the_driver_initialises_refuses(
     if PROBE_INITIALISES[backend]:
         name, call = double.probe_call, "a.is_available()"
     else:
-        name, call = "cuInit", "a.Stream(0)"
+        name, call = double.probe_call, "a.Stream(0)"
     child = run_held(backend, name, call)
     assert spawn_refused(child["stream"]), child
     assert [b[0] for b in child["backends"]] == list(fake_drivers.DOUBLES)

@@ -70,6 +70,7 @@ def report_env(cuda_library: str, **fake_env: str) -> dict[str, str]:
     )
     env["ACCELERATOR_CUDA_LIBRARY"] = cuda_library
     env["ACCELERATOR_ZE_LIBRARY"] = MISSING_LIBRARY
+    env["ACCELERATOR_HIP_LIBRARY"] = MISSING_LIBRARY
     env["ACCELERATOR_OPENCL_LIBRARY"] = MISSING_LIBRARY
     env.update(fake_env)
     return env
@@ -101,7 +102,7 @@ def assert_schema(document: dict) -> None:
     for device in document["devices"]:
         assert set(device) == DEVICE_KEYS
     assert [b["name"] for b in document["backends"]] == [
-        "cuda", "xpu", "opencl"]
+        "cuda", "xpu", "hip", "opencl"]
     for backend in document["backends"]:
         assert set(backend) == BACKEND_KEYS
 
@@ -115,7 +116,7 @@ def test_no_library_text_gives_each_backends_reason() -> None:
     assert "No accelerator is available" in result.stdout
     assert f"library: {MISSING_LIBRARY} (not loaded)" in result.stdout
     reasons = re.findall(r"^ +reason: (.+)$", result.stdout, re.MULTILINE)
-    assert len(reasons) == 3, result.stdout
+    assert len(reasons) == 4, result.stdout
     assert "cannot load the CUDA driver" in reasons[0]
     assert result.stderr == ""
 

@@ -37,7 +37,7 @@ JSON document (schema 1; keys are only ever added, under the same number):
   ``platform``        ``platform.platform()``
   ``available``       true when an accelerator is usable
   ``backend``         the selected backend's name (``"cuda"``, ``"xpu"``,
-                      ``"opencl"``), or null
+                      ``"hip"``, ``"opencl"``), or null
   ``device_type``     its device type, or null
   ``driver_version``  its driver version as text (``"12.8"``), or null
   ``device_count``    the number of devices, 0 when none
@@ -91,7 +91,7 @@ GIB = 1024**3
 
 # What multi_processor_count counts, by device type.
 PROCESSOR_LABELS = {"cuda": "multiprocessors", "xpu": "execution units",
-                    "opencl": "compute units"}
+                    "hip": "compute units", "opencl": "compute units"}
 
 
 class BackendReport(TypedDict):

@@ -287,3 +287,34 @@ def test_device_index_exits_out_of_order_restore_their_own_enter() -> None:
         guard.__exit__(None, None, None)
     assert acc.current_device_index() == 0
     assert repr(first) == "device_index(1)" and first.idx == 1
+
+
+class TorchDevice:
+    """What a torch.device looks like to the module: .type and .index."""
+
+    def __init__(self, type: str, index: int | None) -> None:
+        self.type = type
+        self.index = index
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_a_device_type_alias_names_the_same_devices(facts) -> None:
+    """On HIP, torch built for ROCm writes "cuda" for the AMD devices:
+    "cuda:1", device("cuda", 1) and a torch.device("cuda", 1) all mean
+    device 1 of the backend, whose own type is still what it reports."""
+    if not facts.device_type_aliases:
+        pytest.skip(f"the {facts.device_type} backend has no other device "
+                    "type")
+    for alias in facts.device_type_aliases:
+        for device in (f"{alias}:1", acc.device(alias, 1),
+                       TorchDevice(alias, 1)):
+            acc.set_device_index(0)
+            acc.set_device_index(device)
+            assert acc.current_device_index() == 1
+            assert acc.current_stream(device).device_index == 1
+            assert acc.current_stream(device).device.type == facts.device_type
+        with acc.device_index(0):
+            # No index: the current device, as for the backend's own type.
+            assert acc.current_stream(alias).device_index == 0
+        assert acc.current_accelerator().type == facts.device_type
+

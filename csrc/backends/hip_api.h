@@ -1,0 +1,178 @@
+/*
+ * hip_api.h - our own minimal declarations of AMD's HIP runtime API.
+ *
+ * Only what the backend (and the HIP test double) use, so building needs
+ * no ROCm.  tests/test_hip_api_header.py compiles this header together
+ * with ROCm's hip/hip_runtime_api.h (ACC_HIP_API_CHECK) with -Werror, so
+ * every type, constant and function signature here provably matches
+ * AMD's.  Written against ROCm 5.2 (Debian's libamdhip64-5), whose
+ * library exports every function below by its plain name: there is no
+ * hipGetProcAddress before ROCm 6, so the backend resolves each with
+ * dlsym.
+ */
+#ifndef ACC_HIP_API_H
+#define ACC_HIP_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error codes: name, value (hipError_t). */
+#define ACC_HIP_RESULTS(X)                           \
+    X(hipSuccess, 0)                                 \
+    X(hipErrorInvalidValue, 1)                       \
+    X(hipErrorOutOfMemory, 2)                        \
+    X(hipErrorNotInitialized, 3)                     \
+    X(hipErrorDeinitialized, 4)                      \
+    X(hipErrorInsufficientDriver, 35)                \
+    X(hipErrorNoDevice, 100)                         \
+    X(hipErrorInvalidDevice, 101)                    \
+    X(hipErrorInvalidContext, 201)                   \
+    X(hipErrorInvalidHandle, 400)                    \
+    X(hipErrorIllegalState, 401)                     \
+    X(hipErrorNotFound, 500)                         \
+    X(hipErrorNotReady, 600)                         \
+    X(hipErrorIllegalAddress, 700)                   \
+    X(hipErrorLaunchFailure, 719)                    \
+    X(hipErrorNotSupported, 801)                     \
+    X(hipErrorStreamCaptureUnsupported, 900)         \
+    X(hipErrorStreamCaptureInvalidated, 901)         \
+    X(hipErrorStreamCaptureWrongThread, 908)         \
+    X(hipErrorUnknown, 999)
+
+/* Device attributes we read (hipDeviceAttribute_t). */
+#define ACC_HIP_ATTRIBUTES(X)                        \
+    X(hipDeviceAttributeIntegrated, 16)              \
+    X(hipDeviceAttributeComputeCapabilityMajor, 23)  \
+    X(hipDeviceAttributeComputeCapabilityMinor, 61)  \
+    X(hipDeviceAttributeMultiprocessorCount, 63)     \
+    X(hipDeviceAttributePciBusId, 67)                \
+    X(hipDeviceAttributePciDeviceId, 68)             \
+    X(hipDeviceAttributePciDomainID, 69)
+
+/* Plain integer flags (macros in hip_runtime_api.h too). */
+#define ACC_HIP_FLAGS(X)                             \
+    X(hipStreamDefault, 0)                           \
+    X(hipStreamNonBlocking, 1)                       \
+    X(hipEventDefault, 0)                            \
+    X(hipEventBlockingSync, 1)                       \
+    X(hipEventDisableTiming, 2)                      \
+    X(hipEventInterprocess, 4)                       \
+    X(hipHostMallocDefault, 0)                       \
+    X(hipHostMallocPortable, 1)
+
+/* hipMemoryType (hipPointerAttribute_t.memoryType). */
+#define ACC_HIP_MEMORY_TYPES(X)                      \
+    X(hipMemoryTypeHost, 0)                          \
+    X(hipMemoryTypeDevice, 1)                        \
+    X(hipMemoryTypeArray, 2)                         \
+    X(hipMemoryTypeUnified, 3)
+
+/* hipMemcpyKind. */
+#define ACC_HIP_MEMCPY_KINDS(X)                      \
+    X(hipMemcpyHostToHost, 0)                        \
+    X(hipMemcpyHostToDevice, 1)                      \
+    X(hipMemcpyDeviceToHost, 2)                      \
+    X(hipMemcpyDeviceToDevice, 3)                    \
+    X(hipMemcpyDefault, 4)
+
+#ifndef ACC_HIP_API_CHECK
+
+#define ACC_HIP_ENUM_ENTRY(name, value) name = value,
+typedef enum hipError_t {
+    ACC_HIP_RESULTS(ACC_HIP_ENUM_ENTRY)
+} hipError_t;
+typedef enum hipDeviceAttribute_t {
+    ACC_HIP_ATTRIBUTES(ACC_HIP_ENUM_ENTRY)
+} hipDeviceAttribute_t;
+enum hipMemoryType {
+    ACC_HIP_MEMORY_TYPES(ACC_HIP_ENUM_ENTRY)
+};
+typedef enum hipMemcpyKind {
+    ACC_HIP_MEMCPY_KINDS(ACC_HIP_ENUM_ENTRY)
+} hipMemcpyKind;
+enum {
+    ACC_HIP_FLAGS(ACC_HIP_ENUM_ENTRY)
+};
+#undef ACC_HIP_ENUM_ENTRY
+
+typedef int hipDevice_t;
+typedef void *hipDeviceptr_t;
+typedef struct ihipStream_t *hipStream_t;
+typedef struct ihipEvent_t *hipEvent_t;
+typedef struct hipUUID_t {
+    char bytes[16];
+} hipUUID;
+typedef struct hipPointerAttribute_t {
+    enum hipMemoryType memoryType;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+    int isManaged;
+    unsigned allocationFlags;
+} hipPointerAttribute_t;
+
+#endif /* ACC_HIP_API_CHECK */
+
+/*
+ * Every runtime function we call, once: X(name, return type, parameters)
+ * (a hipError_t, but for the two that name an error).  The
+ * library exports each under this name (checked against Debian's
+ * libamdhip64.so.5 by tests/test_hip_real_library.py).
+ */
+#define ACC_HIP_FUNCTIONS(X)                                             \
+    X(hipInit, hipError_t, (unsigned int flags))                         \
+    X(hipDriverGetVersion, hipError_t, (int *driverVersion))             \
+    X(hipGetErrorName, const char *, (hipError_t hip_error))             \
+    X(hipGetErrorString, const char *, (hipError_t hipError))            \
+    X(hipGetDeviceCount, hipError_t, (int *count))                       \
+    X(hipSetDevice, hipError_t, (int deviceId))                          \
+    X(hipGetDevice, hipError_t, (int *deviceId))                         \
+    X(hipDeviceGetName, hipError_t,                                      \
+      (char *name, int len, hipDevice_t device))                         \
+    X(hipDeviceGetUuid, hipError_t, (hipUUID *uuid, hipDevice_t device)) \
+    X(hipDeviceTotalMem, hipError_t, (size_t *bytes, hipDevice_t device)) \
+    X(hipDeviceGetAttribute, hipError_t,                                 \
+      (int *pi, hipDeviceAttribute_t attr, int deviceId))                \
+    X(hipDeviceSynchronize, hipError_t, (void))                          \
+    X(hipDeviceGetStreamPriorityRange, hipError_t,                       \
+      (int *leastPriority, int *greatestPriority))                       \
+    X(hipStreamCreateWithPriority, hipError_t,                           \
+      (hipStream_t *stream, unsigned int flags, int priority))           \
+    X(hipStreamQuery, hipError_t, (hipStream_t stream))                  \
+    X(hipStreamSynchronize, hipError_t, (hipStream_t stream))            \
+    X(hipStreamWaitEvent, hipError_t,                                    \
+      (hipStream_t stream, hipEvent_t event, unsigned int flags))        \
+    X(hipStreamDestroy, hipError_t, (hipStream_t stream))                \
+    X(hipEventCreateWithFlags, hipError_t,                               \
+      (hipEvent_t *event, unsigned flags))                               \
+    X(hipEventRecord, hipError_t, (hipEvent_t event, hipStream_t stream)) \
+    X(hipEventQuery, hipError_t, (hipEvent_t event))                     \
+    X(hipEventSynchronize, hipError_t, (hipEvent_t event))               \
+    X(hipEventElapsedTime, hipError_t,                                   \
+      (float *ms, hipEvent_t start, hipEvent_t stop))                    \
+    X(hipEventDestroy, hipError_t, (hipEvent_t event))                   \
+    X(hipMemGetInfo, hipError_t, (size_t *free, size_t *total))          \
+    X(hipMalloc, hipError_t, (void **ptr, size_t size))                  \
+    X(hipFree, hipError_t, (void *ptr))                                  \
+    X(hipHostMalloc, hipError_t,                                         \
+      (void **ptr, size_t size, unsigned int flags))                     \
+    X(hipHostFree, hipError_t, (void *ptr))                              \
+    X(hipMemcpyAsync, hipError_t,                                        \
+      (void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind, \
+       hipStream_t stream))                                              \
+    X(hipMemcpyPeerAsync, hipError_t,                                    \
+      (void *dst, int dstDeviceId, const void *src, int srcDevice,       \
+       size_t sizeBytes, hipStream_t stream))                            \
+    X(hipMemsetD8Async, hipError_t,                                      \
+      (hipDeviceptr_t dest, unsigned char value, size_t count,           \
+       hipStream_t stream))                                              \
+    X(hipPointerGetAttributes, hipError_t,                               \
+      (hipPointerAttribute_t *attributes, const void *ptr))
+
+/* Function pointer types: acc_pfn_<name>. */
+#define ACC_HIP_PFN_TYPEDEF(name, ret, params) \
+    typedef ret (*acc_pfn_##name) params;
+ACC_HIP_FUNCTIONS(ACC_HIP_PFN_TYPEDEF)
+#undef ACC_HIP_PFN_TYPEDEF
+
+#endif /* ACC_HIP_API_H */

@@ -1,0 +1,1291 @@
+/*
+ * hip_double.c - a fake HIP runtime (libamdhip64.so.5) for tests.
+ *
+ * The backend runs unchanged on top of it, so this file reproduces the
+ * runtime's observable behaviour: error codes as hip_runtime_api.h
+ * defines them, a current device per thread (device 0 until the thread
+ * calls hipSetDevice), a null stream per device (handle 0, the current
+ * device's) with legacy default-stream semantics, asynchronous streams
+ * (double_stream.c: one worker thread per stream), events that complete
+ * in stream order, and device memory with guard bytes (double_memory.c).
+ *
+ * Control API for tests (load the same file with ctypes.CDLL; set argtypes
+ * and restype): the shared ones of double_control.h with the prefix
+ * "hip" (fake_hip_call_count, _reset_counts, _fail, _clear_faults, _live,
+ * _delay), and
+ *   int fake_hip_enqueue_sleep(int device, unsigned long long stream,
+ *                              double ms)
+ *       Work that keeps the stream busy for ms milliseconds, like a
+ *       kernel.  stream 0: the null stream of `device`; otherwise a
+ *       hipStream_t as an integer, and device is ignored.  Returns a
+ *       hipError_t (hipErrorInvalidHandle for a stream that is not live,
+ *       hipErrorInvalidValue for ms < 0 or NaN, hipErrorInvalidDevice).
+ *   int fake_hip_enqueue_gate(int device, unsigned long long stream,
+ *                             int *gate)
+ *       Work that keeps the stream busy until fake_hip_open_gate(*gate).
+ *   int fake_hip_open_gate(int gate)
+ *   int fake_hip_current_device(void)
+ *       The calling thread's current device.
+ *   int fake_hip_initialized(void)
+ *       1 once any runtime function but the two string functions ran
+ *       (ROCm initialises on the first call), else 0.
+ *   long long fake_hip_event_sync_blocked(void)
+ *       hipEventSynchronize calls on a recorded hipEventBlockingSync
+ *       event (which wait blocking, not spinning).
+ * Live kinds (fake_hip_live): "stream" (created, not destroyed; null
+ * streams excluded), "event", and double_memory.c's ("alloc",
+ * "alloc_bytes", "host_alloc", "bad_access", "guard_damage").
+ *
+ * Environment, read once when the library is loaded:
+ *   FAKE_HIP_DEVICES         device count, 0..64 (2); 0: hipInit returns
+ *                            hipErrorInvalidDevice and hipGetDeviceCount
+ *                            hipErrorNoDevice, as ROCm 5.2 does on a
+ *                            machine without an AMD GPU
+ *   FAKE_HIP_TOTAL_MEM       bytes per device (64 GiB); hipMalloc fails
+ *                            with hipErrorOutOfMemory beyond it
+ *   FAKE_HIP_PRIORITY_RANGE  "least,greatest" stream priorities ("0,-1")
+ *   FAKE_HIP_GFX             the gfx version "major.minor" that the
+ *                            compute capability attributes report ("9.0")
+ *   FAKE_HIP_FAIL            faults installed at load:
+ *                            "name:nth:code[,name:nth:code...]"
+ * Invalid values are reported on stderr and the default is used.
+ *
+ * Model, where the runtime leaves a choice:
+ *   - Devices are "Fake HIP Device <n>", gfx90a (compute capability 9.0),
+ *     110 compute units, at PCI 0000:<0xc1 + n>:00.0.
+ *   - The null stream synchronises with the blocking streams of its
+ *     device (hipStreamDefault), as the legacy default stream does:
+ *     its work waits for the work already queued on them, and theirs for
+ *     its.  hipStreamPerThread is not modelled: hipErrorInvalidHandle.
+ *   - hipFree does not synchronise (ROCm's does), so that freeing memory
+ *     that queued work still uses is caught as a use after free.
+ *   - hipMemcpyAsync is asynchronous with pageable host memory too: the
+ *     source is read, the destination written, when the copy runs on the
+ *     stream's worker.  ROCm promises neither staging nor a wait, so the
+ *     double takes the reading that catches a caller who reuses its host
+ *     memory before the copy has run.
+ *   - hipGetErrorName and hipGetErrorString give a code's name, as ROCm
+ *     5.2 does ("hipErrorUnknown" for codes it does not know); a fault
+ *     injected there makes them return NULL.
+ *   - After fork() in a child of an initialised parent, every function
+ *     but hipGetErrorName/String and hipDriverGetVersion returns
+ *     hipErrorNotInitialized: ROCm cannot be used in such a child.
+ */
+#define _GNU_SOURCE
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../csrc/backends/hip_api.h"
+#include "double_control.h"
+#include "double_memory.h"
+#include "double_stream.h"
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+#define FAKE_MAX_DEVICES 64
+#define FAKE_VERSION 50221153 /* ROCm 5.2.3's HIP_VERSION */
+
+/* Declarations -------------------------------------------------------- */
+
+/* Prototypes from the backend's own list, so that every definition below
+ * is checked against the signature the backend calls through. */
+#define FAKE_DECLARE(name, ret, params) FAKE_EXPORT ret name params;
+ACC_HIP_FUNCTIONS(FAKE_DECLARE)
+#undef FAKE_DECLARE
+
+FAKE_EXPORT int fake_hip_enqueue_sleep(int device, unsigned long long stream,
+                                       double ms);
+FAKE_EXPORT int fake_hip_enqueue_gate(int device, unsigned long long stream,
+                                      int *gate);
+FAKE_EXPORT int fake_hip_open_gate(int gate);
+FAKE_EXPORT int fake_hip_current_device(void);
+FAKE_EXPORT long long fake_hip_event_sync_blocked(void);
+FAKE_EXPORT int fake_hip_initialized(void);
+
+/* Functions: the unit of counting and of fault injection. */
+#define FAKE_FN_ID(name, ret, params) FN_##name,
+enum fake_fn { ACC_HIP_FUNCTIONS(FAKE_FN_ID) FN_COUNT };
+#undef FAKE_FN_ID
+
+#define FAKE_FN_NAME(name, ret, params) {#name, NULL},
+static const dc_fn fake_fns[FN_COUNT] = {ACC_HIP_FUNCTIONS(FAKE_FN_NAME)};
+#undef FAKE_FN_NAME
+
+/* State --------------------------------------------------------------- */
+
+struct ihipStream_t {
+    struct ihipStream_t *prev, *next; /* registry, under g_mu */
+    int device;
+    unsigned int flags;
+    int priority;
+    bool null;     /* a device's null stream */
+    ds_queue *queue;
+};
+
+struct ihipEvent_t {
+    int device;
+    unsigned int flags;
+    ds_mark *last; /* latest record, NULL if never recorded */
+};
+
+static struct {
+    int devices;
+    unsigned long long total_mem;
+    int prio_least, prio_greatest;
+    int gfx_major, gfx_minor;
+} cfg = {
+    .devices = 2,
+    .gfx_major = 9,
+    .total_mem = 64ULL << 30,
+    .prio_least = 0,
+    .prio_greatest = -1,
+};
+
+/* Lock order: g_ctl's fault lock, g_mu, a queue's lock, the marks'. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ihipStream_t *g_streams;          /* created ones */
+static struct ihipStream_t *g_null[FAKE_MAX_DEVICES]; /* made on first use */
+/* The same objects as sets: unknown handles are compared, never
+ * dereferenced, in O(1). */
+static dc_handles g_stream_set, g_event_set;
+
+static atomic_int g_initialized;
+static atomic_int g_poisoned;
+static atomic_llong g_sync_blocked;
+static _Thread_local int t_device;
+
+enum { LIVE_STREAM, LIVE_EVENT, LIVE_KINDS };
+static const char *const g_live_kinds[LIVE_KINDS] = {"stream", "event"};
+static atomic_llong g_calls[FN_COUNT];
+static atomic_llong g_live[LIVE_KINDS];
+static long long live_memory(const char *kind);
+static void reset_sync_counter(void);
+static dc_control g_ctl = {
+    DC_CONTROL_INIT("fake libamdhip64", fake_fns, g_calls, g_live_kinds,
+                    g_live),
+    .on_reset = reset_sync_counter,
+    .live_extra = live_memory,
+};
+
+DC_EXPORT_CONTROL(hip, g_ctl)
+
+/* Entry: counting, faults, initialisation ------------------------------ */
+
+/* Top of every runtime function: true when it must return *rc at once.
+ * Like ROCm, the first call of any function initialises the runtime. */
+static bool
+fake_enter(enum fake_fn fn, bool need_init, hipError_t *rc)
+{
+    int code;
+
+    if (dc_enter(&g_ctl, (int)fn, &code)) {
+        *rc = (hipError_t)code;
+        return true;
+    }
+    if (!need_init) {
+        return false;
+    }
+    if (atomic_load(&g_poisoned)) {
+        *rc = hipErrorNotInitialized;
+        return true;
+    }
+    atomic_store(&g_initialized, 1);
+    if (cfg.devices == 0) {
+        *rc = hipErrorNoDevice;
+        return true;
+    }
+    return false;
+}
+
+#define FAKE_ENTER(name, need_init)                                  \
+    do {                                                             \
+        hipError_t fake_enter_rc_;                                   \
+        if (fake_enter(FN_##name, (need_init), &fake_enter_rc_)) {   \
+            return fake_enter_rc_;                                   \
+        }                                                            \
+    } while (0)
+
+static bool
+bad_device(int device)
+{
+    return device < 0 || device >= cfg.devices;
+}
+
+/* Streams ------------------------------------------------------------- */
+
+/* Under g_mu. */
+static hipError_t
+stream_new(int device, unsigned int flags, int priority, bool null,
+           struct ihipStream_t **out)
+{
+    struct ihipStream_t *s = calloc(1, sizeof(*s));
+
+    if (s == NULL || (!null && !dc_handles_add(&g_stream_set, s))) {
+        free(s);
+        return hipErrorOutOfMemory;
+    }
+    s->queue = ds_queue_new();
+    if (s->queue == NULL) {
+        if (!null) {
+            dc_handles_remove(&g_stream_set, s);
+        }
+        free(s);
+        return hipErrorOutOfMemory;
+    }
+    s->device = device;
+    s->flags = flags;
+    s->priority = priority;
+    s->null = null;
+    if (!null) {
+        s->next = g_streams;
+        if (g_streams != NULL) {
+            g_streams->prev = s;
+        }
+        g_streams = s;
+        dc_live_add(&g_ctl, LIVE_STREAM, 1);
+    }
+    *out = s;
+    return hipSuccess;
+}
+
+/* Under g_mu: device's null stream, made on first use. */
+static hipError_t
+null_stream(int device, struct ihipStream_t **out)
+{
+    hipError_t rc = hipSuccess;
+
+    if (g_null[device] == NULL) {
+        rc = stream_new(device, hipStreamDefault, 0, true, &g_null[device]);
+    }
+    *out = g_null[device];
+    return rc;
+}
+
+/* Under g_mu.  Handle 0 is the calling thread's current device's null
+ * stream. */
+static hipError_t
+stream_resolve(hipStream_t h, struct ihipStream_t **out)
+{
+    if (h == NULL) {
+        return null_stream(t_device, out);
+    }
+    if (!dc_handles_has(&g_stream_set, h)) {
+        return hipErrorInvalidHandle;
+    }
+    *out = h;
+    return hipSuccess;
+}
+
+/* Under g_mu.  Queues op (taken over, also on failure) with the null
+ * stream's implicit synchronisation. */
+static hipError_t
+stream_enqueue(struct ihipStream_t *s, ds_op *op)
+{
+    bool ok = true;
+
+    if (op == NULL) {
+        return hipErrorOutOfMemory;
+    }
+    if (s->null) {
+        for (struct ihipStream_t *t = g_streams; t != NULL && ok;
+             t = t->next) {
+            if (t->device == s->device
+                && !(t->flags & hipStreamNonBlocking)) {
+                ok = ds_queue_depend(s->queue, t->queue);
+            }
+        }
+    }
+    else if (!(s->flags & hipStreamNonBlocking) && g_null[s->device]) {
+        ok = ds_queue_depend(s->queue, g_null[s->device]->queue);
+    }
+    if (!ok) {
+        ds_op_free(op);
+        return hipErrorOutOfMemory;
+    }
+    ds_queue_push(s->queue, op);
+    return hipSuccess;
+}
+
+/* Under g_mu.  *out: a mark (the caller's reference) that completes when
+ * the work queued on s so far, with what the null stream's rules add,
+ * has run. */
+static hipError_t
+stream_fence(struct ihipStream_t *s, ds_mark **out)
+{
+    ds_mark *m = ds_mark_new(2);
+    ds_op *op = ds_op_new(DS_RECORD, 0, m);
+    hipError_t rc;
+
+    if (m == NULL || op == NULL) {
+        free(m);
+        free(op);
+        return hipErrorOutOfMemory;
+    }
+    rc = stream_enqueue(s, op);
+    if (rc != hipSuccess) {
+        ds_mark_unref(m); /* the op's went with the op */
+        return rc;
+    }
+    *out = m;
+    return hipSuccess;
+}
+
+static void
+fence_wait(ds_mark *m)
+{
+    ds_mark_wait_blocking(m);
+    ds_mark_unref(m);
+}
+
+/* Runtime API: initialisation and errors ------------------------------ */
+
+hipError_t
+hipInit(unsigned int flags)
+{
+    FAKE_ENTER(hipInit, false);
+    if (flags != 0) {
+        return hipErrorInvalidValue;
+    }
+    if (atomic_load(&g_poisoned)) {
+        return hipErrorNotInitialized;
+    }
+    atomic_store(&g_initialized, 1);
+    /* What ROCm 5.2 answers without an AMD GPU. */
+    return cfg.devices == 0 ? hipErrorInvalidDevice : hipSuccess;
+}
+
+hipError_t
+hipDriverGetVersion(int *driverVersion)
+{
+    FAKE_ENTER(hipDriverGetVersion, false);
+    /* ROCm's initialises the runtime too, GPU or not. */
+    if (!atomic_load(&g_poisoned)) {
+        atomic_store(&g_initialized, 1);
+    }
+    if (driverVersion == NULL) {
+        return hipErrorInvalidValue;
+    }
+    *driverVersion = FAKE_VERSION;
+    return hipSuccess;
+}
+
+/* The name of a code, as ROCm 5.2 gives it ("hipErrorUnknown" for codes
+ * it does not know). */
+static const char *
+error_name(hipError_t code)
+{
+    switch (code) {
+#define FAKE_NAME_CASE(name, value) \
+    case name:                      \
+        return #name;
+        ACC_HIP_RESULTS(FAKE_NAME_CASE)
+#undef FAKE_NAME_CASE
+    default:
+        return "hipErrorUnknown";
+    }
+}
+
+/* The string functions cannot report a failure: a fault makes them
+ * answer NULL, the worst a caller must survive. */
+const char *
+hipGetErrorName(hipError_t hip_error)
+{
+    int code;
+
+    return dc_enter(&g_ctl, FN_hipGetErrorName, &code)
+               ? NULL : error_name(hip_error);
+}
+
+/* ROCm 5.2 describes each code by its name. */
+const char *
+hipGetErrorString(hipError_t hipError)
+{
+    int code;
+
+    return dc_enter(&g_ctl, FN_hipGetErrorString, &code)
+               ? NULL : error_name(hipError);
+}
+
+/* Runtime API: devices ------------------------------------------------ */
+
+hipError_t
+hipGetDeviceCount(int *count)
+{
+    FAKE_ENTER(hipGetDeviceCount, true);
+    if (count == NULL) {
+        return hipErrorInvalidValue;
+    }
+    *count = cfg.devices;
+    return hipSuccess;
+}
+
+hipError_t
+hipSetDevice(int deviceId)
+{
+    FAKE_ENTER(hipSetDevice, true);
+    if (bad_device(deviceId)) {
+        return hipErrorInvalidDevice;
+    }
+    t_device = deviceId;
+    return hipSuccess;
+}
+
+hipError_t
+hipGetDevice(int *deviceId)
+{
+    FAKE_ENTER(hipGetDevice, true);
+    if (deviceId == NULL) {
+        return hipErrorInvalidValue;
+    }
+    *deviceId = t_device;
+    return hipSuccess;
+}
+
+hipError_t
+hipDeviceGetName(char *name, int len, hipDevice_t device)
+{
+    FAKE_ENTER(hipDeviceGetName, true);
+    if (name == NULL || len <= 0) {
+        return hipErrorInvalidValue;
+    }
+    if (bad_device(device)) {
+        return hipErrorInvalidDevice;
+    }
+    snprintf(name, (size_t)len, "Fake HIP Device %d", device);
+    return hipSuccess;
+}
+
+hipError_t
+hipDeviceGetUuid(hipUUID *uuid, hipDevice_t device)
+{
+    FAKE_ENTER(hipDeviceGetUuid, true);
+    if (uuid == NULL) {
+        return hipErrorInvalidValue;
+    }
+    if (bad_device(device)) {
+        return hipErrorInvalidDevice;
+    }
+    memset(uuid->bytes, 0, sizeof(uuid->bytes));
+    memcpy(uuid->bytes, "fakehip", 7);
+    uuid->bytes[15] = (char)device;
+    return hipSuccess;
+}
+
+hipError_t
+hipDeviceTotalMem(size_t *bytes, hipDevice_t device)
+{
+    FAKE_ENTER(hipDeviceTotalMem, true);
+    if (bytes == NULL) {
+        return hipErrorInvalidValue;
+    }
+    if (bad_device(device)) {
+        return hipErrorInvalidDevice;
+    }
+    *bytes = (size_t)cfg.total_mem;
+    return hipSuccess;
+}
+
+hipError_t
+hipDeviceGetAttribute(int *pi, hipDeviceAttribute_t attr, int deviceId)
+{
+    FAKE_ENTER(hipDeviceGetAttribute, true);
+    if (pi == NULL) {
+        return hipErrorInvalidValue;
+    }
+    if (bad_device(deviceId)) {
+        return hipErrorInvalidDevice;
+    }
+    switch (attr) {
+    case hipDeviceAttributeIntegrated:
+        *pi = 0;
+        break;
+    case hipDeviceAttributeComputeCapabilityMajor:
+        *pi = cfg.gfx_major;
+        break;
+    case hipDeviceAttributeComputeCapabilityMinor:
+        *pi = cfg.gfx_minor;
+        break;
+    case hipDeviceAttributeMultiprocessorCount:
+        *pi = 110;
+        break;
+    case hipDeviceAttributePciBusId:
+        *pi = 0xc1 + deviceId;
+        break;
+    case hipDeviceAttributePciDeviceId:
+    case hipDeviceAttributePciDomainID:
+        *pi = 0;
+        break;
+    default:
+        return hipErrorInvalidValue;
+    }
+    return hipSuccess;
+}
+
+hipError_t
+hipDeviceSynchronize(void)
+{
+    ds_mark *marks[1 + 4096];
+    int n = 0;
+    hipError_t rc;
+    struct ihipStream_t *s;
+
+    FAKE_ENTER(hipDeviceSynchronize, true);
+    pthread_mutex_lock(&g_mu);
+    rc = null_stream(t_device, &s);
+    if (rc == hipSuccess) {
+        rc = stream_fence(s, &marks[n]);
+        n += rc == hipSuccess;
+    }
+    for (s = g_streams; s != NULL && rc == hipSuccess; s = s->next) {
+        if (s->device == t_device && n < (int)(sizeof(marks)
+                                               / sizeof(marks[0]))) {
+            rc = stream_fence(s, &marks[n]);
+            n += rc == hipSuccess;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    for (int i = 0; i < n; i++) {
+        fence_wait(marks[i]);
+    }
+    return rc;
+}
+
+hipError_t
+hipDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    FAKE_ENTER(hipDeviceGetStreamPriorityRange, true);
+    if (leastPriority != NULL) {
+        *leastPriority = cfg.prio_least;
+    }
+    if (greatestPriority != NULL) {
+        *greatestPriority = cfg.prio_greatest;
+    }
+    return hipSuccess;
+}
+
+/* Runtime API: streams ------------------------------------------------ */
+
+hipError_t
+hipStreamCreateWithPriority(hipStream_t *stream, unsigned int flags,
+                            int priority)
+{
+    struct ihipStream_t *s = NULL;
+    hipError_t rc;
+
+    FAKE_ENTER(hipStreamCreateWithPriority, true);
+    if (stream == NULL || (flags & ~(unsigned)hipStreamNonBlocking) != 0) {
+        return hipErrorInvalidValue;
+    }
+    /* Clamped into the range, as the runtime does. */
+    if (priority > cfg.prio_least) {
+        priority = cfg.prio_least;
+    }
+    if (priority < cfg.prio_greatest) {
+        priority = cfg.prio_greatest;
+    }
+    pthread_mutex_lock(&g_mu);
+    rc = stream_new(t_device, flags, priority, false, &s);
+    pthread_mutex_unlock(&g_mu);
+    if (rc == hipSuccess) {
+        *stream = s;
+    }
+    return rc;
+}
+
+hipError_t
+hipStreamQuery(hipStream_t stream)
+{
+    struct ihipStream_t *s;
+    hipError_t rc;
+
+    FAKE_ENTER(hipStreamQuery, true);
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(stream, &s);
+    if (rc == hipSuccess && ds_queue_pending(s->queue) > 0) {
+        rc = hipErrorNotReady;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+hipError_t
+hipStreamSynchronize(hipStream_t stream)
+{
+    struct ihipStream_t *s;
+    ds_mark *m = NULL;
+    hipError_t rc;
+
+    FAKE_ENTER(hipStreamSynchronize, true);
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(stream, &s);
+    if (rc == hipSuccess) {
+        rc = stream_fence(s, &m);
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (m != NULL) {
+        fence_wait(m);
+    }
+    return rc;
+}
+
+hipError_t
+hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags)
+{
+    struct ihipStream_t *s;
+    hipError_t rc;
+
+    FAKE_ENTER(hipStreamWaitEvent, true);
+    if (flags != 0) {
+        return hipErrorInvalidValue;
+    }
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(stream, &s);
+    if (rc == hipSuccess && !dc_handles_has(&g_event_set, event)) {
+        rc = hipErrorInvalidHandle;
+    }
+    /* An event never recorded is complete: nothing to wait for. */
+    if (rc == hipSuccess && event->last != NULL
+        && !ds_mark_done(event->last)) {
+        atomic_fetch_add(&event->last->refs, 1);
+        rc = stream_enqueue(s, ds_op_new(DS_WAIT, 0, event->last));
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+hipError_t
+hipStreamDestroy(hipStream_t stream)
+{
+    FAKE_ENTER(hipStreamDestroy, true);
+    pthread_mutex_lock(&g_mu);
+    if (stream == NULL || !dc_handles_has(&g_stream_set, stream)) {
+        pthread_mutex_unlock(&g_mu);
+        return hipErrorInvalidHandle;
+    }
+    if (stream->prev != NULL) {
+        stream->prev->next = stream->next;
+    }
+    else {
+        g_streams = stream->next;
+    }
+    if (stream->next != NULL) {
+        stream->next->prev = stream->prev;
+    }
+    dc_handles_remove(&g_stream_set, stream);
+    dc_live_add(&g_ctl, LIVE_STREAM, -1);
+    /* Queued work still runs; the worker frees the queue. */
+    ds_queue_retire(stream->queue);
+    free(stream);
+    pthread_mutex_unlock(&g_mu);
+    return hipSuccess;
+}
+
+/* Runtime API: events ------------------------------------------------- */
+
+hipError_t
+hipEventCreateWithFlags(hipEvent_t *event, unsigned flags)
+{
+    struct ihipEvent_t *e;
+
+    FAKE_ENTER(hipEventCreateWithFlags, true);
+    if (event == NULL
+        || (flags & ~(unsigned)(hipEventBlockingSync | hipEventDisableTiming
+                                | hipEventInterprocess)) != 0
+        || ((flags & hipEventInterprocess)
+            && !(flags & hipEventDisableTiming))) {
+        return hipErrorInvalidValue;
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return hipErrorOutOfMemory;
+    }
+    e->device = t_device;
+    e->flags = flags;
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_add(&g_event_set, e)) {
+        pthread_mutex_unlock(&g_mu);
+        free(e);
+        return hipErrorOutOfMemory;
+    }
+    dc_live_add(&g_ctl, LIVE_EVENT, 1);
+    pthread_mutex_unlock(&g_mu);
+    *event = e;
+    return hipSuccess;
+}
+
+hipError_t
+hipEventRecord(hipEvent_t event, hipStream_t stream)
+{
+    struct ihipStream_t *s;
+    ds_mark *m;
+    hipError_t rc;
+
+    FAKE_ENTER(hipEventRecord, true);
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(stream, &s);
+    if (rc == hipSuccess && !dc_handles_has(&g_event_set, event)) {
+        rc = hipErrorInvalidHandle;
+    }
+    if (rc == hipSuccess && s->device != event->device) {
+        /* An event records only on a stream of its own device. */
+        rc = hipErrorInvalidHandle;
+    }
+    if (rc == hipSuccess) {
+        m = ds_mark_new(2);
+        if (m == NULL) {
+            rc = hipErrorOutOfMemory;
+        }
+        else {
+            rc = stream_enqueue(s, ds_op_new(DS_RECORD, 0, m));
+            if (rc == hipSuccess) {
+                ds_mark_unref(event->last);
+                event->last = m;
+            }
+            else {
+                ds_mark_unref(m);
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* Under g_mu: the event's latest record with a reference for the caller,
+ * or NULL (never recorded); *rc for a handle that is not live. */
+static ds_mark *
+event_mark(hipEvent_t event, hipError_t *rc)
+{
+    ds_mark *m = NULL;
+
+    *rc = hipSuccess;
+    if (!dc_handles_has(&g_event_set, event)) {
+        *rc = hipErrorInvalidHandle;
+    }
+    else if (event->last != NULL) {
+        m = event->last;
+        atomic_fetch_add(&m->refs, 1);
+    }
+    return m;
+}
+
+hipError_t
+hipEventQuery(hipEvent_t event)
+{
+    hipError_t rc;
+    ds_mark *m;
+
+    FAKE_ENTER(hipEventQuery, true);
+    pthread_mutex_lock(&g_mu);
+    m = event_mark(event, &rc);
+    pthread_mutex_unlock(&g_mu);
+    if (m != NULL) {
+        rc = ds_mark_done(m) ? hipSuccess : hipErrorNotReady;
+        ds_mark_unref(m);
+    }
+    return rc;
+}
+
+hipError_t
+hipEventSynchronize(hipEvent_t event)
+{
+    unsigned flags = 0;
+    hipError_t rc;
+    ds_mark *m;
+
+    FAKE_ENTER(hipEventSynchronize, true);
+    pthread_mutex_lock(&g_mu);
+    m = event_mark(event, &rc);
+    if (m != NULL) {
+        flags = event->flags;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (m == NULL) {
+        return rc;
+    }
+    if (flags & hipEventBlockingSync) {
+        atomic_fetch_add(&g_sync_blocked, 1);
+        ds_mark_wait_blocking(m);
+    }
+    else {
+        ds_mark_wait_spinning(m);
+    }
+    ds_mark_unref(m);
+    return hipSuccess;
+}
+
+hipError_t
+hipEventElapsedTime(float *ms, hipEvent_t start, hipEvent_t stop)
+{
+    ds_mark *a = NULL, *b = NULL;
+    hipError_t rc;
+
+    FAKE_ENTER(hipEventElapsedTime, true);
+    if (ms == NULL) {
+        return hipErrorInvalidValue;
+    }
+    pthread_mutex_lock(&g_mu);
+    a = event_mark(start, &rc);
+    if (rc == hipSuccess) {
+        b = event_mark(stop, &rc);
+    }
+    if (rc == hipSuccess
+        && (a == NULL || b == NULL
+            || ((start->flags | stop->flags) & hipEventDisableTiming))) {
+        /* Never recorded, or made without timing. */
+        rc = hipErrorInvalidHandle;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc == hipSuccess) {
+        if (!ds_mark_done(a) || !ds_mark_done(b)) {
+            rc = hipErrorNotReady;
+        }
+        else {
+            *ms = (float)(b->stamp_ms - a->stamp_ms);
+        }
+    }
+    ds_mark_unref(a);
+    ds_mark_unref(b);
+    return rc;
+}
+
+hipError_t
+hipEventDestroy(hipEvent_t event)
+{
+    FAKE_ENTER(hipEventDestroy, true);
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_has(&g_event_set, event)) {
+        pthread_mutex_unlock(&g_mu);
+        return hipErrorInvalidHandle;
+    }
+    dc_handles_remove(&g_event_set, event);
+    dc_live_add(&g_ctl, LIVE_EVENT, -1);
+    pthread_mutex_unlock(&g_mu);
+    ds_mark_unref(event->last);
+    free(event);
+    return hipSuccess;
+}
+
+/* Runtime API: memory ------------------------------------------------- */
+
+static hipError_t
+mem_result(enum dm_result r)
+{
+    return r == DM_OK ? hipSuccess
+           : r == DM_OUT_OF_MEMORY ? hipErrorOutOfMemory
+                                   : hipErrorInvalidValue;
+}
+
+hipError_t
+hipMemGetInfo(size_t *free, size_t *total)
+{
+    unsigned long long used;
+
+    FAKE_ENTER(hipMemGetInfo, true);
+    if (free == NULL || total == NULL) {
+        return hipErrorInvalidValue;
+    }
+    used = dm_used(t_device);
+    *total = (size_t)cfg.total_mem;
+    *free = (size_t)(used < cfg.total_mem ? cfg.total_mem - used : 0);
+    return hipSuccess;
+}
+
+hipError_t
+hipMalloc(void **ptr, size_t size)
+{
+    unsigned long long addr;
+    hipError_t rc;
+
+    FAKE_ENTER(hipMalloc, true);
+    if (ptr == NULL) {
+        return hipErrorInvalidValue;
+    }
+    if (size == 0) {
+        *ptr = NULL;
+        return hipSuccess;
+    }
+    rc = mem_result(dm_alloc(t_device, size, false, &addr));
+    if (rc == hipSuccess) {
+        *ptr = (void *)(uintptr_t)addr;
+    }
+    return rc;
+}
+
+hipError_t
+hipFree(void *ptr)
+{
+    FAKE_ENTER(hipFree, true);
+    if (ptr == NULL) {
+        return hipSuccess;
+    }
+    return mem_result(dm_free("hipFree", (uintptr_t)ptr, false));
+}
+
+hipError_t
+hipHostMalloc(void **ptr, size_t size, unsigned int flags)
+{
+    unsigned long long addr;
+    hipError_t rc;
+
+    FAKE_ENTER(hipHostMalloc, true);
+    if (ptr == NULL || (flags & ~0xFu) != 0) {
+        return hipErrorInvalidValue;
+    }
+    if (size == 0) {
+        *ptr = NULL;
+        return hipSuccess;
+    }
+    rc = mem_result(dm_alloc(t_device, size, true, &addr));
+    if (rc == hipSuccess) {
+        *ptr = (void *)(uintptr_t)addr;
+    }
+    return rc;
+}
+
+hipError_t
+hipHostFree(void *ptr)
+{
+    FAKE_ENTER(hipHostFree, true);
+    if (ptr == NULL) {
+        return hipSuccess;
+    }
+    return mem_result(dm_free("hipHostFree", (uintptr_t)ptr, true));
+}
+
+/* Queues a copy or fill on stream (mem copied), asynchronously even
+ * where a side is pageable host memory (read or written when the work
+ * runs: see "Model" above). */
+static hipError_t
+mem_enqueue(hipStream_t stream, const dm_op *mem)
+{
+    struct ihipStream_t *s;
+    ds_op *op;
+    hipError_t rc;
+
+    op = ds_op_new(DS_MEMORY, 0, NULL);
+    if (op == NULL) {
+        return hipErrorOutOfMemory;
+    }
+    op->mem = *mem;
+    pthread_mutex_lock(&g_mu);
+    rc = stream_resolve(stream, &s);
+    if (rc != hipSuccess) {
+        ds_op_free(op);
+    }
+    else {
+        rc = stream_enqueue(s, op);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* A host or device side as kind says it is; a device side is checked
+ * now (against any device: HIP's addresses are unified). */
+static bool
+copy_side(const char *api, const void *p, size_t bytes, bool device,
+          dm_side *out)
+{
+    if (!device) {
+        *out = dm_host_side(p, bytes);
+        return true;
+    }
+    out->kind = DM_DEVICE;
+    out->addr = (uintptr_t)p;
+    return dm_check_device(api, out->addr, bytes, -1);
+}
+
+hipError_t
+hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes,
+               hipMemcpyKind kind, hipStream_t stream)
+{
+    dm_op op = {.api = "hipMemcpyAsync", .bytes = sizeBytes};
+    bool dst_device, src_device;
+
+    FAKE_ENTER(hipMemcpyAsync, true);
+    if (sizeBytes == 0) {
+        return hipSuccess;
+    }
+    if (dst == NULL || src == NULL) {
+        return hipErrorInvalidValue;
+    }
+    switch (kind) {
+    case hipMemcpyHostToHost:
+        dst_device = src_device = false;
+        break;
+    case hipMemcpyHostToDevice:
+        dst_device = true, src_device = false;
+        break;
+    case hipMemcpyDeviceToHost:
+        dst_device = false, src_device = true;
+        break;
+    case hipMemcpyDeviceToDevice:
+        dst_device = src_device = true;
+        break;
+    case hipMemcpyDefault:
+        op.dst = dm_classify(dst, sizeBytes);
+        op.src = dm_classify(src, sizeBytes);
+        return mem_enqueue(stream, &op);
+    default:
+        return hipErrorInvalidValue;
+    }
+    if (!copy_side(op.api, dst, sizeBytes, dst_device, &op.dst)
+        || !copy_side(op.api, src, sizeBytes, src_device, &op.src)) {
+        return hipErrorInvalidValue;
+    }
+    return mem_enqueue(stream, &op);
+}
+
+hipError_t
+hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *src,
+                   int srcDevice, size_t sizeBytes, hipStream_t stream)
+{
+    dm_op op = {.api = "hipMemcpyPeerAsync", .bytes = sizeBytes,
+                .dst = {DM_DEVICE, (uintptr_t)dst},
+                .src = {DM_DEVICE, (uintptr_t)src}};
+
+    FAKE_ENTER(hipMemcpyPeerAsync, true);
+    if (bad_device(dstDeviceId) || bad_device(srcDevice)) {
+        return hipErrorInvalidDevice;
+    }
+    if (sizeBytes == 0) {
+        return hipSuccess;
+    }
+    if (!dm_check_device(op.api, op.dst.addr, sizeBytes, dstDeviceId)
+        || !dm_check_device(op.api, op.src.addr, sizeBytes, srcDevice)) {
+        return hipErrorInvalidValue;
+    }
+    return mem_enqueue(stream, &op);
+}
+
+hipError_t
+hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count,
+                 hipStream_t stream)
+{
+    dm_op op = {.api = "hipMemsetD8Async", .fill = true, .bytes = count,
+                .value = value, .dst = {DM_DEVICE, (uintptr_t)dest}};
+
+    FAKE_ENTER(hipMemsetD8Async, true);
+    if (count == 0) {
+        return hipSuccess;
+    }
+    if (!dm_check_device(op.api, op.dst.addr, count, -1)) {
+        return hipErrorInvalidValue;
+    }
+    return mem_enqueue(stream, &op);
+}
+
+hipError_t
+hipPointerGetAttributes(hipPointerAttribute_t *attributes, const void *ptr)
+{
+    int device = -1;
+
+    FAKE_ENTER(hipPointerGetAttributes, true);
+    if (attributes == NULL || ptr == NULL) {
+        return hipErrorInvalidValue;
+    }
+    memset(attributes, 0, sizeof(*attributes));
+    switch (dm_lookup((uintptr_t)ptr, &device)) {
+    case 1:
+        attributes->memoryType = hipMemoryTypeDevice;
+        attributes->devicePointer = (void *)ptr;
+        break;
+    case 2:
+        /* Page-locked host memory is mapped at the same address. */
+        attributes->memoryType = hipMemoryTypeHost;
+        attributes->hostPointer = (void *)ptr;
+        attributes->devicePointer = (void *)ptr;
+        break;
+    default:
+        /* ROCm 5.2: memory the runtime never saw. */
+        return hipErrorInvalidValue;
+    }
+    attributes->device = device;
+    return hipSuccess;
+}
+
+/* Control API for tests ----------------------------------------------- */
+
+static void
+reset_sync_counter(void)
+{
+    atomic_store(&g_sync_blocked, 0);
+}
+
+static long long
+live_memory(const char *kind)
+{
+    return dm_live(kind);
+}
+
+/* Queues op (taken over) on a test's stream: see enqueue_sleep above. */
+static int
+enqueue_control_op(int device, unsigned long long stream, ds_op *op)
+{
+    struct ihipStream_t *s = NULL;
+    hipError_t rc;
+
+    if (atomic_load(&g_poisoned)) {
+        ds_op_free(op);
+        return hipErrorNotInitialized;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (stream == 0) {
+        rc = bad_device(device) ? hipErrorInvalidDevice
+                                : null_stream(device, &s);
+    }
+    else {
+        rc = stream_resolve((hipStream_t)(uintptr_t)stream, &s);
+    }
+    if (rc == hipSuccess) {
+        rc = stream_enqueue(s, op);
+    }
+    else {
+        ds_op_free(op);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+int
+fake_hip_enqueue_sleep(int device, unsigned long long stream, double ms)
+{
+    if (!(ms >= 0.0)) {
+        return hipErrorInvalidValue;
+    }
+    return enqueue_control_op(device, stream, ds_op_new(DS_SLEEP, ms, NULL));
+}
+
+int
+fake_hip_enqueue_gate(int device, unsigned long long stream, int *gate)
+{
+    int id = dc_gate_new();
+    ds_op *op;
+    int rc;
+
+    if (gate == NULL || id < 0) {
+        return hipErrorInvalidValue;
+    }
+    op = ds_op_new(DS_GATE, 0.0, NULL);
+    if (op != NULL) {
+        op->gate = id;
+    }
+    rc = enqueue_control_op(device, stream, op);
+    if (rc != hipSuccess) {
+        dc_gate_open(id);
+        return rc;
+    }
+    *gate = id;
+    return hipSuccess;
+}
+
+int
+fake_hip_open_gate(int gate)
+{
+    return dc_gate_open(gate);
+}
+
+int
+fake_hip_initialized(void)
+{
+    return atomic_load(&g_initialized);
+}
+
+int
+fake_hip_current_device(void)
+{
+    return t_device;
+}
+
+long long
+fake_hip_event_sync_blocked(void)
+{
+    return atomic_load(&g_sync_blocked);
+}
+
+/* Loading and fork ---------------------------------------------------- */
+
+static void
+config_read(void)
+{
+    const char *value;
+    unsigned long long mem;
+    long long devices;
+    int least, greatest, major, minor;
+    char extra;
+
+    if (dc_env_int(&g_ctl, "FAKE_HIP_DEVICES", 0, FAKE_MAX_DEVICES,
+                   &devices)) {
+        cfg.devices = (int)devices;
+    }
+    if (dc_env_ull(&g_ctl, "FAKE_HIP_TOTAL_MEM", &mem)) {
+        cfg.total_mem = mem;
+    }
+    value = getenv("FAKE_HIP_GFX");
+    if (value != NULL) {
+        if (sscanf(value, "%d.%d%c", &major, &minor, &extra) == 2
+            && major >= 0 && minor >= 0) {
+            cfg.gfx_major = major;
+            cfg.gfx_minor = minor;
+        }
+        else {
+            dc_env_warn(&g_ctl, "FAKE_HIP_GFX", value);
+        }
+    }
+    value = getenv("FAKE_HIP_PRIORITY_RANGE");
+    if (value != NULL) {
+        /* Lower numbers are higher priorities: greatest <= least. */
+        if (sscanf(value, "%d,%d%c", &least, &greatest, &extra) == 2
+            && greatest <= least) {
+            cfg.prio_least = least;
+            cfg.prio_greatest = greatest;
+        }
+        else {
+            dc_env_warn(&g_ctl, "FAKE_HIP_PRIORITY_RANGE", value);
+        }
+    }
+}
+
+/* The registry's lock is held across fork(), so that the child finds it
+ * consistent (its control functions still work).  The workers' locks are
+ * not: the child has no workers and never touches them. */
+static void
+fork_prepare(void)
+{
+    dc_fork_prepare(&g_ctl);
+    pthread_mutex_lock(&g_mu);
+    ds_fork_prepare();
+}
+
+static void
+fork_parent(void)
+{
+    ds_fork_release();
+    pthread_mutex_unlock(&g_mu);
+    dc_fork_release(&g_ctl);
+}
+
+static void
+fork_child(void)
+{
+    if (atomic_load(&g_initialized)) {
+        atomic_store(&g_poisoned, 1);
+    }
+    ds_fork_release();
+    pthread_mutex_unlock(&g_mu);
+    dc_fork_release(&g_ctl);
+}
+
+__attribute__((constructor)) static void
+fake_hip_load(void)
+{
+    config_read();
+    dm_configure("fake libamdhip64", cfg.total_mem);
+    dc_env_faults(&g_ctl, "FAKE_HIP_FAIL");
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
