@@ -158,6 +158,7 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
     xpu = {"ACCELERATOR_TEST_BACKEND": "xpu"}
     intercept = {**xpu, "ZE_ENABLE_LOADER_INTERCEPT": "1"}
     opencl = {"ACCELERATOR_TEST_BACKEND": "opencl"}
+    hip = {"ACCELERATOR_TEST_BACKEND": "hip"}
     inst("cuda", "the whole suite on the CUDA double", ["tests"], budget=600)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
          "mode)", behaviour, xpu, budget=240)
@@ -182,6 +183,10 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
          {**intercept, "FAKE_ZE_DRIVERS": "2"}, budget=90)
     inst("opencl", "the behaviour suite on OpenCL (PoCL, two CPU devices)",
          behaviour, opencl, budget=240)
+    inst("hip", "the behaviour suite on the HIP runtime double", behaviour,
+         hip, budget=240)
+    inst("hip-direct", "the memory tests without caching on HIP", memory,
+         {**hip, **direct}, budget=90)
     inst("cuda-direct", "the memory tests without caching on CUDA",
          memory, direct, budget=90)
     inst("opencl-direct", "the memory tests without caching on OpenCL",
@@ -208,6 +213,9 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
         Stage("plain-opencl", timing, 120, env=opencl, needs=["build"],
               doc="the timing-sensitive behaviour tests uninstrumented on "
                   "OpenCL"),
+        Stage("plain-hip", timing, 120, env=hip, needs=["build"],
+              doc="the timing-sensitive behaviour tests uninstrumented on "
+                  "HIP"),
         Stage("stubs", [py, "-m", "mypy.stubtest", "accelerator"], 120,
               kind="cmd", env={"PYTHONPATH": "src"}, needs=["build"],
               doc="the type stubs match the module"),

@@ -105,7 +105,7 @@ def test_the_builtin_plan_names_every_configuration() -> None:
                  "xpu", "xpu-intercept", "xpu-validation", "xpu-two-drivers",
                  "xpu-two-drivers-fuzz",
                  "opencl", "opencl-direct", "plain", "plain-xpu",
-                 "plain-opencl", "stubs", "docs", "wheel",
+                 "plain-opencl", "hip", "hip-direct", "plain-hip", "stubs", "docs", "wheel",
                  "coverage"):
         assert name in names
 
