@@ -409,11 +409,13 @@ print(json.dumps(out))
 
 
 def test_cuda_core_runs_beside_accelerator_on_the_double() -> None:
+    def prepend(path: object, var: str) -> str:
+        return os.pathsep.join(filter(None, [str(path), os.environ.get(var)]))
+
     env = {**CudaDouble.environment(2),
-           "LD_LIBRARY_PATH": os.pathsep.join(
-               filter(None, [str(DRIVERS), os.environ.get("LD_LIBRARY_PATH")])),
-           "PYTHONPATH": os.pathsep.join(
-               filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
+           # cuda.bindings opens the double as libcuda.so.1
+           "LD_LIBRARY_PATH": prepend(DRIVERS, "LD_LIBRARY_PATH"),
+           "PYTHONPATH": prepend(SRC, "PYTHONPATH")}
     out = run_child(PEER_CHILD, env)
     if "skip" in out:
         pytest.skip(out["skip"])
