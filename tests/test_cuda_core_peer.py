@@ -5,16 +5,17 @@ Two parts, each in a fresh process (the double's counters are per
 process):
 
 - The driver functions the double offers only for peers (cuStreamGetCtx,
-  cuCtxGetDevice, cuMemcpyAsync, cuPointerGetAttributes, the memory-pool
-  device attributes) and its device addresses, through the double's own
-  ABI with ctypes: the driver's semantics and error codes, counting and
-  fault injection.  Runs everywhere the double is built.
+  cuCtxGetDevice, cuMemAllocHost, cuMemcpyAsync, cuPointerGetAttributes,
+  the memory-pool device attributes) and its device addresses, through
+  the double's own ABI with ctypes: the driver's semantics and error
+  codes, counting and fault injection.  Runs everywhere the double is
+  built.
 - cuda.core (PyPI ``cuda-core`` with ``cuda-bindings`` 12) with
   LD_LIBRARY_PATH=tests/drivers/build, so that cuda.bindings opens the
   double as libcuda.so.1, the very library instance accelerator uses:
-  streams, events, memory (allocate, fill, copy_to/copy_from) and DLPack
-  both ways, each result checked byte for byte.  Skipped, with the
-  reason, where cuda.core cannot be imported.
+  streams, events, memory (allocate, pinned host memory, fill,
+  copy_to/copy_from) and DLPack both ways, each result checked byte for
+  byte.  Skipped, with the reason, where cuda.core cannot be imported.
 """
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(c_u64), ctypes.c_size_t]
 lib.cuMemFree_v2.argtypes = [c_u64]
 lib.cuMemHostAlloc.argtypes = [ctypes.POINTER(c_p), ctypes.c_size_t,
                                ctypes.c_uint]
+lib.cuMemAllocHost_v2.argtypes = [ctypes.POINTER(c_p), ctypes.c_size_t]
+lib.cuMemFreeHost.argtypes = [c_p]
 lib.cuMemcpyAsync.argtypes = [c_u64, c_u64, ctypes.c_size_t, c_p]
 lib.cuStreamGetCtx.argtypes = [c_p, ctypes.POINTER(c_p)]
 lib.cuStreamGetCtx_v2.argtypes = [c_p, ctypes.POINTER(c_p),
@@ -137,6 +140,12 @@ src = ctypes.create_string_buffer(pattern, 4096)
 back = ctypes.create_string_buffer(4096)
 pinned = c_p()
 assert lib.cuMemHostAlloc(ctypes.byref(pinned), 4096, 0) == 0
+host_page = c_p()
+live_host = lib.fake_cuda_live(b"host_alloc")
+out["alloc_host"] = [lib.cuMemAllocHost_v2(ctypes.byref(host_page), 64),
+                     lib.fake_cuda_live(b"host_alloc") - live_host,
+                     lib.cuMemAllocHost_v2(None, 64),
+                     lib.cuMemAllocHost_v2(ctypes.byref(c_p()), 0)]
 before = calls("cuMemcpyAsync")
 host = lambda buf: ctypes.addressof(buf)
 out["memcpy"] = [
@@ -186,6 +195,10 @@ got[CONTEXT] = ctx_name(got[CONTEXT])
 out["attr_pinned"] = [rc, got, pinned.value]
 out["attr_unknown"] = list(attributes(host(src)))
 out["attr_one_past_end"] = list(attributes(a.value + 4096))
+rc, got = attributes(host_page.value)
+out["attr_alloc_host"] = [rc, got[MEMORY_TYPE], got[HOST_POINTER] ==
+                          host_page.value, got[RANGE_SIZE]]
+out["free_alloc_host"] = lib.cuMemFreeHost(host_page)
 rc_a, got_a = attributes(a.value)
 rc_b, got_b = attributes(b.value)
 out["buffer_ids"] = [got_a[BUFFER_ID], got_b[BUFFER_ID]]
@@ -200,12 +213,14 @@ out["attr_fault"] = [attributes(a.value)[0], attributes(a.value)[0]]
 
 # Counted by base name; found through cuGetProcAddress at their versions.
 out["counts"] = {n: calls(n) for n in ("cuStreamGetCtx", "cuCtxGetDevice",
-                                        "cuPointerGetAttributes")}
+                                        "cuPointerGetAttributes",
+                                        "cuMemAllocHost")}
 fn = c_p()
 resolved = {}
 for name, version in (("cuStreamGetCtx", 9020), ("cuStreamGetCtx", 12050),
                       ("cuMemcpyAsync", 4000), ("cuCtxGetDevice", 2000),
-                      ("cuPointerGetAttributes", 7000)):
+                      ("cuPointerGetAttributes", 7000),
+                      ("cuMemAllocHost", 3020)):
     rc = lib.cuGetProcAddress_v2(name.encode(), ctypes.byref(fn), version,
                                  0, None)
     resolved[f"{name}@{version}"] = [rc, fn.value]
@@ -213,7 +228,7 @@ out["proc"] = resolved
 out["symbols"] = {n: ctypes.cast(getattr(lib, n), c_p).value
                   for n in ("cuStreamGetCtx", "cuStreamGetCtx_v2",
                             "cuMemcpyAsync", "cuCtxGetDevice",
-                            "cuPointerGetAttributes")}
+                            "cuPointerGetAttributes", "cuMemAllocHost_v2")}
 print(json.dumps(out))
 """
 
@@ -300,7 +315,8 @@ def test_peer_functions_are_listed_and_counted(
     counts = driver_facts["counts"]
     assert counts["cuStreamGetCtx"] == 9  # 7 of v1, 2 of v2
     assert counts["cuCtxGetDevice"] == 2
-    assert counts["cuPointerGetAttributes"] == 11
+    assert counts["cuPointerGetAttributes"] == 12
+    assert counts["cuMemAllocHost"] == 3
     symbols, proc = driver_facts["symbols"], driver_facts["proc"]
     assert proc["cuStreamGetCtx@9020"] == [SUCCESS,
                                            symbols["cuStreamGetCtx"]]
@@ -309,6 +325,17 @@ def test_peer_functions_are_listed_and_counted(
     for name, version in (("cuMemcpyAsync", 4000), ("cuCtxGetDevice", 2000),
                           ("cuPointerGetAttributes", 7000)):
         assert proc[f"{name}@{version}"] == [SUCCESS, symbols[name]]
+    assert proc["cuMemAllocHost@3020"] == [SUCCESS,
+                                           symbols["cuMemAllocHost_v2"]]
+
+
+def test_mem_alloc_host(driver_facts: dict[str, Any]) -> None:
+    """cuMemAllocHost: page-locked memory, as cuMemHostAlloc without
+    flags."""
+    assert driver_facts["alloc_host"] == [SUCCESS, 1, INVALID_VALUE,
+                                          INVALID_VALUE]
+    assert driver_facts["attr_alloc_host"] == [SUCCESS, 1, True, 64]
+    assert driver_facts["free_alloc_host"] == SUCCESS
 
 
 # cuda.core beside accelerator ------------------------------------------
@@ -317,7 +344,8 @@ PEER_CHILD = r"""
 import ctypes, json, sys, warnings
 try:
     import cuda.core
-    from cuda.core import Buffer, Device, EventOptions, Stream
+    from cuda.core import (Buffer, Device, EventOptions,
+                           LegacyPinnedMemoryResource, Stream)
     from cuda.core.utils import StridedMemoryView
     import cuda.bindings.driver
 except Exception as exc:
@@ -372,7 +400,12 @@ their_host = Buffer.from_handle(host.ptr, N)
 out["their_host"] = [their_host.is_device_accessible,
                      their_host.is_host_accessible]
 cb.copy_to(their_host, stream=cs)
+pinned = LegacyPinnedMemoryResource().allocate(N)   # cuMemAllocHost
+cb.copy_to(pinned, stream=cs)
 cs.sync()
+out["their_pinned"] = [pinned.is_host_accessible,
+                       ctypes.string_at(int(pinned.handle), N) == pattern]
+pinned.close()
 out["memcpy_async_calls"] = calls("cuMemcpyAsync") - before
 out["copy_roundtrip"] = bytes(memoryview(host)) == pattern
 
@@ -427,7 +460,8 @@ def test_cuda_core_runs_beside_accelerator_on_the_double() -> None:
     assert out["dlpack_view"] == [True, 0, True, [1 << 16]]
     assert out["wrapped"] == [True, False, 0]
     assert out["their_host"] == [True, True]
-    assert out["memcpy_async_calls"] == 2
+    assert out["memcpy_async_calls"] == 3
+    assert out["their_pinned"] == [True, True]
     assert out["copy_roundtrip"] is True
     assert out["events"] == [True, True, True]
     assert out["our_event_on_their_stream"] is True

@@ -264,6 +264,8 @@ typedef struct CUuuid_st {
     X(cuCtxGetDevice, cuCtxGetDevice, 2000, (CUdevice *device))             \
     X(cuStreamGetCtx, cuStreamGetCtx, 9020,                                 \
       (CUstream hStream, CUcontext *pctx))                                  \
+    X(cuMemAllocHost, cuMemAllocHost_v2, 3020,                              \
+      (void **pp, size_t bytesize))                                         \
     X(cuMemcpyAsync, cuMemcpyAsync, 4000,                                   \
       (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,                  \
        CUstream hStream))                                                   \

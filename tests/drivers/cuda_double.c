@@ -8,10 +8,10 @@
  * fork() poisoning of a child.  It also exports the old unversioned names
  * (cuStreamDestroy ...) next to the versioned ones, like libcuda, and the
  * functions of ACC_CUDA_PEER_FUNCTIONS (cuStreamGetCtx and its _v2,
- * cuCtxGetDevice, cuMemcpyAsync, cuPointerGetAttributes), which the
- * backend never calls, so that NVIDIA's cuda.core runs on the double
- * beside the product (tests/test_cuda_core_peer.py); they are counted
- * and take faults like the others.
+ * cuCtxGetDevice, cuMemAllocHost, cuMemcpyAsync, cuPointerGetAttributes),
+ * which the backend never calls, so that NVIDIA's cuda.core runs on the
+ * double beside the product (tests/test_cuda_core_peer.py); they are
+ * counted and take faults like the others.
  *
  * Built twice by the Makefile: build/libcuda.so.1 exports cuGetProcAddress
  * and cuGetProcAddress_v2; build/noproc/libcuda.so.1
@@ -2082,18 +2082,14 @@ cuMemFree_v2(CUdeviceptr dptr)
     return mem_result(dm_free("cuMemFree", dptr, false));
 }
 
-CUresult
-cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+/* Page-locked memory for the current context's device. */
+static CUresult
+host_alloc(void **pp, size_t bytesize)
 {
     unsigned long long addr;
     CUresult rc;
-    int dev;
+    int dev = current_device();
 
-    FAKE_ENTER(cuMemHostAlloc, true);
-    if (pp == NULL || bytesize == 0 || (Flags & ~0xFu) != 0) {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    dev = current_device();
     if (dev < 0) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -2102,6 +2098,27 @@ cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
         *pp = (void *)(uintptr_t)addr;
     }
     return rc;
+}
+
+CUresult
+cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    FAKE_ENTER(cuMemHostAlloc, true);
+    if (pp == NULL || bytesize == 0 || (Flags & ~0xFu) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return host_alloc(pp, bytesize);
+}
+
+CUresult
+cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    /* cuMemHostAlloc without flags, counted and faulted on its own. */
+    FAKE_ENTER(cuMemAllocHost, true);
+    if (pp == NULL || bytesize == 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return host_alloc(pp, bytesize);
 }
 
 CUresult
