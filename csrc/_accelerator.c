@@ -595,7 +595,7 @@ static PyStructSequence_Field properties_fields[] = {
     {"multi_processor_count",
      "streaming multiprocessors (CUDA), execution units (Level Zero) or "
      "compute units (OpenCL)"},
-    {"type", "the device type, 'cuda', 'xpu' or 'opencl'"},
+    {"type", "the device type: the backend's name ('cuda', 'xpu', ...)"},
     {"index", "the device index"},
     {"major", "compute capability major (CUDA), else -1"},
     {"minor", "compute capability minor (CUDA), else -1"},
@@ -934,9 +934,10 @@ static PyMethodDef module_methods[] = {
 /* Module ----------------------------------------------------------------- */
 
 PyDoc_STRVAR(accelerator_error_doc,
-"A driver or runtime failure.  Attributes: backend ('cuda', 'xpu' or\n"
-"None), api (the driver function, or None), code (the driver's code, or\n"
-"None) and error_name (the driver's name for code, or None).");
+"A driver or runtime failure.  Attributes: backend (the device type of\n"
+"the backend that failed, as backends() names it, or None), api (the\n"
+"driver function, or None), code (the driver's code, or None) and\n"
+"error_name (the driver's name for code, or None).");
 
 PyDoc_STRVAR(oom_error_doc,
 "The device ran out of memory (an AcceleratorError).");
@@ -1120,6 +1121,22 @@ module_free(void *module)
     module_clear((PyObject *)module);
 }
 
+/* Two slots are left out on purpose (and the stable ABI of 3.11 that the
+ * module is built for has neither):
+ *
+ * - Py_mod_multiple_interpreters (3.12): its default, "supported", lets
+ *   each interpreter import its own module instance (test_isolation.py),
+ *   but only interpreters that share the main GIL.  A per-interpreter
+ *   GIL is not safe: the core's acc_stream.wrapper is a borrowed
+ *   back-pointer to a Python object that one instance sets, reads and
+ *   clears under its GIL, while the streams themselves, like all driver
+ *   state (contexts, the probe, the caching allocator), are process-global
+ *   and shared by every instance.
+ * - Py_mod_gil (3.13): its default, "used", makes a free-threaded build
+ *   turn the GIL on when the module is imported.  The Python layer relies
+ *   on the GIL for the same back-pointer and for its per-instance state
+ *   (default streams, the device cache), which have no locks of their
+ *   own. */
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
     {0, NULL},

@@ -37,7 +37,7 @@ typedef enum acc_status {
 /* Filled on failure.  Strings are static (or copied into message). */
 typedef struct acc_error {
     acc_status status;
-    const char *backend;   /* "cuda", "xpu" or NULL */
+    const char *backend;   /* the backend's device type, or NULL */
     const char *api;       /* the failing driver function, or NULL */
     long long code;        /* the driver's code (0 when none) */
     const char *code_name; /* the driver's name for code, or NULL */
@@ -157,7 +157,8 @@ int acc_probed(void);
 /* Nonzero when a backend is selected and usable. Requires acc_probed(). */
 int acc_is_available(void);
 int acc_device_count(void);
-/* The selected backend's device type ("cuda", "xpu"), or NULL. */
+/* The selected backend's device type ("cuda", "xpu", "opencl", ...: its
+ * descriptor's name), or NULL. */
 const char *acc_device_type(void);
 /* How messages name it: "CUDA", "XPU", "OpenCL"; NULL before selection. */
 const char *acc_display_device_type(void);

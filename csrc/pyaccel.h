@@ -2,9 +2,12 @@
  * pyaccel.h - what the files of the Python layer share: the module state,
  * the status -> exception mapping and device argument resolution.
  *
- * The Python layer is _accelerator.c (module and functions), py_device.c,
- * py_device_index.c, py_stream.c and py_event.c (one heap type each).  Only these files
- * include Python.h.
+ * The Python layer is _accelerator.c (the module and its functions) and
+ * one file per type or family: py_device.c, py_device_index.c,
+ * py_stream.c, py_event.c, py_buffer.c (Buffer), py_hostbuffer.c
+ * (HostBuffer), py_dlpack.c (DLPack both ways), py_graph.c and
+ * py_memory.c (accelerator.memory's functions).  Only these files include
+ * Python.h.
  */
 #ifndef PYACCEL_H
 #define PYACCEL_H

@@ -58,6 +58,14 @@
     X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 75)       \
     X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)       \
     X(CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 78)
+/* Device attributes only the driver double answers, for peers that run on
+ * it (cuda.core asks them before choosing how to allocate). */
+#define ACC_CUDA_PEER_ATTRIBUTES(X)                           \
+    X(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 41)             \
+    X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 115)        \
+    X(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, 119) \
+    X(CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED, 142) \
+    X(CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED, 144)
 
 /* cuGetProcAddress symbol status. */
 #define ACC_CUDA_PROC_STATUS(X)                              \
@@ -91,6 +99,20 @@
     X(CU_POINTER_ATTRIBUTE_CONTEXT, 1)                       \
     X(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 2)                   \
     X(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, 9)
+/* The others cuPointerGetAttributes answers (the driver double only). */
+#define ACC_CUDA_PEER_POINTER_ATTRIBUTES(X)                  \
+    X(CU_POINTER_ATTRIBUTE_DEVICE_POINTER, 3)                \
+    X(CU_POINTER_ATTRIBUTE_HOST_POINTER, 4)                  \
+    X(CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, 6)                   \
+    X(CU_POINTER_ATTRIBUTE_BUFFER_ID, 7)                     \
+    X(CU_POINTER_ATTRIBUTE_IS_MANAGED, 8)                    \
+    X(CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, 10)   \
+    X(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, 11)             \
+    X(CU_POINTER_ATTRIBUTE_RANGE_SIZE, 12)                   \
+    X(CU_POINTER_ATTRIBUTE_MAPPED, 13)                       \
+    X(CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, 14)         \
+    X(CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, 17)               \
+    X(CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE, 21)
 #define ACC_CUDA_MEMORY_TYPES(X)                             \
     X(CU_MEMORYTYPE_HOST, 1)                                 \
     X(CU_MEMORYTYPE_DEVICE, 2)                               \
@@ -105,9 +127,11 @@ typedef enum cudaError_enum {
 } CUresult;
 typedef enum CUdevice_attribute_enum {
     ACC_CUDA_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
+    ACC_CUDA_PEER_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
 } CUdevice_attribute;
 typedef enum CUpointer_attribute_enum {
     ACC_CUDA_POINTER_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
+    ACC_CUDA_PEER_POINTER_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
 } CUpointer_attribute;
 typedef enum CUmemorytype_enum {
     ACC_CUDA_MEMORY_TYPES(ACC_CUDA_ENUM_ENTRY)
@@ -133,6 +157,7 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUgreenCtx_st *CUgreenCtx;
 /* A device address (64-bit builds only, as cuda.h's CUdeviceptr_v2). */
 typedef unsigned long long CUdeviceptr;
 typedef struct CUuuid_st {
@@ -229,6 +254,24 @@ typedef struct CUuuid_st {
     X(cuGraphExecDestroy, cuGraphExecDestroy, 10000,                        \
       (CUgraphExec hGraphExec))                                             \
     X(cuGraphDestroy, cuGraphDestroy, 10000, (CUgraph hGraph))
+
+/*
+ * Functions only the driver double exports, for peers that run on it
+ * (cuda.core, cuda.bindings); the backend never calls them.  Listed as
+ * above (the double exports cuStreamGetCtx_v2 of CUDA 12.5 too).
+ */
+#define ACC_CUDA_PEER_FUNCTIONS(X)                                          \
+    X(cuCtxGetDevice, cuCtxGetDevice, 2000, (CUdevice *device))             \
+    X(cuStreamGetCtx, cuStreamGetCtx, 9020,                                 \
+      (CUstream hStream, CUcontext *pctx))                                  \
+    X(cuMemAllocHost, cuMemAllocHost_v2, 3020,                              \
+      (void **pp, size_t bytesize))                                         \
+    X(cuMemcpyAsync, cuMemcpyAsync, 4000,                                   \
+      (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,                  \
+       CUstream hStream))                                                   \
+    X(cuPointerGetAttributes, cuPointerGetAttributes, 7000,                 \
+      (unsigned int numAttributes, CUpointer_attribute *attributes,        \
+       void **data, CUdeviceptr ptr))
 
 /* Function pointer types: acc_pfn_<base name>. */
 #define ACC_CUDA_PFN_TYPEDEF(name, symbol, version, params) \

@@ -13,9 +13,11 @@
     _Static_assert((long long)(name) == (value), #name " differs");
 ACC_CUDA_RESULTS(CHECK_VALUE)
 ACC_CUDA_ATTRIBUTES(CHECK_VALUE)
+ACC_CUDA_PEER_ATTRIBUTES(CHECK_VALUE)
 ACC_CUDA_PROC_STATUS(CHECK_VALUE)
 ACC_CUDA_FLAGS(CHECK_VALUE)
 ACC_CUDA_POINTER_ATTRIBUTES(CHECK_VALUE)
+ACC_CUDA_PEER_POINTER_ATTRIBUTES(CHECK_VALUE)
 ACC_CUDA_MEMORY_TYPES(CHECK_VALUE)
 ACC_CUDA_CAPTURE_MODES(CHECK_VALUE)
 ACC_CUDA_CAPTURE_STATUS(CHECK_VALUE)
@@ -29,6 +31,14 @@ ACC_CUDA_CAPTURE_STATUS(CHECK_VALUE)
     _Static_assert((version) <= ACC_CUDA_ABI_VERSION,                       \
                    #name " needs a newer ABI than we declare");
 ACC_CUDA_FUNCTIONS(CHECK_FUNCTION)
+
+/* The double's extra functions: each variant's own symbol. */
+#define CHECK_PEER_FUNCTION(name, symbol, version, params)                  \
+    _Static_assert(__builtin_types_compatible_p(CUresult(*) params,         \
+                                                __typeof__(&symbol)),       \
+                   #symbol " signature differs");                           \
+    _Static_assert((version) <= CUDA_VERSION, #symbol " is newer than cuda.h");
+ACC_CUDA_PEER_FUNCTIONS(CHECK_PEER_FUNCTION)
 
 _Static_assert(__builtin_types_compatible_p(acc_pfn_cuGetProcAddress,
                                             __typeof__(&cuGetProcAddress)),

@@ -6,7 +6,12 @@
  * (one worker thread per stream), events that complete in stream order,
  * a per-thread context stack, reference-counted primary contexts and the
  * fork() poisoning of a child.  It also exports the old unversioned names
- * (cuStreamDestroy ...) next to the versioned ones, like libcuda.
+ * (cuStreamDestroy ...) next to the versioned ones, like libcuda, and the
+ * functions of ACC_CUDA_PEER_FUNCTIONS (cuStreamGetCtx and its _v2,
+ * cuCtxGetDevice, cuMemAllocHost, cuMemcpyAsync, cuPointerGetAttributes),
+ * which the backend never calls, so that NVIDIA's cuda.core runs on the
+ * double beside the product (tests/test_cuda_core_peer.py); they are
+ * counted and take faults like the others.
  *
  * Built twice by the Makefile: build/libcuda.so.1 exports cuGetProcAddress
  * and cuGetProcAddress_v2; build/noproc/libcuda.so.1
@@ -123,8 +128,17 @@
  *     cuGetProcAddress (v1) takes four arguments, like the real one.
  *   - CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID is the PCI device (slot) number,
  *     0, as on real boards.
- *   - Device memory (see "device and page-locked memory" below): host
- *     memory with guard bytes, behind synthetic addresses never reused.
+ *   - Device memory (tests/drivers/double_memory.h): host memory with
+ *     guard bytes, behind addresses never reused, taken from address space
+ *     reserved with no access (0x7fxx_xxxx_xxxx, below 2**63, as a real
+ *     driver's): one unified address space, so cuMemcpyAsync and
+ *     cuPointerGetAttributes tell device from host memory by the address.
+ *     No memory pools: CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0.
+ *   - cuPointerGetAttributes writes its boolean attributes as one byte (a
+ *     C bool); for memory the driver never saw it succeeds with NULL
+ *     values and device ordinal -2 (cudaInvalidDeviceId).
+ *   - cuStreamGetCtx answers CU_STREAM_PER_THREAD (2) with the current
+ *     context, as the driver does, though streams do not model it.
  *     Copies and fills run on the stream's worker in stream order.  A
  *     copy from pageable host memory stages the source at the call; one
  *     to pageable memory returns when it has run; page-locked memory is
@@ -166,6 +180,7 @@
 #define FAKE_DECLARE(name, symbol, version, params) \
     FAKE_EXPORT CUresult symbol params;
 ACC_CUDA_FUNCTIONS(FAKE_DECLARE)
+ACC_CUDA_PEER_FUNCTIONS(FAKE_DECLARE)
 #undef FAKE_DECLARE
 
 /* The other variants that libcuda exports. */
@@ -179,6 +194,8 @@ FAKE_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds,
                                            CUevent hStart, CUevent hEnd);
 FAKE_EXPORT CUresult cuEventDestroy(CUevent hEvent);
 FAKE_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
+FAKE_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx,
+                                       CUgreenCtx *pGreenCtx);
 #ifndef FAKE_CUDA_NO_PROC_ADDRESS
 FAKE_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn,
                                       int cudaVersion, cuuint64_t flags);
@@ -203,6 +220,7 @@ FAKE_EXPORT long long fake_cuda_event_sync_spun(void);
 #define FAKE_FN_ID(name, symbol, version, params) FN_##name,
 enum fake_fn {
     ACC_CUDA_FUNCTIONS(FAKE_FN_ID)
+    ACC_CUDA_PEER_FUNCTIONS(FAKE_FN_ID)
     FN_cuGetProcAddress,
     FN_COUNT
 };
@@ -211,6 +229,7 @@ enum fake_fn {
 #define FAKE_FN_NAME(name, symbol, version, params) {#name, #symbol},
 static const dc_fn fake_fns[FN_COUNT] = {
     ACC_CUDA_FUNCTIONS(FAKE_FN_NAME)
+    ACC_CUDA_PEER_FUNCTIONS(FAKE_FN_NAME)
     {"cuGetProcAddress", "cuGetProcAddress_v2"},
 };
 #undef FAKE_FN_NAME
@@ -1339,6 +1358,18 @@ cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
         *pi = 1;
         return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        /* One address space: cuMemcpyAsync and cuPointerGetAttributes
+         * tell device from host memory by the address alone. */
+        *pi = 1;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED:
+        /* No cuMemPool family: peers allocate with cuMemAlloc. */
+        *pi = 0;
+        return CUDA_SUCCESS;
     }
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -1480,6 +1511,25 @@ cuCtxPopCurrent_v2(CUcontext *pctx)
 
 CUresult cuCtxPopCurrent(CUcontext *pctx)
     __attribute__((alias("cuCtxPopCurrent_v2")));
+
+CUresult
+cuCtxGetDevice(CUdevice *device)
+{
+    struct CUctx_st *c;
+
+    FAKE_ENTER(cuCtxGetDevice, true);
+    if (device == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    c = live_current_ctx();
+    pthread_mutex_unlock(&g_mu);
+    if (c == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *device = c->device;
+    return CUDA_SUCCESS;
+}
 
 CUresult
 cuCtxSynchronize(void)
@@ -1715,6 +1765,58 @@ cuStreamDestroy_v2(CUstream hStream)
 
 CUresult cuStreamDestroy(CUstream hStream)
     __attribute__((alias("cuStreamDestroy_v2")));
+
+/* The context of a stream; the special handles (0, CU_STREAM_LEGACY,
+ * CU_STREAM_PER_THREAD) mean the calling thread's current context. */
+static CUresult
+stream_ctx(CUstream hStream, CUcontext *pctx)
+{
+    struct CUstream_st *s;
+    struct CUctx_st *c;
+    CUresult rc;
+
+    if (pctx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    if ((uintptr_t)hStream <= 2) {
+        c = live_current_ctx();
+        rc = c != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    }
+    else {
+        s = stream_lookup(hStream);
+        c = s != NULL ? s->ctx : NULL;
+        rc = s != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc == CUDA_SUCCESS) {
+        *pctx = c;
+    }
+    return rc;
+}
+
+CUresult
+cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    FAKE_ENTER(cuStreamGetCtx, true);
+    return stream_ctx(hStream, pctx);
+}
+
+CUresult
+cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    CUresult rc;
+
+    FAKE_ENTER(cuStreamGetCtx, true);
+    if (pGreenCtx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    rc = stream_ctx(hStream, pCtx);
+    if (rc == CUDA_SUCCESS) {
+        *pGreenCtx = NULL; /* no green contexts */
+    }
+    return rc;
+}
 
 /* Driver API: events -------------------------------------------------- */
 
@@ -1980,18 +2082,14 @@ cuMemFree_v2(CUdeviceptr dptr)
     return mem_result(dm_free("cuMemFree", dptr, false));
 }
 
-CUresult
-cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+/* Page-locked memory for the current context's device. */
+static CUresult
+host_alloc(void **pp, size_t bytesize)
 {
     unsigned long long addr;
     CUresult rc;
-    int dev;
+    int dev = current_device();
 
-    FAKE_ENTER(cuMemHostAlloc, true);
-    if (pp == NULL || bytesize == 0 || (Flags & ~0xFu) != 0) {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    dev = current_device();
     if (dev < 0) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -2000,6 +2098,27 @@ cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
         *pp = (void *)(uintptr_t)addr;
     }
     return rc;
+}
+
+CUresult
+cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    FAKE_ENTER(cuMemHostAlloc, true);
+    if (pp == NULL || bytesize == 0 || (Flags & ~0xFu) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return host_alloc(pp, bytesize);
+}
+
+CUresult
+cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    /* cuMemHostAlloc without flags, counted and faulted on its own. */
+    FAKE_ENTER(cuMemAllocHost, true);
+    if (pp == NULL || bytesize == 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return host_alloc(pp, bytesize);
 }
 
 CUresult
@@ -2196,6 +2315,28 @@ cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
         return CUDA_ERROR_INVALID_VALUE;
     }
     return mem_enqueue(hStream, &op, false);
+}
+
+CUresult
+cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+              CUstream hStream)
+{
+    dm_side d, s;
+    CUresult rc;
+
+    FAKE_ENTER(cuMemcpyAsync, true);
+    if ((dst == 0 || src == 0) && ByteCount > 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    (void)stream_device(hStream, &rc);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
+    }
+    /* Unified addressing: each side is what its address says, device
+     * memory of any device (between two, a peer copy). */
+    d = dm_classify((const void *)(uintptr_t)dst, ByteCount);
+    s = dm_classify((const void *)(uintptr_t)src, ByteCount);
+    return copy_enqueue("cuMemcpyAsync", hStream, d, s, ByteCount, -1, -1);
 }
 
 /* Graphs -------------------------------------------------------------- */
@@ -2512,6 +2653,96 @@ cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
     }
 }
 
+/* One attribute of cuPointerGetAttributes; r->kind 0 (memory the driver
+ * never saw) answers the "NULL values" the driver gives. */
+static CUresult
+pointer_attribute(void *data, CUpointer_attribute attribute,
+                  CUdeviceptr ptr, const dm_range *r)
+{
+    bool known = r->kind != 0;
+
+    switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = known ? &g_ctx[r->device] : NULL;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = !known ? 0
+                                : r->kind == 2 ? CU_MEMORYTYPE_HOST
+                                               : CU_MEMORYTYPE_DEVICE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        /* One address space: the same address, on the device too. */
+        *(CUdeviceptr *)data = known ? ptr : 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        /* Device memory is not mapped into the host. */
+        *(void **)data = r->kind == 2 ? (void *)(uintptr_t)ptr : NULL;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = r->id;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        /* -2 (cudaInvalidDeviceId) for memory of no device. */
+        *(int *)data = known ? r->device : -2;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = r->base;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = (size_t)r->size;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(void **)data = NULL; /* not from a pool */
+        return CUDA_SUCCESS;
+    /* Booleans, written as one byte (a C bool, as cuda.bindings reads
+     * them). */
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(bool *)data = known;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(bool *)data = r->kind == 1; /* cuMemAlloc memory */
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+        *(bool *)data = false;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult
+cuPointerGetAttributes(unsigned int numAttributes,
+                       CUpointer_attribute *attributes, void **data,
+                       CUdeviceptr ptr)
+{
+    dm_range r;
+
+    FAKE_ENTER(cuPointerGetAttributes, true);
+    if (numAttributes == 0 || attributes == NULL || data == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (unsigned int i = 0; i < numAttributes; i++) {
+        if (data[i] == NULL) {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    /* Unlike cuPointerGetAttribute, memory the driver never saw is no
+     * error: its attributes are NULL values. */
+    r = dm_query(ptr);
+    for (unsigned int i = 0; i < numAttributes; i++) {
+        CUresult rc = pointer_attribute(data[i], attributes[i], ptr, &r);
+
+        if (rc != CUDA_SUCCESS) {
+            return rc;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
 /* Driver API: memory -------------------------------------------------- */
 
 static CUresult
@@ -2584,6 +2815,8 @@ struct fake_proc {
     {#name, version, (void *)symbol},
 static const struct fake_proc fake_procs[] = {
     ACC_CUDA_FUNCTIONS(FAKE_PROC)
+    ACC_CUDA_PEER_FUNCTIONS(FAKE_PROC)
+    {"cuStreamGetCtx", 12050, (void *)cuStreamGetCtx_v2},
     {"cuDeviceGetUuid", 9020, (void *)cuDeviceGetUuid},
     {"cuDeviceTotalMem", 2000, (void *)cuDeviceTotalMem},
     {"cuDevicePrimaryCtxRelease", 7000, (void *)cuDevicePrimaryCtxRelease},

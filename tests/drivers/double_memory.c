@@ -9,15 +9,26 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <string.h>
 
 #define DM_GUARD_BYTE 0xA5
 #define DM_ALIGN 256ULL
 #define DM_GAP 4096ULL
-/* Far above user space: a device address used as a host pointer faults. */
-#define DM_DEVICE_BASE 0xd000000000000000ULL
-#define DM_DEVICE_SPAN (1ULL << 44)
+/* Device addresses come from address space reserved with no access
+ * (PROT_NONE), as a real driver's unified address space: where the
+ * kernel places mappings (0x7fxx_xxxx_xxxx on x86-64), below 2**63 as
+ * the real ones are, never shared with host memory, and a device address
+ * used as a host pointer faults.  Reserved a chunk at a time, per
+ * device; 4 GiB, as much as valgrind's address space allows easily. */
+#define DM_CHUNK (4ULL << 30)
+
+typedef struct dm_chunk {
+    struct dm_chunk *next;
+    unsigned long long base, size, used;
+    int device;
+} dm_chunk;
 
 typedef struct dm_alloc_rec {
     struct dm_alloc_rec *next;
@@ -25,6 +36,7 @@ typedef struct dm_alloc_rec {
     size_t size;
     int device;
     bool host;
+    unsigned long long id;  /* unique in the process */
     unsigned char *storage; /* DM_GUARD + size + DM_GUARD */
 } dm_alloc_rec;
 
@@ -34,9 +46,11 @@ static struct {
     unsigned long long limit;
     dm_alloc_rec *live;
     dm_alloc_rec *freed;    /* device allocations, storage gone */
-    unsigned long long next[DM_MAX_DEVICES];
+    dm_chunk *chunks;       /* reserved device address space */
+    dm_chunk *open[DM_MAX_DEVICES]; /* the one each device takes from */
     unsigned long long used[DM_MAX_DEVICES];
     long long allocs, host_allocs;
+    unsigned long long ids;
     atomic_llong bad_access, guard_damage;
 } dm = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
@@ -134,6 +148,53 @@ dm_host_too_large(size_t bytes)
            && bytes / (size_t)page >= (size_t)pages;
 }
 
+/* Under dm.mu.  bytes (rounded, and a gap after) of device's reserved
+ * address space, never handed out before; 0 when none can be reserved. */
+static unsigned long long
+device_range(int device, size_t bytes)
+{
+    unsigned long long need = (bytes + DM_ALIGN - 1) / DM_ALIGN * DM_ALIGN
+                              + DM_GAP;
+    dm_chunk *c = dm.open[device];
+    void *base;
+
+    if (c == NULL || c->size - c->used < need) {
+        unsigned long long size = need > DM_CHUNK ? need : DM_CHUNK;
+
+        c = calloc(1, sizeof(*c));
+        if (c == NULL || size > SIZE_MAX) {
+            free(c);
+            return 0;
+        }
+        base = mmap(NULL, (size_t)size, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (base == MAP_FAILED) {
+            free(c);
+            return 0;
+        }
+        c->base = (unsigned long long)(uintptr_t)base;
+        c->size = size;
+        c->device = device;
+        c->next = dm.chunks;
+        dm.chunks = c;
+        dm.open[device] = c;
+    }
+    c->used += need;
+    return c->base + c->used - need;
+}
+
+/* Under dm.mu.  Whether addr lies in reserved device address space. */
+static bool
+device_space(unsigned long long addr)
+{
+    for (const dm_chunk *c = dm.chunks; c != NULL; c = c->next) {
+        if (addr >= c->base && addr - c->base < c->size) {
+            return true;
+        }
+    }
+    return false;
+}
+
 enum dm_result
 dm_alloc(int device, size_t bytes, bool host, unsigned long long *addr)
 {
@@ -167,15 +228,19 @@ dm_alloc(int device, size_t bytes, bool host, unsigned long long *addr)
     a->size = bytes;
     a->device = device;
     a->host = host;
+    a->id = ++dm.ids;
     if (host) {
         a->addr = (unsigned long long)(uintptr_t)(a->storage + DM_GUARD);
         dm.host_allocs++;
     }
     else {
-        a->addr = DM_DEVICE_BASE + (unsigned long long)device * DM_DEVICE_SPAN
-                  + dm.next[device];
-        dm.next[device] += (bytes + DM_ALIGN - 1) / DM_ALIGN * DM_ALIGN
-                           + DM_GAP;
+        a->addr = device_range(device, bytes);
+        if (a->addr == 0) {
+            pthread_mutex_unlock(&dm.mu);
+            free(a->storage);
+            free(a);
+            return DM_OUT_OF_MEMORY;
+        }
         dm.used[device] += bytes;
         dm.allocs++;
     }
@@ -267,14 +332,17 @@ dm_host_side(const void *p, size_t bytes)
 dm_side
 dm_classify(const void *p, size_t bytes)
 {
-    unsigned long long addr = (unsigned long long)(uintptr_t)p;
+    dm_side side = {DM_HOST, (unsigned long long)(uintptr_t)p};
 
-    if (addr >= DM_DEVICE_BASE) {
-        dm_side side = {DM_DEVICE, addr};
-
-        return side;
+    pthread_mutex_lock(&dm.mu);
+    if (device_space(side.addr)) {
+        side.kind = DM_DEVICE;
     }
-    return dm_host_side(p, bytes);
+    else if (find(side.addr, bytes, true) != NULL) {
+        side.kind = DM_PINNED;
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return side;
 }
 
 int
@@ -294,6 +362,28 @@ dm_lookup(unsigned long long addr, int *device)
     }
     pthread_mutex_unlock(&dm.mu);
     return kind;
+}
+
+dm_range
+dm_query(unsigned long long addr)
+{
+    dm_range r = {0, 0, 0, 0, 0};
+    dm_alloc_rec *a;
+
+    pthread_mutex_lock(&dm.mu);
+    a = find(addr, 1, false);
+    if (a == NULL) {
+        a = find(addr, 1, true);
+    }
+    if (a != NULL) {
+        r.kind = a->host ? 2 : 1;
+        r.device = a->device;
+        r.base = a->addr;
+        r.size = a->size;
+        r.id = a->id;
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return r;
 }
 
 enum dm_result

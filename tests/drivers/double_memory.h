@@ -2,8 +2,10 @@
  * double_memory.h - the device memory every driver test double shares.
  *
  * Device memory is host memory behind addresses of its own: each device
- * hands out addresses from its own range (far above user space, so a
- * device address used as a host pointer crashes at once), never reused,
+ * hands out addresses from address space reserved with no access, where
+ * the kernel puts mappings (0x7fxx_xxxx_xxxx on x86-64, as a real
+ * driver's unified addresses: below 2**63, never a host allocation's, and
+ * a device address used as a host pointer crashes at once), never reused,
  * with a gap after every allocation.  An address past the end, into a
  * freed allocation or of another device is therefore told apart from a
  * good one.  Each allocation's storage has DM_GUARD guard bytes before
@@ -82,6 +84,18 @@ dm_side dm_classify(const void *p, size_t bytes);
 /* What addr is: 0 unknown, 1 device memory (*device set), 2 page-locked
  * host memory (*device: the allocating device). */
 int dm_lookup(unsigned long long addr, int *device);
+
+/* The allocation a byte lies in (pointer attributes). */
+typedef struct dm_range {
+    int kind;                /* as dm_lookup: 0 none, 1 device, 2 host */
+    int device;              /* the allocating device */
+    unsigned long long base; /* the allocation's first byte */
+    unsigned long long size; /* its bytes */
+    unsigned long long id;   /* unique in the process, never reused */
+} dm_range;
+/* The allocation holding the byte at addr; kind 0 (the rest zero) when
+ * none does (one past the end is in none). */
+dm_range dm_query(unsigned long long addr);
 
 /* Copy a pageable source now (so the caller may reuse it); DM_OUT_OF_
  * MEMORY when staging fails. */

@@ -1,0 +1,112 @@
+"""The words the sources say about themselves stay true: the Python
+layer's file list, the backends an error names, one version, and a
+.clang-format that keeps the code as it is written."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import pathlib
+import tomllib
+
+import pytest
+
+import accelerator
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CSRC = REPO / "csrc"
+
+
+def header_comment(path: pathlib.Path) -> str:
+    text = path.read_text()
+    match = re.match(r"/\*(.*?)\*/", text, re.DOTALL)
+    assert match, f"{path} starts without a comment"
+    return " ".join(match.group(1).replace("*", " ").split())
+
+
+def test_pyaccel_h_names_every_python_layer_file() -> None:
+    """pyaccel.h's list is the Python layer: every file that includes
+    Python.h through it, and no other."""
+    named = set(re.findall(r"\b(_accelerator\.c|py_\w+\.c)\b",
+                           header_comment(CSRC / "pyaccel.h")))
+    including = {p.name for p in CSRC.glob("*.c")
+                 if re.search(r'^#include "(pyaccel|pybuffer)\.h"',
+                              p.read_text(), re.MULTILINE)}
+    assert including, "no file includes pyaccel.h"
+    assert named == including
+
+
+@pytest.mark.parametrize("path", ["csrc/accel.h", "csrc/_accelerator.c"])
+def test_no_text_lists_the_backends_as_two(path: str) -> None:
+    """A backend's name comes from its descriptor: no comment or docstring
+    says the backends are "cuda, xpu or None"."""
+    text = (REPO / path).read_text()
+    assert not re.search(r"""["']cuda["'],\s*["']xpu["'],?\s+or""", text)
+    assert not re.search(r"""["']cuda["'],\s*["']xpu["']\)""", text)
+
+
+def test_the_version_is_written_once() -> None:
+    """pyproject.toml takes the version from accelerator.__version__, and
+    setuptools reads it from there without importing the extension."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in project["project"]
+    assert "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "accelerator.__version__"}
+    written = [p for p in (REPO / "src" / "accelerator").glob("*.py")
+               if re.search(r"^__version__ = ", p.read_text(), re.MULTILINE)]
+    assert [p.name for p in written] == ["__init__.py"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", accelerator.__version__)
+    result = subprocess.run([sys.executable, "setup.py", "--version"],
+                            cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == accelerator.__version__
+
+
+#: Code in the house style (PEP 7), as clang-format must leave it.
+HOUSE_STYLE = """\
+typedef struct pair {
+    int first;
+    const char *second; /* may be NULL */
+} pair;
+
+static int
+count_pairs(const pair *pairs, size_t n, unsigned long long limit_of_first,
+            int *out)
+{
+    int found = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (pairs[i].second == NULL) {
+            continue;
+        }
+        else if (pairs[i].first > 0
+                 && (unsigned long long)pairs[i].first < limit_of_first) {
+            found++;
+        }
+        switch (pairs[i].first) {
+        case 0:
+            break;
+        default:
+            found += 2;
+            break;
+        }
+    }
+    *out = found;
+    return 0;
+}
+"""
+
+
+def test_clang_format_keeps_the_house_style() -> None:
+    tool = shutil.which("clang-format") or shutil.which("clang-format-15")
+    if tool is None:
+        pytest.skip("clang-format is not installed")
+    result = subprocess.run([tool, "--style=file",
+                             f"--assume-filename={CSRC / 'example.c'}"],
+                            input=HOUSE_STYLE, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == HOUSE_STYLE
