@@ -5,8 +5,9 @@
  * The Python layer is _accelerator.c (the module and its functions) and
  * one file per type or family: py_device.c, py_device_index.c,
  * py_stream.c, py_event.c, py_buffer.c (Buffer), py_hostbuffer.c
- * (HostBuffer), py_dlpack.c (DLPack both ways), py_graph.c and
- * py_memory.c (accelerator.memory's functions).  Only these files include
+ * (HostBuffer), py_dlpack.c (DLPack both ways), py_graph.c,
+ * py_memory.c (accelerator.memory's functions) and py_capability.c
+ * (get_device_capability).  Only these files include
  * Python.h.
  */
 #ifndef PYACCEL_H

@@ -124,15 +124,17 @@ def test_readme_examples_say_why_with_no_device() -> None:
     env = {"ACCELERATOR_CUDA_LIBRARY": str(fake_drivers.CUDA_DOUBLE),
            "FAKE_CUDA_DEVICES": "0",
            "ACCELERATOR_ZE_LIBRARY": "/nonexistent/libze_loader.so.1",
+           "ACCELERATOR_HIP_LIBRARY": "/nonexistent/libamdhip64.so.5",
+           "ACCELERATOR_KFD_TOPOLOGY": "none",
            "ACCELERATOR_OPENCL_LIBRARY": "/nonexistent/libOpenCL.so.1"}
     result = run_example(example, env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "no accelerator:"
     assert [line.split(":")[0] for line in lines[1:]] == [
-        "  cuda", "  xpu", "  opencl"]
+        "  cuda", "  xpu", "  hip", "  opencl"]
     assert "counts none" in lines[1], lines
-    assert "nonexistent" in lines[2] and "nonexistent" in lines[3], lines
+    assert all("nonexistent" in line for line in lines[2:]), lines
     result = run_example(memory, env)
     assert result.returncode == 1
     assert "python -m accelerator` says why" in result.stderr
