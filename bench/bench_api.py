@@ -1155,6 +1155,7 @@ def run_callgrind(env: dict[str, str], tmp: Path, program: Path | None,
 BASELINE = BENCH / "callgrind_baseline.json"
 GATE_SIZES = (200, 1200)
 GATE_TOLERANCE = 0.10  # a row fails when it grows more than this
+GATE_RECOUNTS = 2      # counts again of a run with a row over the line
 
 
 def callgrind_rows(env: dict[str, str], tmp: Path,
@@ -1226,6 +1227,22 @@ def callgrind_baseline(mode: str, args: argparse.Namespace) -> int:
               f"{context['machine']}")
         return 2
     text, failed = compare_to_baseline(base["rows"], rows)
+    # A row that waits for a driver thread (synchronize) counts the spins
+    # of that wait, which the machine's load moves by a few percent: a row
+    # over the line is counted again, up to GATE_RECOUNTS times, keeping
+    # each row's least count.  A real growth is in every count.
+    recounts = 0
+    while failed and recounts < GATE_RECOUNTS:
+        recounts += 1
+        with tempfile.TemporaryDirectory(prefix="bench_api.") as tmpdir:
+            again = callgrind_rows(env, Path(tmpdir), args)
+        if isinstance(again, str):
+            break
+        rows = {k: min(v, again.get(k, v)) for k, v in rows.items()}
+        text, failed = compare_to_baseline(base["rows"], rows)
+    if recounts:
+        text += (f"\n(counted {recounts + 1} times, the least count of each "
+                 "row kept)")
     print(text)
     return 1 if failed else 0
 
