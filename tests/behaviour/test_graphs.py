@@ -264,7 +264,9 @@ def test_entering_a_graph_empties_the_caches(graphs, driver) -> None:
     acc.Stream()                  # dropped: kept for reuse
     gc.collect()
     streams = driver.live("stream")
-    assert acc.memory.memory_reserved() > 0
+    # Cached, unless the allocator does not cache (then freed at once).
+    caching = os.environ.get("ACCELERATOR_ALLOCATOR") != "direct"
+    assert (acc.memory.memory_reserved() > 0) == caching
     g = acc.Graph()
     with stream, g:
         assert acc.memory.memory_reserved() == 0
