@@ -388,14 +388,21 @@ stream_enqueue(struct ihipStream_t *s, ds_op *op)
 
 /* Under g_mu.  *out: a mark (the caller's reference) that completes when
  * the work queued on s so far, with what the null stream's rules add,
- * has run. */
+ * has run.  On a capturing stream (a relaxed capture that
+ * hipDeviceSynchronize lets be): the work queued before the capture. */
 static hipError_t
 stream_fence(struct ihipStream_t *s, ds_mark **out)
 {
-    ds_mark *m = ds_mark_new(2);
-    ds_op *op = ds_op_new(DS_RECORD, 0, m);
+    ds_mark *m;
+    ds_op *op;
     hipError_t rc;
 
+    if (s->capture != hipStreamCaptureStatusNone) {
+        return ds_queue_fence(s->queue, out) ? hipSuccess
+                                             : hipErrorOutOfMemory;
+    }
+    m = ds_mark_new(2);
+    op = ds_op_new(DS_RECORD, 0, m);
     if (m == NULL || op == NULL) {
         free(m);
         free(op);
