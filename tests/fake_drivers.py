@@ -581,19 +581,25 @@ class HipDouble(DriverDouble):
     dlpack_device_type = 10
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
-        "graphs": ("the HIP backend does not capture graphs yet "
-                   "(hipStreamBeginCapture is not wired)"),
-        "foreign_capture": "the HIP backend has no graphs",
     }
     symbol_lists = (("csrc/backends/hip_api.h", "ACC_HIP_FUNCTIONS"),)
     functions = {"stream_create": "hipStreamCreateWithPriority",
                  "event_create": "hipEventCreateWithFlags",
                  "event_record": "hipEventRecord", "query": "hipStreamQuery",
                  "event_synchronize": "hipEventSynchronize",
+                 "graph_launch": "hipGraphLaunch",
+                 "graph_instantiate": "hipGraphInstantiate",
+                 "graph_capture_begin": "hipStreamBeginCapture",
+                 "graph_capture_end": "hipStreamEndCapture",
+                 "graph_destroy": "hipGraphExecDestroy",
                  "mem_alloc": "hipMalloc", "mem_free": "hipFree"}
     env_devices = "FAKE_HIP_DEVICES"
     live_kinds = ("stream", "event", "alloc", "host_alloc", "bad_access",
-                  "guard_damage")
+                  "guard_damage", "graph", "graph_exec")
+    capture_errors = {"refused": "hipErrorStreamCaptureUnsupported",
+                      "invalidated": "hipErrorStreamCaptureInvalidated",
+                      "wrong_thread": "hipErrorStreamCaptureWrongThread",
+                      "unjoined": "hipErrorStreamCaptureUnjoined"}
     fail_env = "FAKE_HIP_FAIL"
     library_env = "ACCELERATOR_HIP_LIBRARY"
     total_mem_env = "FAKE_HIP_TOTAL_MEM"

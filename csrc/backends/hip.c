@@ -20,8 +20,8 @@
  * initialises ROCm, and a process that did so cannot use the GPU in a
  * fork() child, so is_available() must not.
  *
- * Graphs are not offered: the five graph slots stay NULL, and
- * accelerator.Graph is refused with graphs_unsupported's reason.
+ * Graphs come from stream capture (hipStreamBeginCapture, EndCapture,
+ * hipGraphInstantiate, hipGraphLaunch), as the CUDA backend's.
  */
 #define _GNU_SOURCE
 #include "../backend.h"
@@ -765,6 +765,105 @@ hip_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                      err);
 }
 
+/* Graphs ----------------------------------------------------------------- */
+
+/*
+ * Stream capture, as the CUDA backend does it: work queued on a capturing
+ * stream is recorded into a hipGraph_t, instantiated into a
+ * hipGraphExec_t and replayed with one hipGraphLaunch.  The dispatcher
+ * never captures on a null stream, so capturing streams carry their
+ * device and need no hip_enter.
+ */
+
+static acc_status
+hip_graph_capture_begin(acc_stream *s, int mode, acc_error *err)
+{
+    static const hipStreamCaptureMode modes[] = {
+        hipStreamCaptureModeGlobal, hipStreamCaptureModeThreadLocal,
+        hipStreamCaptureModeRelaxed};
+    hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+
+    /* Another library may be capturing on this stream already. */
+    if (HIP(hipStreamIsCapturing, (hip_stream(s), &status)) != ACC_OK) {
+        return ACC_ERR_DRIVER;
+    }
+    if (status != hipStreamCaptureStatusNone) {
+        acc_error_set(err, ACC_ERR_STATE, "the stream is already being "
+                      "captured (by another graph or library)");
+        return ACC_ERR_STATE;
+    }
+    return HIP(hipStreamBeginCapture, (hip_stream(s), modes[mode]));
+}
+
+static acc_status
+hip_graph_capture_end(acc_stream *s, void **graph, int *capturing,
+                      acc_error *err)
+{
+    hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+    hipGraph_t g = NULL;
+    acc_status st = HIP(hipStreamEndCapture, (hip_stream(s), &g));
+
+    *graph = st == ACC_OK ? g : NULL;
+    *capturing = 0;
+    if (st != ACC_OK
+        && hip.fn.hipStreamIsCapturing(hip_stream(s), &status)
+               == hipSuccess) {
+        /* An invalidated capture is ended; a refused end is not. */
+        *capturing = status != hipStreamCaptureStatusNone;
+    }
+    return st;
+}
+
+static acc_status
+hip_graph_instantiate(int device, void *graph, void **exec, acc_error *err)
+{
+    hipGraphExec_t e = NULL;
+    int previous;
+    acc_status st = hip_enter(device, &previous, err);
+
+    /* ROCm 5.2's signature; the error node and the log are optional. */
+    if (st == ACC_OK) {
+        st = HIP(hipGraphInstantiate, (&e, (hipGraph_t)graph, NULL, NULL,
+                                       0));
+    }
+    st = hip_leave(previous, st, err);
+    if (st != ACC_OK && e != NULL) {
+        (void)hip.fn.hipGraphExecDestroy(e);
+        e = NULL;
+    }
+    *exec = e;
+    return st;
+}
+
+static acc_status
+hip_graph_launch(void *exec, acc_stream *s, acc_error *err)
+{
+    int previous;
+    acc_status st = hip_enter_stream(s, &previous, err);
+
+    if (st == ACC_OK) {
+        st = HIP(hipGraphLaunch, ((hipGraphExec_t)exec, hip_stream(s)));
+    }
+    return hip_leave(previous, st, err);
+}
+
+static void
+hip_graph_destroy(int device, void *graph, void *exec)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+
+    (void)device;
+    if (exec != NULL
+        && HIP(hipGraphExecDestroy, ((hipGraphExec_t)exec)) != ACC_OK) {
+        acc_trace("hip: %s", err->message);
+    }
+    if (graph != NULL && HIP(hipGraphDestroy, ((hipGraph_t)graph))
+                             != ACC_OK) {
+        acc_trace("hip: %s", err->message);
+    }
+}
+
 const acc_backend acc_hip_backend = {
     .name = "hip",
     .device_type = "hip",
@@ -774,9 +873,6 @@ const acc_backend acc_hip_backend = {
     .caps = ACC_CAP_NULL_STREAM_HANDLE,
     /* As torch built for ROCm: torch.device("cuda", i) is HIP device i. */
     .device_type_alias = "cuda",
-    .graphs_unsupported =
-        "the HIP backend does not capture graphs yet (hipStreamBeginCapture "
-        "is not wired)",
     .probe = hip_probe,
     .initialize = hip_initialize,
     .select_devices = hip_select_devices,
@@ -804,4 +900,9 @@ const acc_backend acc_hip_backend = {
     .mem_copy = hip_mem_copy,
     .mem_fill = hip_mem_fill,
     .pointer_info = hip_pointer_info,
+    .graph_capture_begin = hip_graph_capture_begin,
+    .graph_capture_end = hip_graph_capture_end,
+    .graph_instantiate = hip_graph_instantiate,
+    .graph_launch = hip_graph_launch,
+    .graph_destroy = hip_graph_destroy,
 };

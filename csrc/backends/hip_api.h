@@ -36,6 +36,8 @@
     X(hipErrorNotSupported, 801)                     \
     X(hipErrorStreamCaptureUnsupported, 900)         \
     X(hipErrorStreamCaptureInvalidated, 901)         \
+    X(hipErrorStreamCaptureUnmatched, 903)           \
+    X(hipErrorStreamCaptureUnjoined, 904)            \
     X(hipErrorStreamCaptureWrongThread, 908)         \
     X(hipErrorUnknown, 999)
 
@@ -75,6 +77,16 @@
     X(hipMemcpyDeviceToDevice, 3)                    \
     X(hipMemcpyDefault, 4)
 
+/* hipStreamCaptureMode and hipStreamCaptureStatus (stream capture). */
+#define ACC_HIP_CAPTURE_MODES(X)                     \
+    X(hipStreamCaptureModeGlobal, 0)                 \
+    X(hipStreamCaptureModeThreadLocal, 1)            \
+    X(hipStreamCaptureModeRelaxed, 2)
+#define ACC_HIP_CAPTURE_STATUSES(X)                  \
+    X(hipStreamCaptureStatusNone, 0)                 \
+    X(hipStreamCaptureStatusActive, 1)               \
+    X(hipStreamCaptureStatusInvalidated, 2)
+
 #ifndef ACC_HIP_API_CHECK
 
 #define ACC_HIP_ENUM_ENTRY(name, value) name = value,
@@ -90,6 +102,12 @@ enum hipMemoryType {
 typedef enum hipMemcpyKind {
     ACC_HIP_MEMCPY_KINDS(ACC_HIP_ENUM_ENTRY)
 } hipMemcpyKind;
+typedef enum hipStreamCaptureMode {
+    ACC_HIP_CAPTURE_MODES(ACC_HIP_ENUM_ENTRY)
+} hipStreamCaptureMode;
+typedef enum hipStreamCaptureStatus {
+    ACC_HIP_CAPTURE_STATUSES(ACC_HIP_ENUM_ENTRY)
+} hipStreamCaptureStatus;
 enum {
     ACC_HIP_FLAGS(ACC_HIP_ENUM_ENTRY)
 };
@@ -99,6 +117,9 @@ typedef int hipDevice_t;
 typedef void *hipDeviceptr_t;
 typedef struct ihipStream_t *hipStream_t;
 typedef struct ihipEvent_t *hipEvent_t;
+typedef struct ihipGraph *hipGraph_t;
+typedef struct hipGraphNode *hipGraphNode_t;
+typedef struct hipGraphExec *hipGraphExec_t;
 typedef struct hipUUID_t {
     char bytes[16];
 } hipUUID;
@@ -167,7 +188,20 @@ typedef struct hipPointerAttribute_t {
       (hipDeviceptr_t dest, unsigned char value, size_t count,           \
        hipStream_t stream))                                              \
     X(hipPointerGetAttributes, hipError_t,                               \
-      (hipPointerAttribute_t *attributes, const void *ptr))
+      (hipPointerAttribute_t *attributes, const void *ptr))              \
+    X(hipStreamIsCapturing, hipError_t,                                  \
+      (hipStream_t stream, hipStreamCaptureStatus *pCaptureStatus))      \
+    X(hipStreamBeginCapture, hipError_t,                                 \
+      (hipStream_t stream, hipStreamCaptureMode mode))                   \
+    X(hipStreamEndCapture, hipError_t,                                   \
+      (hipStream_t stream, hipGraph_t *pGraph))                          \
+    X(hipGraphInstantiate, hipError_t,                                   \
+      (hipGraphExec_t *pGraphExec, hipGraph_t graph,                     \
+       hipGraphNode_t *pErrorNode, char *pLogBuffer, size_t bufferSize)) \
+    X(hipGraphLaunch, hipError_t,                                        \
+      (hipGraphExec_t graphExec, hipStream_t stream))                    \
+    X(hipGraphExecDestroy, hipError_t, (hipGraphExec_t graphExec))       \
+    X(hipGraphDestroy, hipError_t, (hipGraph_t graph))
 
 /* Function pointer types: acc_pfn_<name>. */
 #define ACC_HIP_PFN_TYPEDEF(name, ret, params) \

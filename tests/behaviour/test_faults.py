@@ -816,6 +816,14 @@ HIP_SITES = [
     Site("hipMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
     Site("hipMemsetD8Async", RAISE, "fill()"),
     Site("hipPointerGetAttributes", RAISE, "from_dlpack(capsule)"),
+    Site("hipStreamIsCapturing", RAISE, "Graph.capture_begin()"),
+    Site("hipStreamBeginCapture", RAISE, "Graph.capture_begin()"),
+    Site("hipStreamEndCapture", RAISE, "Graph.capture_end()"),
+    Site("hipGraphInstantiate", RAISE, "Graph.instantiate()"),
+    Site("hipGraphLaunch", RAISE, "Graph.replay()"),
+    Site("hipGraphExecDestroy", SILENT, "drop a graph",
+         refused=(("graph_exec", 1),)),
+    Site("hipGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
 ]
 
 SITES = {"cuda": CUDA_SITES, "xpu": XPU_SITES, "hip": HIP_SITES,

@@ -17,6 +17,8 @@ ACC_HIP_ATTRIBUTES(CHECK_VALUE)
 ACC_HIP_FLAGS(CHECK_VALUE)
 ACC_HIP_MEMORY_TYPES(CHECK_VALUE)
 ACC_HIP_MEMCPY_KINDS(CHECK_VALUE)
+ACC_HIP_CAPTURE_MODES(CHECK_VALUE)
+ACC_HIP_CAPTURE_STATUSES(CHECK_VALUE)
 
 #define CHECK_FUNCTION(name, ret, params)                                   \
     _Static_assert(__builtin_types_compatible_p(acc_pfn_##name,             \
@@ -41,5 +43,8 @@ _Static_assert(sizeof(hipPointerAttribute_t) == 32
                    && offsetof(hipPointerAttribute_t, allocationFlags) == 28,
                "hipPointerAttribute_t layout");
 _Static_assert(sizeof(enum hipMemoryType) == sizeof(int), "hipMemoryType");
+_Static_assert(sizeof(hipStreamCaptureMode) == sizeof(int)
+                   && sizeof(hipStreamCaptureStatus) == sizeof(int),
+               "capture enums");
 
 int acc_hip_api_check_unit;

@@ -152,6 +152,72 @@ ds_op_free(ds_op *op)
     free(op);
 }
 
+void
+ds_op_list_free(ds_op *list)
+{
+    while (list != NULL) {
+        ds_op *next = list->next;
+
+        ds_op_free(list);
+        list = next;
+    }
+}
+
+ds_op *
+ds_op_list_copy(const ds_op *list, bool *ok)
+{
+    ds_op *head = NULL, **tail = &head;
+
+    *ok = true;
+    for (; list != NULL; list = list->next) {
+        ds_op *op = ds_op_new(list->kind, list->ms, NULL);
+
+        if (op == NULL) {
+            ds_op_list_free(head);
+            *ok = false;
+            return NULL;
+        }
+        op->gate = list->gate;
+        op->mem = list->mem;
+        op->mem.staging = NULL;
+        *tail = op;
+        tail = &op->next;
+    }
+    return head;
+}
+
+bool
+ds_op_list_frame(ds_op **ops, ds_mark **last)
+{
+    ds_mark *m = ds_mark_new(2);
+    ds_op *record = m != NULL ? ds_op_new(DS_RECORD, 0, m) : NULL;
+    ds_op *wait = NULL, **tail = ops;
+
+    if (record == NULL) {
+        free(m);
+        return false;
+    }
+    if (*last != NULL && !ds_mark_done(*last)) {
+        wait = ds_op_new(DS_WAIT, 0, *last);
+        if (wait == NULL) {
+            ds_op_free(record); /* and the record's reference */
+            ds_mark_unref(m);
+            return false;
+        }
+        atomic_fetch_add(&(*last)->refs, 1);
+        wait->next = *ops;
+        *ops = wait;
+    }
+    while (*tail != NULL) {
+        tail = &(*tail)->next;
+    }
+    *tail = record;
+    record->next = NULL;
+    ds_mark_unref(*last);
+    *last = m;
+    return true;
+}
+
 static void
 op_run(ds_op *op)
 {

@@ -11,8 +11,8 @@
  *
  * The double keeps its own registry of streams and their meaning (devices,
  * default-stream rules); this file only runs the work.  The HIP double
- * runs on it; the CUDA double has its own copy of the same engine (it
- * predates this file, and adds stream capture to it).
+ * runs on it (stream capture too: the graph helpers below); the CUDA
+ * double has its own copy of the same engine (it predates this file).
  */
 #ifndef DOUBLE_STREAM_H
 #define DOUBLE_STREAM_H
@@ -57,6 +57,16 @@ void ds_mark_wait_spinning(ds_mark *m);
  * NULL when out of memory. */
 ds_op *ds_op_new(enum ds_op_kind kind, double ms, ds_mark *mark);
 void ds_op_free(ds_op *op);
+
+/* Lists of ops linked by next (a captured graph's work). */
+void ds_op_list_free(ds_op *list);
+/* A copy of list to run again (marks and staging are not copied: a
+ * captured copy has none); NULL and *ok false when out of memory. */
+ds_op *ds_op_list_copy(const ds_op *list, bool *ok);
+/* Frame one launch of a graph's ops (*ops, a copy): first wait for the
+ * previous launch's end (*last), last complete a new end mark, which
+ * replaces *last; false when out of memory (*ops unchanged). */
+bool ds_op_list_frame(ds_op **ops, ds_mark **last);
 
 /* A queue with its worker running; NULL when out of memory or threads. */
 ds_queue *ds_queue_new(void);
