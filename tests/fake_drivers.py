@@ -96,7 +96,8 @@ class DriverDouble:
     #: makes the record), "query" (what Stream.query() and Event.query()
     #: call), "event_synchronize" (what Event.synchronize() blocks in),
     #: "graph_launch" and "graph_instantiate" (Graph.replay() and
-    #: instantiating, where the backend has graphs)
+    #: instantiating, where the backend has graphs), "mem_alloc",
+    #: "mem_free" and "mem_fill" (Buffer.fill())
     functions: dict[str, str] = {}
     #: how the conftest makes the backend use this double
     env_devices = ""
@@ -270,7 +271,8 @@ class CudaDouble(DriverDouble):
                  "event_synchronize": "cuEventSynchronize",
                  "graph_launch": "cuGraphLaunch",
                  "graph_instantiate": "cuGraphInstantiateWithFlags",
-                 "mem_alloc": "cuMemAlloc", "mem_free": "cuMemFree"}
+                 "mem_alloc": "cuMemAlloc", "mem_free": "cuMemFree",
+                 "mem_fill": "cuMemsetD8Async"}
     env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",
@@ -391,7 +393,8 @@ class ZeDouble(DriverDouble):
                  "event_synchronize": "zeEventHostSynchronize",
                  "graph_launch": "zeCommandQueueExecuteCommandLists",
                  "graph_instantiate": "zeCommandQueueCreate",
-                 "mem_alloc": "zeMemAllocDevice", "mem_free": "zeMemFree"}
+                 "mem_alloc": "zeMemAllocDevice", "mem_free": "zeMemFree",
+                 "mem_fill": "zeCommandListAppendMemoryFill"}
     #: after the previous replay: reset the list's end event, signal its
     #: start event, execute, and wait for its end (barriers on the stream)
     replay_calls = 5
@@ -505,7 +508,8 @@ class OpenCLDouble(DriverDouble):
                  "event_record": "clEnqueueMarkerWithWaitList",
                  "query": "clGetEventInfo",
                  "event_synchronize": "clWaitForEvents",
-                 "mem_alloc": "clSVMAlloc", "mem_free": "clSVMFree"}
+                 "mem_alloc": "clSVMAlloc", "mem_free": "clSVMFree",
+                 "mem_fill": "clEnqueueSVMMemFill"}
     env_devices = "POCL_DEVICES"
     kinds = {"stream": "queue"}
     live_kinds = ("queue", "event", "context", "alloc", "host_alloc",
