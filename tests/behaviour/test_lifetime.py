@@ -35,7 +35,10 @@ SIZE = 64 * 1024
 
 
 @pytest.fixture(autouse=True)
-def clean_cache(driver: fake_drivers.DriverDouble) -> Iterator[None]:
+def clean_cache(driver: fake_drivers.DriverDouble,
+                memory_checks: None) -> Iterator[None]:  # noqa: F811
+    """Opens what a failing test left gated before memory_checks (set up
+    first, so torn down after this) synchronizes."""
     acc.synchronize()
     acc.empty_cache()
     yield
