@@ -162,9 +162,10 @@ def test_view_close_with_a_stream_records_it(
     b.close()
     assert held() == SIZE
     gate.open()
-    side.synchronize()
-    acc.Buffer(1).close()
+    acc.synchronize()         # the side stream, and the buffer's own
+    probe = acc.Buffer(1)     # an allocation settles the deferred frees
     assert held() == 0
+    probe.close()
 
 
 # 4: deferred frees of page-locked memory ------------------------------------
