@@ -338,3 +338,27 @@ def test_close_during_buffer_export_defers_and_refuses_it(
     assert len(out) == 1 and isinstance(out[0], ValueError), out
     assert "closed Buffer" in str(out[0])
 
+
+
+# 9: the consumer's stream of __dlpack__ is checked before any driver call --
+
+
+def test_dlpack_refuses_a_bogus_consumer_stream(
+        driver: fake_drivers.DriverDouble) -> None:
+    """Where 1 is no stream of the protocol (not CUDA), it and any int
+    that is no stream of the device are refused, as from_handle does."""
+    if driver.has("cuda_stream_protocol"):
+        pytest.skip("CUDA: 1 and 2 are the default streams, any other int "
+                    "a CUstream the consumer vouches for")
+    b = acc.Buffer(64)
+    bogus = np.zeros(8, dtype=np.uint64)  # mapped, but no stream
+    for value in (1, 3, bogus.ctypes.data):
+        with pytest.raises(ValueError, match="not the handle of a live "
+                                             "stream"):
+            b.__dlpack__(stream=value)
+        with pytest.raises(ValueError, match="not the handle of a live "
+                                             "stream"):
+            acc.Stream.from_handle(value)
+    consumer = acc.Stream()
+    b.__dlpack__(stream=consumer.handle)  # a real one is taken
+    b.close()
