@@ -939,8 +939,10 @@ PyDoc_STRVAR(record_stream_doc,
 PyDoc_STRVAR(close_doc,
 "close($self, /, stream=None)\n--\n\n"
 "Free the memory once the work queued on the buffer's streams (and on\n"
-"stream, if given) has completed; never waits for the device.  Later use\n"
-"raises ValueError.  Closing a view closes only the view.");
+"stream, if given) has completed; never waits for the device.  A call\n"
+"using the memory on another thread defers the release until it ends.\n"
+"Later use raises ValueError.  Closing a view closes only the view\n"
+"(stream is recorded on the memory it shares).");
 PyDoc_STRVAR(enter_doc,
 "__enter__($self, /)\n--\n\nReturn the buffer itself, for `with`.");
 PyDoc_STRVAR(exit_doc,

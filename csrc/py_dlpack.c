@@ -464,8 +464,9 @@ acc_buffer_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
 
 const char acc_dlpack_device_doc[] =
 "__dlpack_device__($self, /)\n--\n\n"
-"(device type, device index) in DLPack's codes: kDLCUDA (2) on CUDA,\n"
-"kDLOneAPI (14) on Level Zero.";
+"(device type, device id) in DLPack's codes: kDLCUDA (2) on CUDA,\n"
+"kDLOneAPI (14) on Level Zero, kDLOpenCL (4) on OpenCL; the id is the\n"
+"driver's ordinal (ACCELERATOR_VISIBLE_DEVICES does not renumber it).";
 
 PyObject *
 acc_buffer_dlpack_device(PyObject *obj, PyObject *unused)
