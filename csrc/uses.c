@@ -108,17 +108,44 @@ acc_uses_pending(acc_uses *u)
 acc_status
 acc_uses_synchronize(acc_uses *u, acc_error *err)
 {
+    acc_event *events;
     acc_status st = ACC_OK;
+    int n, i;
 
-    pthread_mutex_lock(&u->lock);
-    prune(u);
-    for (int i = 0; i < u->n && st == ACC_OK; i++) {
-        st = acc_event_synchronize(&u->v[i].event, err);
+    /* Waited for outside the lock (others keep recording meanwhile):
+     * the events leave the books, and those not waited for return. */
+    n = acc_uses_take(u, &events);
+    for (i = 0; i < n && st == ACC_OK; i++) {
+        st = acc_event_synchronize(&events[i], err);
+        if (st == ACC_OK) {
+            acc_event_release(&events[i]);
+        }
     }
-    if (st == ACC_OK) {
-        prune(u);
+    if (st != ACC_OK) {
+        i--;                     /* the one that failed goes back too */
+        pthread_mutex_lock(&u->lock);
+        for (; i < n; i++) {
+            if (u->n == u->cap) {
+                int cap = u->cap ? 2 * u->cap : 2;
+                acc_use *more = realloc(u->v, (size_t)cap * sizeof(*more));
+
+                if (more == NULL) {
+                    break;
+                }
+                u->v = more;
+                u->cap = cap;
+            }
+            u->v[u->n].device = events[i].device;
+            u->v[u->n].handle = UINTPTR_MAX;  /* no stream has it */
+            u->v[u->n].event = events[i];
+            u->n++;
+        }
+        for (; i < n; i++) {
+            acc_event_release(&events[i]);  /* no room: cannot keep */
+        }
+        pthread_mutex_unlock(&u->lock);
     }
-    pthread_mutex_unlock(&u->lock);
+    free(events);
     return st;
 }
 

@@ -362,3 +362,27 @@ def test_dlpack_refuses_a_bogus_consumer_stream(
     consumer = acc.Stream()
     b.__dlpack__(stream=consumer.handle)  # a real one is taken
     b.close()
+
+
+def test_a_wait_for_the_uses_does_not_block_new_uses(
+        driver: fake_drivers.DriverDouble) -> None:
+    """numpy.from_dlpack(h) waits for h's copies without holding up a copy
+    that another thread queues with h meanwhile."""
+    side, other = acc.Stream(), acc.Stream()
+    b = acc.Buffer(4096)
+    b.fill(9)
+    h = acc.HostBuffer(4096)
+    gate = driver.gate(side)
+    b.copy_to(h, stream=side)
+    waiting, out = in_thread(lambda: np.from_dlpack(h))
+    time.sleep(0.1)           # the export waits for the gated copy
+    copying, copied = in_thread(lambda: b.copy_to(h, stream=other))
+    copying.join(timeout=5)
+    finished = not copying.is_alive()
+    gate.open()
+    waiting.join()
+    copying.join()
+    assert finished, "the copy waited for another thread's wait"
+    assert copied == [None] and len(out) == 1
+    other.synchronize()
+    assert bytes(memoryview(h)[:4]) == b"\t\t\t\t"
