@@ -9,7 +9,7 @@
  * foreign memory (from_dlpack: it keeps the producer alive; a wrapper of
  * this module's own Buffer has that Buffer as its root).  The lifetime
  * model (docs/memory.rst): a call that uses the memory without the GIL
- * holds it open on the root (buffer_enter/leave), and records its stream
+ * holds it open on the root (acc_buffer_enter/leave), and records its stream
  * in the books of the memory (the block's, or a foreign wrapper's own)
  * before it lets go, so a close() meanwhile, on any thread, defers the
  * release until then and never frees memory that queued work uses.
@@ -46,7 +46,6 @@ acc_buffer_root(BufferObject *self)
     return self->root != NULL ? self->root : self;
 }
 
-#define buffer_root acc_buffer_root
 
 int
 acc_buffer_check(acc_state *st, PyObject *obj)
@@ -516,8 +515,6 @@ acc_buffer_leave(BufferObject *root)
     Py_DECREF((PyObject *)root);
 }
 
-#define buffer_enter acc_buffer_enter
-#define buffer_leave acc_buffer_leave
 
 static int
 check_size(size_t have, size_t other, const char *what, const char *side)
@@ -542,9 +539,9 @@ run_copy(acc_state *st, acc_stream *s, const acc_copy *c, BufferObject *a,
     acc_error err;
     acc_status status;
 
-    buffer_enter(a);
+    acc_buffer_enter(a);
     if (b != NULL) {
-        buffer_enter(b);
+        acc_buffer_enter(b);
     }
     Py_BEGIN_ALLOW_THREADS
     status = acc_memcpy(s, c, &err);
@@ -559,9 +556,9 @@ run_copy(acc_state *st, acc_stream *s, const acc_copy *c, BufferObject *a,
     }
     Py_END_ALLOW_THREADS
     if (b != NULL) {
-        buffer_leave(b);
+        acc_buffer_leave(b);
     }
-    buffer_leave(a);
+    acc_buffer_leave(a);
     if (status != ACC_OK) {
         acc_raise(st, &err);
         return -1;
@@ -584,7 +581,7 @@ copy_buffers(acc_state *st, BufferObject *self, BufferObject *other,
 
     if (acc_buffer_check_open(other, what) < 0
         || check_size(self->nbytes, other->nbytes, what, "other Buffer") < 0
-        || run_copy(st, s, &c, buffer_root(self), buffer_root(other),
+        || run_copy(st, s, &c, acc_buffer_root(self), acc_buffer_root(other),
                     NULL) < 0) {
         return -1;
     }
@@ -611,7 +608,7 @@ copy_host_buffer(acc_state *st, BufferObject *self, HostBufferObject *host,
         return -1;
     }
     acc_host_enter(host);
-    rc = run_copy(st, s, &c, buffer_root(self), NULL, host);
+    rc = run_copy(st, s, &c, acc_buffer_root(self), NULL, host);
     acc_host_leave(host);
     return rc;
 }
@@ -671,7 +668,7 @@ copy_object(acc_state *st, BufferObject *self, PyObject *obj, int to_self,
         .src_device = to_self ? -1 : self->device,
         .nbytes = self->nbytes,
     };
-    rc = run_copy(st, s, &c, buffer_root(self), NULL, NULL);
+    rc = run_copy(st, s, &c, acc_buffer_root(self), NULL, NULL);
     PyBuffer_Release(&view);
     return rc;
 }
@@ -731,7 +728,7 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
     static const char *const keywords[] = {"value", "stream", NULL};
     acc_state *st = buffer_state((PyObject *)self);
     PyObject *value_arg, *stream_arg = Py_None;
-    BufferObject *root = buffer_root(self);
+    BufferObject *root = acc_buffer_root(self);
     long long value;
     int overflow;
     acc_stream *s;
@@ -768,14 +765,14 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
                      "buffer's)", s->device, self->device);
         return NULL;
     }
-    buffer_enter(root);
+    acc_buffer_enter(root);
     Py_BEGIN_ALLOW_THREADS
     status = acc_memset(s, self->ptr, value, self->nbytes, &err);
     if (status == ACC_OK && self->nbytes > 0) {
         status = acc_buffer_record(root, s, &err);
     }
     Py_END_ALLOW_THREADS
-    buffer_leave(root);
+    acc_buffer_leave(root);
     if (status != ACC_OK) {
         return acc_raise(st, &err);
     }
@@ -798,7 +795,7 @@ buffer_record_stream(BufferObject *self, PyObject *stream)
         return NULL;
     }
     s = acc_stream_of(stream);
-    if (buffer_note_stream(st, buffer_root(self), s) < 0) {
+    if (buffer_note_stream(st, acc_buffer_root(self), s) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -828,8 +825,8 @@ buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
         }
         /* Freed after the work queued on stream too: recorded in the
          * books of the memory, which a view or wrapper shares. */
-        if (!self->closed && !buffer_root(self)->closed
-            && buffer_note_stream(st, buffer_root(self),
+        if (!self->closed && !acc_buffer_root(self)->closed
+            && buffer_note_stream(st, acc_buffer_root(self),
                                   acc_stream_of(stream_arg)) < 0) {
             return NULL;
         }
@@ -879,7 +876,7 @@ buffer_subscript(BufferObject *self, PyObject *key)
 {
     acc_state *st = buffer_state((PyObject *)self);
     Py_ssize_t start, stop, step, length;
-    BufferObject *root = buffer_root(self);
+    BufferObject *root = acc_buffer_root(self);
 
     if (!PySlice_Check(key)) {
         PyErr_Format(PyExc_TypeError, "Buffer indices must be slices "

@@ -2,7 +2,7 @@
  * uses.c - the books of one allocation: which streams queued work on
  * it, each as an event keyed by (device, stream handle).  (The operations
  * in flight are counted on the Python object that owns the memory, under
- * the GIL: py_buffer.c's buffer_enter and buffer_leave.)
+ * the GIL: py_buffer.c's acc_buffer_enter and acc_buffer_leave.)
  *
  * Every memory object keeps its books here (allocator.c's blocks,
  * memory.c's page-locked blocks, py_buffer.c's wrappers of foreign
