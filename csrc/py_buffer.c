@@ -66,9 +66,15 @@ static void
 foreign_release(int device, uintptr_t keep)
 {
     PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *traceback;
 
     (void)device;
+    /* This may run inside any call that allocates or frees, even one
+     * that has an exception set already: the producer's deleter (Python
+     * code, maybe) must not clear it. */
+    PyErr_Fetch(&type, &value, &traceback);
     Py_DECREF((PyObject *)keep);
+    PyErr_Restore(type, value, traceback);
     PyGILState_Release(gil);
 }
 

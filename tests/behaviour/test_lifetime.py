@@ -326,8 +326,18 @@ def test_close_during_host_export_defers_and_refuses_it(
 
 def test_close_during_buffer_export_defers_and_refuses_it(
         driver: fake_drivers.DriverDouble) -> None:
-    consumer = acc.Stream()
+    """Also with a foreign producer's release due, whose deleter (Python
+    code) then runs inside the refused call: the ValueError survives."""
+    consumer, side = acc.Stream(), acc.Stream()
     b = acc.Buffer(SIZE)
+    under = acc.Buffer(SIZE)
+    made = Made(under.ptr, [SIZE], device=(driver.dlpack_device_type, 0))
+    gate = driver.gate(side)
+    wrapped = acc.from_dlpack(made.capsule)
+    wrapped.fill(1, stream=side)
+    wrapped.close()           # its release waits for the fill
+    gate.open()
+    side.synchronize()        # due, settled at the next free
     driver.delay(driver.functions["event_record"], 300)
     thread, out = in_thread(lambda: b.__dlpack__(stream=consumer.handle))
     time.sleep(0.1)           # ordering the streams, without the GIL
@@ -337,6 +347,7 @@ def test_close_during_buffer_export_defers_and_refuses_it(
     assert b.closed
     assert len(out) == 1 and isinstance(out[0], ValueError), out
     assert "closed Buffer" in str(out[0])
+    assert made.deleted == 1
 
 
 
