@@ -1092,6 +1092,11 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if (nbytes == 0) {
+        /* Every allocation settles the frees, an empty one too. */
+        if (atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
+            process_pending(d);
+        }
+        (void)acc_deferred_poll(0);
         return empty_block(device, out, err);
     }
     if (nbytes > SIZE_MAX - ROUND_LARGE) {
@@ -1201,6 +1206,7 @@ acc_free(acc_block *b)
 
     if (stream == NULL) {
         free(b);          /* an empty block */
+        (void)acc_deferred_poll(0);
         return;
     }
     if (A.forked) {

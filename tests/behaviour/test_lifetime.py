@@ -25,7 +25,8 @@ import pytest
 import accelerator as acc
 import fake_drivers
 from test_dlpack import Made
-from test_memory import _memory_supported, memory_checks  # noqa: F401
+from test_memory import (_memory_supported, memory_checks,  # noqa: F401
+                         poll_freed_memory)
 
 pytestmark = pytest.mark.skipif(
     not _memory_supported(), reason="the backend has no device memory slots")
@@ -140,11 +141,11 @@ def test_wrapper_of_foreign_memory_keeps_it_until_its_work_is_done(
     wrapped.close()
     del wrapped
     gc.collect()
-    acc.Buffer(1).close()    # frees are settled here: not this one yet
+    poll_freed_memory()      # frees are settled here: not this one yet
     assert made.deleted == 0  # the producer still owns its memory
     gate.open()
     side.synchronize()
-    acc.Buffer(1).close()
+    poll_freed_memory()
     assert made.deleted == 1
     assert read(under) == b"\x5a" * SIZE
 
@@ -163,9 +164,8 @@ def test_view_close_with_a_stream_records_it(
     assert held() == SIZE
     gate.open()
     acc.synchronize()         # the side stream, and the buffer's own
-    probe = acc.Buffer(1)     # an allocation settles the deferred frees
+    poll_freed_memory()
     assert held() == 0
-    probe.close()
 
 
 # 4: deferred frees of page-locked memory ------------------------------------
@@ -266,11 +266,11 @@ def test_direct_free_waits_for_foreign_work_on_its_stream(
     before = driver.live("alloc")
     gate = driver.gate(s)     # queued through the handle, by others
     b.close()
-    acc.Buffer(1).close()
+    poll_freed_memory()
     assert driver.live("alloc") == before  # not freed under that work
     gate.open()
     s.synchronize()
-    acc.Buffer(1).close()
+    poll_freed_memory()
     assert driver.live("alloc") == before - 1
 
 

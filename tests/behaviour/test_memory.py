@@ -32,8 +32,10 @@ pytestmark = pytest.mark.skipif(
 
 def poll_freed_memory() -> None:
     """Let the allocator settle what freed memory waits for, without
-    waiting itself (empty_cache would: it synchronizes, as torch's)."""
-    acc.Buffer(1).close()
+    waiting itself (empty_cache would: it synchronizes, as torch's).  An
+    empty Buffer: every allocation settles the frees, and this one leaves
+    no memory of its own waiting behind an event."""
+    acc.Buffer(0).close()
 
 
 def settle() -> None:
