@@ -180,6 +180,14 @@ enum {
      * an address inside an allocation means nothing, so the allocator
      * cannot carve blocks out of segments and works directly. */
     ACC_CAP_MEMORY_HANDLES = 1u << 2,
+    /* stream_query may not see work that others queued through the
+     * handle (Level Zero before spec 1.6, backend.h): a free in direct
+     * mode waits behind an event even where the query says idle. */
+    ACC_CAP_PARTIAL_QUERY = 1u << 3,
+    /* DLPack's ROCm stream values for __dlpack__(stream=): None and 0
+     * are the default stream, 1 and 2 are no streams, any other int a
+     * stream handle (hipStream_t) the consumer vouches for. */
+    ACC_CAP_ROCM_STREAM_PROTOCOL = 1u << 4,
 };
 /* The report: one record per registered backend.  acc_probe_all() also
  * probes the backends that selection did not need (may block). */
@@ -324,6 +332,37 @@ typedef struct acc_pointer_info {
 } acc_pointer_info;
 
 /*
+ * The books of one allocation (uses.c): the stream uses, one event per
+ * (device, stream handle), dropped once their work has completed.  Views, DLPack wrappers and exports write to the
+ * books of the memory they share.  Uses hold events, never streams.
+ */
+typedef struct acc_use {
+    int device;
+    uintptr_t handle;
+    acc_event event;
+} acc_use;
+
+typedef struct acc_uses {
+    pthread_mutex_t lock;
+    int n, cap;
+    acc_use *v;
+} acc_uses;
+
+void acc_uses_init(acc_uses *u);
+/* Record the work queued on s so far as a use of the memory (never
+ * blocks, unless no event can be recorded: then it waits for s). */
+acc_status acc_uses_record(acc_uses *u, acc_stream *s, acc_error *err);
+/* The uses whose work has not completed yet (completed ones dropped). */
+int acc_uses_pending(acc_uses *u);
+/* Wait for every use (blocking: call without the GIL). */
+acc_status acc_uses_synchronize(acc_uses *u, acc_error *err);
+/* Move the pending events out (the caller releases them); returns how
+ * many. */
+int acc_uses_take(acc_uses *u, acc_event **events);
+/* Release every event; the books are empty again. */
+void acc_uses_clear(acc_uses *u);
+
+/*
  * Device memory blocks (allocator.c).  A block is one allocation handed to
  * a Buffer, ordered on a stream of its device: the caching allocator's, or
  * with ACCELERATOR_ALLOCATOR=direct one driver allocation per block.
@@ -350,6 +389,8 @@ int acc_block_device(const acc_block *b);
  * far (when the block is freed) has completed. */
 acc_status acc_block_record_stream(acc_block *b, acc_stream *s,
                                    acc_error *err);
+/* The block's books (uses.c): in-flight operations and stream uses. */
+acc_uses *acc_block_uses(acc_block *b);
 /* Give the block back.  Never blocks on the device.  The memory is not
  * reused (cached) or returned to the driver (direct) before the work
  * queued on the block's stream, and on every recorded stream, has
@@ -401,27 +442,31 @@ void acc_host_free(acc_host_block *h);
 /* Release the page-locked memory of freed blocks whose work has completed
  * (empty_host_cache); never waits. */
 void acc_host_empty_cache(void);
+/* The books of the page-locked block (uses.c). */
+acc_uses *acc_host_block_uses(acc_host_block *h);
 
 /* What a foreign pointer is (pointer_info slot). */
 acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,
                                acc_error *err);
 
 /*
- * Deferred release (memory.c): call release(device, ptr) once the work
- * queued so far on each of streams[0..n) has completed, without blocking.
- * Released at the latest by acc_deferred_poll(1) (exit, empty_cache after
- * synchronize).  When recording an event fails, the deferral waits for
- * the stream instead (blocking) and err is ignored.
+ * Deferred release (memory.c): call release(device, ptr) once the pending
+ * uses in the books (moved out of them; NULL: none) have completed,
+ * without blocking.  Settled on every allocation and free of device and
+ * page-locked memory; beyond 1024 waiting releases a release waits for
+ * the oldest (call without the GIL).  release may take the GIL itself.
  */
 typedef void (*acc_release_fn)(int device, uintptr_t ptr);
 /* In the child of fork(): the lock of the deferred releases made usable
  * again (dispatch.c's fork handler calls it). */
 void acc_memory_after_fork_child(void);
 void acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
-                       acc_stream *const *streams, int n);
+                       acc_uses *uses);
 /* Release what has become ready; with wait, wait for everything first.
  * Returns the number still pending. */
 int acc_deferred_poll(int wait);
+/* Releases waiting (a lock-free read, for the allocator's fast path). */
+int acc_deferred_count(void);
 
 /* torch's allocator statistics: one Stat per kind and pool. */
 typedef struct acc_stat {

@@ -13,9 +13,10 @@
  *     pool *and allocation stream* (ordered by stream, size, address),
  *     split when the rest is worth keeping, and merged with its free
  *     neighbours when given back;
- *   - a block used on other streams (acc_block_record_stream) is given
- *     back only once events recorded on those streams at free time have
- *     completed; until then it is "active" but not "allocated";
+ *   - a block used on other streams (acc_block_record_stream, keyed by
+ *     device and stream handle in the block's books, uses.c) is given
+ *     back only once the events of those uses have completed; until then
+ *     it is "active" but not "allocated";
  *   - a failed driver allocation (or the per-process cap) releases every
  *     wholly free cached segment and retries once, then reports
  *     out-of-memory with the figures torch gives.
@@ -73,9 +74,8 @@ struct acc_block {
     acc_block *prev, *next;  /* neighbours in the segment */
     acc_block *left, *right; /* free tree (a treap) */
     unsigned priority;
-    acc_stream **uses;       /* streams recorded while allocated */
-    int n_uses, cap_uses;
-    acc_event *events;       /* while pending: one per use */
+    acc_uses uses;           /* the books: uses on other streams */
+    acc_event *events;       /* while pending: the uses' events */
     int n_events;
     acc_block *link;         /* pending list, spare list, local lists */
 };
@@ -237,9 +237,14 @@ block_new(device_state *d)
         d->spare = b->link;
         d->n_spare--;
         memset(b, 0, sizeof(*b));
-        return b;
     }
-    return calloc(1, sizeof(*b));
+    else {
+        b = calloc(1, sizeof(*b));
+    }
+    if (b != NULL) {
+        acc_uses_init(&b->uses);
+    }
+    return b;
 }
 
 /* Keep a record for reuse (under the lock); uses/events already freed. */
@@ -572,7 +577,7 @@ driver_free(int device, uintptr_t ptr)
     return backend()->mem_free(device, ptr, &err);
 }
 
-/* Release what the block holds of streams and events (no lock held). */
+/* Release what the block holds of events (no lock held). */
 static void
 release_uses(acc_block *b)
 {
@@ -582,39 +587,7 @@ release_uses(acc_block *b)
     free(b->events);
     b->events = NULL;
     b->n_events = 0;
-    for (int i = 0; i < b->n_uses; i++) {
-        acc_stream_decref(b->uses[i]);
-    }
-    free(b->uses);
-    b->uses = NULL;
-    b->n_uses = b->cap_uses = 0;
-}
-
-/* Record an event on each stream the block was used on, so that it is
- * not reused before that work completes.  A failed record makes the
- * block wait for the next device synchronization instead. */
-static void
-record_uses(acc_block *b)
-{
-    acc_error err;
-    int n = 0;
-
-    b->events = calloc((size_t)b->n_uses, sizeof(*b->events));
-    if (b->events == NULL) {
-        b->needs_sync = 1;
-        return;
-    }
-    for (int i = 0; i < b->n_uses; i++) {
-        acc_event_init(&b->events[n], 0);
-        if (acc_event_record(&b->events[n], b->uses[i], &err) == ACC_OK) {
-            n++;
-        }
-        else {
-            acc_event_release(&b->events[n]);
-            b->needs_sync = 1;
-        }
-    }
-    b->n_events = n;
+    acc_uses_clear(&b->uses);
 }
 
 /* Nonzero when every event of b has completed (a failing query counts as
@@ -1012,6 +985,7 @@ malloc_direct(int device, size_t nbytes, acc_stream *stream,
     if (atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
         process_pending(d);
     }
+    (void)acc_deferred_poll(0);  /* memory.c's (page-locked memory) */
     st = reserve(device, pool, nbytes, nbytes, &ptr, err);
     if (st != ACC_OK) {
         return st;
@@ -1069,7 +1043,8 @@ acc_malloc_try(int device, size_t nbytes, acc_stream *stream,
     if (!atomic_load_explicit(&A.ready, memory_order_acquire) || A.direct || A.forked || nbytes == 0 || nbytes > SMALL_BUFFER * 8
         || device < 0 || device >= acc_device_count()
         || stream->device != device
-        || atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
+        || atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0
+        || acc_deferred_count() > 0) {
         return ACC_NOT_READY;
     }
     size = round_size(nbytes);
@@ -1110,6 +1085,11 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if (nbytes == 0) {
+        /* Every allocation settles the frees, an empty one too. */
+        if (atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
+            process_pending(d);
+        }
+        (void)acc_deferred_poll(0);
         return empty_block(device, out, err);
     }
     if (nbytes > SIZE_MAX - ROUND_LARGE) {
@@ -1128,13 +1108,13 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     if (atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
         process_pending(d);
     }
+    (void)acc_deferred_poll(0);  /* memory.c's: every allocation settles */
     got = malloc_cached(d, pool, size, nbytes, stream);
     if (got != NULL) {
         *out = got;
         return ACC_OK;
     }
     seg = segment_size(size);
-    (void)acc_deferred_poll(0);  /* memory.c's, as the direct path did */
     st = reserve(device, pool, seg, nbytes, &ptr, err);
     if (st != ACC_OK) {
         return st;
@@ -1161,45 +1141,24 @@ acc_block_device(const acc_block *b)
     return b->device;
 }
 
-/* Remember that b is used on s (once per stream); takes a reference. */
-static int
-add_use(acc_block *b, acc_stream *s)
-{
-    acc_stream **uses;
-    int cap;
-
-    for (int i = 0; i < b->n_uses; i++) {
-        if (b->uses[i] == s) {
-            return 0;
-        }
-    }
-    if (b->n_uses == b->cap_uses) {
-        cap = b->cap_uses ? 2 * b->cap_uses : 2;
-        uses = realloc(b->uses, (size_t)cap * sizeof(*uses));
-        if (uses == NULL) {
-            return -1;
-        }
-        b->uses = uses;
-        b->cap_uses = cap;
-    }
-    acc_stream_incref(s);
-    b->uses[b->n_uses++] = s;
-    return 0;
-}
-
 acc_status
 acc_block_record_stream(acc_block *b, acc_stream *s, acc_error *err)
 {
-    device_state *d = &A.dev[b->device];
-    int rc;
-
-    if (b->stream == NULL || s->handle == b->key) {
-        return ACC_OK;   /* empty, or the allocation stream itself */
+    if (b->stream == NULL) {
+        return ACC_OK;   /* empty */
     }
-    lock(&d->lock);
-    rc = add_use(b, s);
-    unlock(&d->lock);
-    return rc == 0 ? ACC_OK : host_oom(err);
+    if (!A.direct && s->device == b->device && s->handle == b->key) {
+        /* The allocation stream: the cache reuses the block only for
+         * work on that stream, which runs after this use. */
+        return ACC_OK;
+    }
+    return acc_uses_record(&b->uses, s, err);
+}
+
+acc_uses *
+acc_block_uses(acc_block *b)
+{
+    return &b->uses;
 }
 
 /* The block is no longer allocated (under the lock); it stays active
@@ -1219,7 +1178,7 @@ acc_free_try(acc_block *b)
     device_state *d;
     acc_stream *stream = b->stream;
 
-    if (stream == NULL || A.direct || A.forked || b->n_uses > 0) {
+    if (stream == NULL || A.direct || A.forked || b->uses.n > 0) {
         return ACC_NOT_READY;
     }
     d = &A.dev[b->device];
@@ -1240,20 +1199,23 @@ acc_free(acc_block *b)
 
     if (stream == NULL) {
         free(b);          /* an empty block */
+        (void)acc_deferred_poll(0);
         return;
     }
     if (A.forked) {
         return;           /* the parent's memory: leave it alone */
     }
     d = &A.dev[b->device];
-    if (A.direct && acc_stream_query(stream, &err) != ACC_OK
-        && add_use(b, stream) != 0) {
-        /* Work on the allocation stream may still use the memory. */
-        b->needs_sync = 1;
+    if (A.direct
+        && ((acc_backend_caps() & ACC_CAP_PARTIAL_QUERY) != 0
+            || acc_stream_query(stream, &err) != ACC_OK)) {
+        /* The driver gets the memory back: wait for the allocation
+         * stream too, by an event even where the query says it is idle
+         * when the backend's query may not see work others queued
+         * through the handle (backend.h). */
+        (void)acc_uses_record(&b->uses, stream, &err);
     }
-    if (b->n_uses > 0) {
-        record_uses(b);
-    }
+    b->n_events = acc_uses_take(&b->uses, &b->events);
     lock(&d->lock);
     unallocate(d, b);
     if (b->n_events > 0 || b->needs_sync) {
@@ -1270,6 +1232,11 @@ acc_free(acc_block *b)
         direct_release(d, b);
     }
     acc_stream_decref(stream);
+    /* Every free settles the frees whose work has completed. */
+    if (atomic_load_explicit(&d->n_pending, memory_order_relaxed) > 0) {
+        process_pending(d);
+    }
+    (void)acc_deferred_poll(0);
 }
 
 /* Statistics and control ------------------------------------------------- */

@@ -348,10 +348,6 @@ const char *acc_backend_incomplete(const acc_backend *b, char *why,
  * memory.c) that forward to it. */
 const acc_backend *acc_selected_backend(void);
 
-/* Add s to a growable stream list (taking a reference) unless it is
- * there already (memory.c; for allocator.c too). */
-acc_status acc_stream_list_add(acc_stream ***list, int *n, int *cap,
-                               acc_stream *s, acc_error *err);
 
 /* Shared helper for backends: fill err for a failing driver call. */
 void acc_error_driver(acc_error *err, const char *backend, const char *api,

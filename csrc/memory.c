@@ -11,6 +11,7 @@
 #include "backend.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,24 +232,27 @@ acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
 /* Deferred release --------------------------------------------------------- */
 
 /*
- * Each entry waits on one event per stream that was busy when it was
- * deferred.  Entries are polled (one event query each) whenever memory is
- * allocated or deferred, so the list stays as short as the work in
- * flight.
+ * Each entry waits on the events of the uses its memory had when it was
+ * released (uses.c).  Entries are polled (one event query each) on every
+ * allocation and free of device and page-locked memory, so the list stays
+ * as short as the work in flight; beyond DEFERRED_MAX entries a release
+ * waits for the oldest first, so the list never grows without bound.
  */
+#define DEFERRED_MAX 1024
+
 typedef struct deferred {
     struct deferred *next;
     int device;
     uintptr_t ptr;
     acc_release_fn release;
     int nevents;
-    acc_event events[];
+    acc_event *events;
 } deferred;
 
 static struct {
     pthread_mutex_t lock;
     deferred *head;
-    int count;
+    atomic_int count;
 } pending = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -265,59 +269,9 @@ deferred_finish(deferred *d)
     for (int i = 0; i < d->nevents; i++) {
         acc_event_release(&d->events[i]);
     }
+    free(d->events);
     d->release(d->device, d->ptr);
     free(d);
-}
-
-void
-acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
-                  acc_stream *const *streams, int n)
-{
-    acc_error err;
-    deferred *d = calloc(1, sizeof(*d) + (size_t)n * sizeof(acc_event));
-    int busy = 0;
-
-    if (acc_check_usable(&err) == ACC_ERR_FORKED) {
-        /* The parent owns the memory; the child must not call the
-         * driver. */
-        free(d);
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        /* An event even on a stream that query() calls idle: a backend's
-         * query() may not see work others queued through the handle
-         * (backend.h), and that work may use this memory. */
-        if (d != NULL) {
-            acc_event_init(&d->events[busy], 0);
-            if (acc_event_record(&d->events[busy], streams[i], &err)
-                == ACC_OK) {
-                busy++;
-                continue;
-            }
-            acc_event_release(&d->events[busy]);
-        }
-        else {
-            acc_error_set(&err, ACC_ERR_HOST_MEMORY, "out of host memory");
-        }
-        /* No way to wait later: wait now, rather than free too early. */
-        acc_trace("deferring a release: %s; synchronizing instead",
-                  err.message);
-        (void)acc_stream_synchronize(streams[i], &err);
-    }
-    if (busy == 0 || d == NULL) {
-        free(d);
-        release(device, ptr);
-        return;
-    }
-    d->device = device;
-    d->ptr = ptr;
-    d->release = release;
-    d->nevents = busy;
-    pthread_mutex_lock(&pending.lock);
-    d->next = pending.head;
-    pending.head = d;
-    pending.count++;
-    pthread_mutex_unlock(&pending.lock);
 }
 
 /* An entry whose events have all completed (or failed: a failed query
@@ -341,6 +295,87 @@ deferred_ready(deferred *d, int wait)
     return 1;
 }
 
+/* Take the oldest entry off the list (lock held), or NULL. */
+static deferred *
+take_oldest(void)
+{
+    deferred **p = &pending.head, *d;
+
+    if (*p == NULL) {
+        return NULL;
+    }
+    while ((*p)->next != NULL) {
+        p = &(*p)->next;
+    }
+    d = *p;
+    *p = NULL;
+    atomic_fetch_sub(&pending.count, 1);
+    return d;
+}
+
+void
+acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
+                  acc_uses *uses)
+{
+    acc_error err;
+    deferred *d, *oldest;
+    acc_event *events = NULL;
+    int n = 0;
+
+    if (acc_check_usable(&err) == ACC_ERR_FORKED) {
+        /* The parent owns the memory; the child must not call the
+         * driver. */
+        return;
+    }
+    if (uses != NULL) {
+        n = acc_uses_take(uses, &events);
+    }
+    d = n > 0 ? calloc(1, sizeof(*d)) : NULL;
+    if (n > 0 && d == NULL) {
+        /* No way to wait later: wait now, rather than free too early. */
+        acc_trace("deferring a release: out of host memory; waiting");
+        for (int i = 0; i < n; i++) {
+            (void)acc_event_synchronize(&events[i], &err);
+            acc_event_release(&events[i]);
+        }
+        free(events);
+        n = 0;
+    }
+    if (n == 0) {
+        release(device, ptr);
+        (void)acc_deferred_poll(0);
+        return;
+    }
+    d->device = device;
+    d->ptr = ptr;
+    d->release = release;
+    d->nevents = n;
+    d->events = events;
+    pthread_mutex_lock(&pending.lock);
+    d->next = pending.head;
+    pending.head = d;
+    atomic_fetch_add(&pending.count, 1);
+    pthread_mutex_unlock(&pending.lock);
+    (void)acc_deferred_poll(0);
+    /* The bound: wait for the oldest releases beyond it. */
+    while (atomic_load(&pending.count) > DEFERRED_MAX) {
+        pthread_mutex_lock(&pending.lock);
+        oldest = take_oldest();
+        pthread_mutex_unlock(&pending.lock);
+        if (oldest == NULL) {
+            break;
+        }
+        (void)deferred_ready(oldest, 1);
+        deferred_finish(oldest);
+    }
+}
+
+int
+acc_deferred_count(void)
+{
+    return atomic_load_explicit(&pending.count, memory_order_relaxed);
+}
+
 int
 acc_deferred_poll(int wait)
 {
@@ -348,6 +383,9 @@ acc_deferred_poll(int wait)
     acc_error err;
     int left;
 
+    if (atomic_load_explicit(&pending.count, memory_order_relaxed) == 0) {
+        return 0;
+    }
     if (acc_check_usable(&err) != ACC_OK) {
         return 0;
     }
@@ -360,7 +398,7 @@ acc_deferred_poll(int wait)
                 *p = d->next;
                 d->next = ready;
                 ready = d;
-                pending.count--;
+                atomic_fetch_sub(&pending.count, 1);
             }
             else {
                 p = &d->next;
@@ -370,9 +408,9 @@ acc_deferred_poll(int wait)
     else {
         ready = pending.head;
         pending.head = NULL;
-        pending.count = 0;
+        atomic_store(&pending.count, 0);
     }
-    left = pending.count;
+    left = atomic_load(&pending.count);
     pthread_mutex_unlock(&pending.lock);
     while (ready != NULL) {
         d = ready;
@@ -390,8 +428,7 @@ acc_deferred_poll(int wait)
 struct acc_host_block {
     int device;
     void *ptr;
-    int nstreams, cap;
-    acc_stream **streams;    /* streams that queued work using it */
+    acc_uses uses;           /* the books: copies queued with it */
 };
 
 static void
@@ -432,15 +469,19 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
                       nbytes, sizeof(size_t) * 8 - 1);
         return ACC_ERR_OUT_OF_MEMORY;
     }
+    (void)acc_deferred_poll(0);  /* every allocation settles the frees */
     h = calloc(1, sizeof(*h));
     if (h == NULL) {
         acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
         return ACC_ERR_HOST_MEMORY;
     }
+    acc_uses_init(&h->uses);
     h->device = device;
     if (nbytes > 0) {
         st = b->host_alloc(device, nbytes, &h->ptr, err);
         if (st != ACC_OK) {
+            acc_uses_clear(&h->uses);
+            pthread_mutex_destroy(&h->uses.lock);
             free(h);
             if (st == ACC_ERR_OUT_OF_MEMORY) {
                 /* The driver's words lack the size asked. */
@@ -463,47 +504,23 @@ acc_host_block_ptr(const acc_host_block *h)
     return h->ptr;
 }
 
-acc_status
-acc_stream_list_add(acc_stream ***list, int *n, int *cap, acc_stream *s,
-                acc_error *err)
+acc_uses *
+acc_host_block_uses(acc_host_block *h)
 {
-    for (int i = 0; i < *n; i++) {
-        if ((*list)[i] == s) {
-            return ACC_OK;
-        }
-    }
-    if (*n == *cap) {
-        int grown = *cap ? 2 * *cap : 4;
-        acc_stream **more = realloc(*list, (size_t)grown * sizeof(**list));
-
-        if (more == NULL) {
-            acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
-            return ACC_ERR_HOST_MEMORY;
-        }
-        *list = more;
-        *cap = grown;
-    }
-    acc_stream_incref(s);
-    (*list)[(*n)++] = s;
-    return ACC_OK;
+    return &h->uses;
 }
 
 acc_status
 acc_host_block_record_stream(acc_host_block *h, acc_stream *s,
                              acc_error *err)
 {
-    return acc_stream_list_add(&h->streams, &h->nstreams, &h->cap, s, err);
+    return acc_uses_record(&h->uses, s, err);
 }
 
 acc_status
 acc_host_block_synchronize(acc_host_block *h, acc_error *err)
 {
-    acc_status st = ACC_OK;
-
-    for (int i = 0; i < h->nstreams && st == ACC_OK; i++) {
-        st = acc_stream_synchronize(h->streams[i], err);
-    }
-    return st;
+    return acc_uses_synchronize(&h->uses, err);
 }
 
 void
@@ -511,12 +528,13 @@ acc_host_free(acc_host_block *h)
 {
     if (h->ptr != NULL) {
         acc_defer_release(h->device, (uintptr_t)h->ptr, host_release,
-                          h->streams, h->nstreams);
+                          &h->uses);
     }
-    for (int i = 0; i < h->nstreams; i++) {
-        acc_stream_decref(h->streams[i]);
+    else {
+        (void)acc_deferred_poll(0);
     }
-    free(h->streams);
+    acc_uses_clear(&h->uses);
+    pthread_mutex_destroy(&h->uses.lock);
     free(h);
 }
 

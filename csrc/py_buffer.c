@@ -6,15 +6,19 @@
  *
  * A Buffer owns an acc_block (allocator.c), or is a view of a byte range
  * of another Buffer (it keeps the owner, its root, alive), or wraps
- * foreign memory (from_dlpack: it keeps the producer alive).  Every copy
- * or fill queued on a stream other than the block's own stream records
- * that stream on the block, so closing or dropping a Buffer never frees
- * memory that queued work still uses.
+ * foreign memory (from_dlpack: it keeps the producer alive; a wrapper of
+ * this module's own Buffer has that Buffer as its root).  The lifetime
+ * model (docs/memory.rst): a call that uses the memory without the GIL
+ * holds it open on the root (acc_buffer_enter/leave), and records its stream
+ * in the books of the memory (the block's, or a foreign wrapper's own)
+ * before it lets go, so a close() meanwhile, on any thread, defers the
+ * release until then and never frees memory that queued work uses.
  */
 #include "pybuffer.h"
 
 #include <limits.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,12 +38,14 @@ acc_buffer_check_open(BufferObject *self, const char *what)
     return 0;
 }
 
-/* The Buffer that owns the memory (itself unless a view). */
-static BufferObject *
-buffer_root(BufferObject *self)
+/* The Buffer whose books hold the memory (itself unless a view or a
+ * wrapper of one of this module's Buffers). */
+BufferObject *
+acc_buffer_root(BufferObject *self)
 {
     return self->root != NULL ? self->root : self;
 }
+
 
 int
 acc_buffer_check(acc_state *st, PyObject *obj)
@@ -53,13 +59,55 @@ buffer_state(PyObject *self)
     return acc_state_from_type(Py_TYPE(self));
 }
 
-/* Give the root's block back once no call is using it; GIL held. */
+/* The end of a foreign wrapper's hold on the producer's tensor, once
+ * the work recorded in its books has completed (memory.c's deferred
+ * release calls it, on any thread, holding the GIL or not). */
+static void
+foreign_release(int device, uintptr_t keep)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *traceback;
+
+    (void)device;
+    /* This may run inside any call that allocates or frees, even one
+     * that has an exception set already: the producer's deleter (Python
+     * code, maybe) must not clear it. */
+    PyErr_Fetch(&type, &value, &traceback);
+    Py_DECREF((PyObject *)keep);
+    PyErr_Restore(type, value, traceback);
+    PyGILState_Release(gil);
+}
+
+/* Give the root's memory back once no call is using it; GIL held.  Owned
+ * memory goes to the allocator (which waits for the recorded uses);
+ * a foreign wrapper lets the producer's tensor go once its own recorded
+ * uses have completed. */
 static void
 buffer_release(BufferObject *root)
 {
     acc_block *block = root->block;
+    acc_uses *uses = root->uses;
+    PyObject *keep;
 
-    if (block == NULL || root->busy > 0) {
+    if (root->busy > 0) {
+        return;
+    }
+    if (uses != NULL) {
+        root->uses = NULL;
+        keep = root->keep;
+        root->keep = NULL;
+        if (keep != NULL) {
+            /* The reference moves to the deferred release. */
+            Py_BEGIN_ALLOW_THREADS
+            acc_defer_release(root->device, (uintptr_t)keep,
+                              foreign_release, uses);
+            Py_END_ALLOW_THREADS
+        }
+        acc_uses_clear(uses);
+        pthread_mutex_destroy(&uses->lock);
+        free(uses);
+    }
+    if (block == NULL) {
         return;
     }
     root->block = NULL;
@@ -393,10 +441,10 @@ static PyObject *
 buffer_get_owner(BufferObject *self, void *closure)
 {
     (void)closure;
-    if (self->root != NULL) {
-        return Py_NewRef((PyObject *)self->root);
+    if (self->owner != NULL) {
+        return Py_NewRef(self->owner);
     }
-    return Py_NewRef(self->owner != NULL ? self->owner : Py_None);
+    return Py_NewRef(self->root != NULL ? (PyObject *)self->root : Py_None);
 }
 
 static PyObject *
@@ -408,8 +456,8 @@ buffer_repr(BufferObject *self)
              "accelerator.Buffer(nbytes=%zu, device='%s:%d', ptr=%#llx%s%s)",
              self->nbytes, acc_device_type() ? acc_device_type() : "?",
              self->device, (unsigned long long)self->ptr,
-             self->root != NULL ? ", view" : self->owner != NULL
-                                              ? ", foreign" : "",
+             self->owner != NULL || self->keep != NULL
+                 ? ", foreign" : self->root != NULL ? ", view" : "",
              self->closed || (self->root && self->root->closed)
                  ? ", closed" : "");
     return PyUnicode_FromString(text);
@@ -423,17 +471,32 @@ buffer_length(BufferObject *self)
 
 /* Copies and fills ---------------------------------------------------------- */
 
-/* Note that s queued work on the memory of root; the allocator then waits
- * for it before the memory is reused. */
+acc_status
+acc_buffer_record(BufferObject *root, acc_stream *s, acc_error *err)
+{
+    if (root->block != NULL) {
+        return acc_block_record_stream(root->block, s, err);
+    }
+    if (root->uses != NULL) {
+        return acc_uses_record(root->uses, s, err);
+    }
+    return ACC_OK;   /* closed, or empty */
+}
+
+/* Note that s queued work on the memory of root (record_stream, close
+ * with a stream); GIL held, root not closed. */
 static int
 buffer_note_stream(acc_state *st, BufferObject *root, acc_stream *s)
 {
     acc_error err;
+    acc_status status;
 
-    if (root->block == NULL) {
-        return 0; /* foreign memory: its owner's business */
-    }
-    if (acc_block_record_stream(root->block, s, &err) != ACC_OK) {
+    acc_buffer_enter(root);
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_buffer_record(root, s, &err);
+    Py_END_ALLOW_THREADS
+    acc_buffer_leave(root);
+    if (status != ACC_OK) {
         acc_raise(st, &err);
         return -1;
     }
@@ -441,15 +504,15 @@ buffer_note_stream(acc_state *st, BufferObject *root, acc_stream *s)
 }
 
 /* Start and end of a call that uses root's memory without the GIL. */
-static void
-buffer_enter(BufferObject *root)
+void
+acc_buffer_enter(BufferObject *root)
 {
     root->busy++;
     Py_INCREF((PyObject *)root);
 }
 
-static void
-buffer_leave(BufferObject *root)
+void
+acc_buffer_leave(BufferObject *root)
 {
     root->busy--;
     if (root->closed && root->busy == 0) {
@@ -457,6 +520,7 @@ buffer_leave(BufferObject *root)
     }
     Py_DECREF((PyObject *)root);
 }
+
 
 static int
 check_size(size_t have, size_t other, const char *what, const char *side)
@@ -470,26 +534,37 @@ check_size(size_t have, size_t other, const char *what, const char *side)
     return 0;
 }
 
-/* Queue c on s, with the memory of the Buffers involved kept; GIL
- * released around the driver. */
+/* Queue c on s, with the memory of the Buffers (and HostBuffer)
+ * involved held open, and s recorded in their books before they let go;
+ * GIL released around the driver. */
 static int
 run_copy(acc_state *st, acc_stream *s, const acc_copy *c, BufferObject *a,
-         BufferObject *b)
+         BufferObject *b, HostBufferObject *host)
 {
+    acc_uses *host_uses = host != NULL ? acc_host_block_uses(host->h) : NULL;
     acc_error err;
     acc_status status;
 
-    buffer_enter(a);
+    acc_buffer_enter(a);
     if (b != NULL) {
-        buffer_enter(b);
+        acc_buffer_enter(b);
     }
     Py_BEGIN_ALLOW_THREADS
     status = acc_memcpy(s, c, &err);
+    if (status == ACC_OK && c->nbytes > 0) {   /* empty: nothing used */
+        status = acc_buffer_record(a, s, &err);
+    }
+    if (status == ACC_OK && b != NULL && c->nbytes > 0) {
+        status = acc_buffer_record(b, s, &err);
+    }
+    if (status == ACC_OK && host_uses != NULL && c->nbytes > 0) {
+        status = acc_uses_record(host_uses, s, &err);
+    }
     Py_END_ALLOW_THREADS
     if (b != NULL) {
-        buffer_leave(b);
+        acc_buffer_leave(b);
     }
-    buffer_leave(a);
+    acc_buffer_leave(a);
     if (status != ACC_OK) {
         acc_raise(st, &err);
         return -1;
@@ -512,11 +587,8 @@ copy_buffers(acc_state *st, BufferObject *self, BufferObject *other,
 
     if (acc_buffer_check_open(other, what) < 0
         || check_size(self->nbytes, other->nbytes, what, "other Buffer") < 0
-        || run_copy(st, s, &c, buffer_root(self), buffer_root(other)) < 0) {
-        return -1;
-    }
-    if (buffer_note_stream(st, buffer_root(self), s) < 0
-        || buffer_note_stream(st, buffer_root(other), s) < 0) {
+        || run_copy(st, s, &c, acc_buffer_root(self), acc_buffer_root(other),
+                    NULL) < 0) {
         return -1;
     }
     return 0;
@@ -534,7 +606,6 @@ copy_host_buffer(acc_state *st, BufferObject *self, HostBufferObject *host,
         .src_device = to_self ? -1 : self->device,
         .nbytes = self->nbytes,
     };
-    acc_error err;
     int rc;
 
     if (acc_host_check_open(host, what) < 0
@@ -542,20 +613,9 @@ copy_host_buffer(acc_state *st, BufferObject *self, HostBufferObject *host,
                       "HostBuffer") < 0) {
         return -1;
     }
-    host->busy++;
-    Py_INCREF((PyObject *)host);
-    rc = run_copy(st, s, &c, buffer_root(self), NULL);
-    host->busy--;
-    if (rc == 0
-        && acc_host_block_record_stream(host->h, s, &err) != ACC_OK) {
-        acc_raise(st, &err);
-        rc = -1;
-    }
+    acc_host_enter(host);
+    rc = run_copy(st, s, &c, acc_buffer_root(self), NULL, host);
     acc_host_leave(host);
-    Py_DECREF((PyObject *)host);
-    if (rc == 0) {
-        rc = buffer_note_stream(st, buffer_root(self), s);
-    }
     return rc;
 }
 
@@ -614,11 +674,8 @@ copy_object(acc_state *st, BufferObject *self, PyObject *obj, int to_self,
         .src_device = to_self ? -1 : self->device,
         .nbytes = self->nbytes,
     };
-    rc = run_copy(st, s, &c, buffer_root(self), NULL);
+    rc = run_copy(st, s, &c, acc_buffer_root(self), NULL, NULL);
     PyBuffer_Release(&view);
-    if (rc == 0) {
-        rc = buffer_note_stream(st, buffer_root(self), s);
-    }
     return rc;
 }
 
@@ -677,7 +734,7 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
     static const char *const keywords[] = {"value", "stream", NULL};
     acc_state *st = buffer_state((PyObject *)self);
     PyObject *value_arg, *stream_arg = Py_None;
-    BufferObject *root = buffer_root(self);
+    BufferObject *root = acc_buffer_root(self);
     long long value;
     int overflow;
     acc_stream *s;
@@ -714,16 +771,16 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
                      "buffer's)", s->device, self->device);
         return NULL;
     }
-    buffer_enter(root);
+    acc_buffer_enter(root);
     Py_BEGIN_ALLOW_THREADS
     status = acc_memset(s, self->ptr, value, self->nbytes, &err);
+    if (status == ACC_OK && self->nbytes > 0) {
+        status = acc_buffer_record(root, s, &err);
+    }
     Py_END_ALLOW_THREADS
-    buffer_leave(root);
+    acc_buffer_leave(root);
     if (status != ACC_OK) {
         return acc_raise(st, &err);
-    }
-    if (buffer_note_stream(st, root, s) < 0) {
-        return NULL;
     }
     Py_RETURN_NONE;
 }
@@ -744,7 +801,7 @@ buffer_record_stream(BufferObject *self, PyObject *stream)
         return NULL;
     }
     s = acc_stream_of(stream);
-    if (buffer_note_stream(st, buffer_root(self), s) < 0) {
+    if (buffer_note_stream(st, acc_buffer_root(self), s) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -772,9 +829,11 @@ buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
                          acc_type_name_in(st, stream_arg));
             return NULL;
         }
-        /* Freed after the work queued on stream too. */
-        if (!self->closed && self->block != NULL
-            && buffer_note_stream(st, self, acc_stream_of(stream_arg)) < 0) {
+        /* Freed after the work queued on stream too: recorded in the
+         * books of the memory, which a view or wrapper shares. */
+        if (!self->closed && !acc_buffer_root(self)->closed
+            && buffer_note_stream(st, acc_buffer_root(self),
+                                  acc_stream_of(stream_arg)) < 0) {
             return NULL;
         }
     }
@@ -788,9 +847,13 @@ buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     self->closed = 1;
-    buffer_release(self);
     Py_CLEAR(self->owner);
-    Py_CLEAR(self->keep);
+    if (self->root != NULL || self->uses == NULL) {
+        /* A view, or a wrapper of one of our Buffers (whose books have
+         * the uses): let go at once. */
+        Py_CLEAR(self->keep);
+    }
+    buffer_release(self);   /* deferred while a call uses the memory */
     Py_RETURN_NONE;
 }
 
@@ -819,7 +882,7 @@ buffer_subscript(BufferObject *self, PyObject *key)
 {
     acc_state *st = buffer_state((PyObject *)self);
     Py_ssize_t start, stop, step, length;
-    BufferObject *root = buffer_root(self);
+    BufferObject *root = acc_buffer_root(self);
 
     if (!PySlice_Check(key)) {
         PyErr_Format(PyExc_TypeError, "Buffer indices must be slices "
@@ -879,8 +942,10 @@ PyDoc_STRVAR(record_stream_doc,
 PyDoc_STRVAR(close_doc,
 "close($self, /, stream=None)\n--\n\n"
 "Free the memory once the work queued on the buffer's streams (and on\n"
-"stream, if given) has completed; never waits for the device.  Later use\n"
-"raises ValueError.  Closing a view closes only the view.");
+"stream, if given) has completed; never waits for the device.  A call\n"
+"using the memory on another thread defers the release until it ends.\n"
+"Later use raises ValueError.  Closing a view closes only the view\n"
+"(stream is recorded on the memory it shares).");
 PyDoc_STRVAR(enter_doc,
 "__enter__($self, /)\n--\n\nReturn the buffer itself, for `with`.");
 PyDoc_STRVAR(exit_doc,

@@ -19,6 +19,50 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Device ids -------------------------------------------------------------- */
+
+/* DLPack's device_id of device: the driver's ordinal, the number other
+ * libraries in the process (torch, CuPy, cuda.core) use, not this
+ * module's index under ACCELERATOR_VISIBLE_DEVICES. */
+static int
+acc_dlpack_ordinal(int device)
+{
+    const int *order;
+    int count;
+
+    if (acc_visible_devices(&order, &count) && device >= 0
+        && device < count) {
+        return order[device];
+    }
+    return device;
+}
+
+/* This module's index of a DLPack device_id (a driver ordinal); -1 with
+ * BufferError when ACCELERATOR_VISIBLE_DEVICES hides it, or with
+ * DeviceIndexError when there is no such device. */
+static int
+dlpack_index(acc_state *st, long long ordinal, const char *what)
+{
+    const int *order;
+    int count;
+
+    if (acc_visible_devices(&order, &count)) {
+        for (int i = 0; i < count; i++) {
+            if (order[i] == ordinal) {
+                return i;
+            }
+        }
+        PyErr_Format(PyExc_BufferError, "%s: DLPack device %lld is hidden "
+                     "by ACCELERATOR_VISIBLE_DEVICES (DLPack's device_id is "
+                     "the driver's ordinal)", what, ordinal);
+        return -1;
+    }
+    if (acc_check_index(st, ordinal) < 0) {
+        return -1;
+    }
+    return (int)ordinal;
+}
+
 /* Export ------------------------------------------------------------------- */
 
 typedef struct dl_export {
@@ -271,16 +315,19 @@ parse_dlpack_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
 }
 
 /* Make the memory's work so far visible to the consumer's stream, as the
- * array API standard says for __dlpack__(stream=...). */
+ * array API standard says for __dlpack__(stream=...), and record that
+ * stream as a use in the books of root (the exported memory; NULL for
+ * none). */
 static int
 sync_consumer(acc_state *st, int device, PyObject *stream_arg,
-              const char *what)
+              const char *what, BufferObject *root)
 {
     acc_stream *producer, *consumer = NULL;
     long long value;
     acc_error err;
     acc_status status;
     int cuda = (acc_backend_caps() & ACC_CAP_CUDA_STREAM_PROTOCOL) != 0;
+    int rocm = (acc_backend_caps() & ACC_CAP_ROCM_STREAM_PROTOCOL) != 0;
     int wrapped = 0;
 
     if (acc_current_stream(device, &producer, &err) != ACC_OK) {
@@ -288,8 +335,9 @@ sync_consumer(acc_state *st, int device, PyObject *stream_arg,
         return -1;
     }
     if (stream_arg == Py_None) {
-        /* CUDA: the legacy default stream.  Elsewhere the consumer has no
-         * stream we could order on: wait for the work here. */
+        /* CUDA: the legacy default stream (1); ROCm: the default stream
+         * (0).  Elsewhere the consumer has no stream we could order on:
+         * wait for the work here (0). */
         value = cuda ? 1 : 0;
     }
     else if (int_arg(stream_arg, "__dlpack__(stream=...)", &value) < 0) {
@@ -298,7 +346,14 @@ sync_consumer(acc_state *st, int device, PyObject *stream_arg,
     if (value == -1) {
         return 0; /* the consumer synchronizes itself */
     }
-    if (stream_arg != Py_None && (value == 0 || value < -1)) {
+    if (rocm && (value == 1 || value == 2 || value < -1)) {
+        PyErr_Format(PyExc_ValueError, "%s: stream %lld is not a valid "
+                     "consumer stream on ROCm (DLPack: 0 or None the "
+                     "default stream, -1 no synchronization, or a "
+                     "hipStream_t; 1 and 2 are not streams)", what, value);
+        return -1;
+    }
+    if (!rocm && stream_arg != Py_None && (value == 0 || value < -1)) {
         PyErr_Format(PyExc_ValueError, "%s: stream %lld is not a valid "
                      "consumer stream (the array API standard disallows 0; "
                      "-1: no synchronization, %s)", what, value,
@@ -307,7 +362,7 @@ sync_consumer(acc_state *st, int device, PyObject *stream_arg,
                           : "or a native stream handle");
         return -1;
     }
-    if (value == 0) {
+    if (value == 0 && !rocm) {
         Py_BEGIN_ALLOW_THREADS
         status = acc_stream_synchronize(producer, &err);
         Py_END_ALLOW_THREADS
@@ -317,16 +372,21 @@ sync_consumer(acc_state *st, int device, PyObject *stream_arg,
         }
         return 0;
     }
-    if (cuda && value == 1) {
+    if ((cuda && value == 1) || (rocm && value == 0)) {
         status = acc_default_stream(device, &consumer, &err);
     }
     else {
         status = acc_stream_wrap(device, (uintptr_t)value, &consumer, &err);
         wrapped = status == ACC_OK;
     }
-    if (status == ACC_OK && consumer->handle != producer->handle) {
+    if (status == ACC_OK) {
         Py_BEGIN_ALLOW_THREADS
-        status = acc_stream_wait_stream(consumer, producer, &err);
+        if (consumer->handle != producer->handle) {
+            status = acc_stream_wait_stream(consumer, producer, &err);
+        }
+        if (status == ACC_OK && root != NULL) {
+            status = acc_buffer_record(root, consumer, &err);
+        }
         Py_END_ALLOW_THREADS
     }
     if (wrapped) {
@@ -346,7 +406,8 @@ const char acc_dlpack_doc[] =
 "the backend's DLPack device (kDLCUDA, kDLOneAPI).  A versioned capsule\n"
 "when max_version >= (1, 0), else the legacy one.  stream is the\n"
 "consumer's stream, as the array API standard says (CUDA: None or 1 the\n"
-"legacy default stream, 2 per-thread, -1 none, else a handle): it waits\n"
+"legacy default stream, 2 per-thread, -1 none, else a handle; ROCm: None\n"
+"or 0 the default stream, 1 and 2 refused, -1 none, else a handle): it waits\n"
 "for the work queued so far on the current stream.  copy=True exports a\n"
 "copy.  While an export is alive, close() raises BufferError.";
 
@@ -362,17 +423,30 @@ acc_buffer_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
     dl_args a;
 
     if (parse_dlpack_args(args, nargs, kwnames, "Buffer.__dlpack__()", type,
-                          self->device, &a) < 0
+                          acc_dlpack_ordinal(self->device), &a) < 0
         || acc_buffer_check_open(self, "Buffer.__dlpack__()") < 0) {
         return NULL;
     }
     if (a.copy != 1) {
-        if (sync_consumer(st, self->device, a.stream,
-                          "Buffer.__dlpack__()") < 0) {
-            return NULL;
+        int rc;
+
+        /* In flight: a close() meanwhile (the GIL is released while the
+         * streams are ordered) defers the release, and the export is
+         * refused rather than handed out over memory about to go. */
+        acc_buffer_enter(root);
+        rc = sync_consumer(st, self->device, a.stream,
+                           "Buffer.__dlpack__()", root);
+        if (rc == 0
+            && acc_buffer_check_open(self, "Buffer.__dlpack__()") < 0) {
+            rc = -1;
         }
-        return dl_export_new(obj, &root->exports, self->ptr, self->nbytes,
-                             type, self->device, a.versioned, 0);
+        capsule = rc < 0 ? NULL
+                         : dl_export_new(obj, &root->exports, self->ptr,
+                                         self->nbytes, type,
+                                         acc_dlpack_ordinal(self->device),
+                                         a.versioned, 0);
+        acc_buffer_leave(root);
+        return capsule;
     }
     /* A copy on the same device, on the current stream, which the
      * consumer then waits for. */
@@ -383,8 +457,8 @@ acc_buffer_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
     }
     done = PyObject_CallMethod(copy, "copy_from", "O", obj);
     if (done == NULL
-        || sync_consumer(st, self->device, a.stream,
-                         "Buffer.__dlpack__()") < 0) {
+        || sync_consumer(st, self->device, a.stream, "Buffer.__dlpack__()",
+                         (BufferObject *)copy) < 0) {
         Py_XDECREF(done);
         Py_DECREF(copy);
         return NULL;
@@ -392,22 +466,24 @@ acc_buffer_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
     Py_DECREF(done);
     capsule = dl_export_new(copy, &((BufferObject *)copy)->exports,
                             ((BufferObject *)copy)->ptr, self->nbytes, type,
-                            self->device, a.versioned, 1);
+                            acc_dlpack_ordinal(self->device), a.versioned,
+                            1);
     Py_DECREF(copy);
     return capsule;
 }
 
 const char acc_dlpack_device_doc[] =
 "__dlpack_device__($self, /)\n--\n\n"
-"(device type, device index) in DLPack's codes: kDLCUDA (2) on CUDA,\n"
-"kDLOneAPI (14) on Level Zero.";
+"(device type, device id) in DLPack's codes: kDLCUDA (2) on CUDA,\n"
+"kDLOneAPI (14) on Level Zero, kDLOpenCL (4) on OpenCL; the id is the\n"
+"driver's ordinal (ACCELERATOR_VISIBLE_DEVICES does not renumber it).";
 
 PyObject *
 acc_buffer_dlpack_device(PyObject *obj, PyObject *unused)
 {
     (void)unused;
     return Py_BuildValue("(ii)", acc_dlpack_device_type(),
-                         ((BufferObject *)obj)->device);
+                         acc_dlpack_ordinal(((BufferObject *)obj)->device));
 }
 
 const char acc_host_dlpack_doc[] =
@@ -445,25 +521,39 @@ acc_host_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
         }
         return NULL;
     }
+    /* In flight while the GIL is released: a close() meanwhile defers
+     * the release, and the export (or copy) is refused. */
+    acc_host_enter(self);
     if (a.stream == Py_None) {
+        acc_host_block *h = self->h;
+
         Py_BEGIN_ALLOW_THREADS
-        status = acc_host_block_synchronize(self->h, &err);
+        status = acc_host_block_synchronize(h, &err);
         Py_END_ALLOW_THREADS
     }
     if (status != ACC_OK) {
+        acc_host_leave(self);
         return acc_raise(st, &err);
     }
+    if (acc_host_check_open(self, "HostBuffer.__dlpack__()") < 0) {
+        acc_host_leave(self);
+        return NULL;
+    }
     if (a.copy != 1) {
-        return dl_export_new(obj, &self->exports, (uintptr_t)self->ptr,
-                             (size_t)self->nbytes, ACC_kDLCPU, 0,
-                             a.versioned, 0);
+        capsule = dl_export_new(obj, &self->exports, (uintptr_t)self->ptr,
+                                (size_t)self->nbytes, ACC_kDLCPU, 0,
+                                a.versioned, 0);
+        acc_host_leave(self);
+        return capsule;
     }
     copy = PyObject_CallFunction((PyObject *)st->host_buffer_type, "ni",
                                  self->nbytes, self->device);
     if (copy == NULL) {
+        acc_host_leave(self);
         return NULL;
     }
     memcpy(((HostBufferObject *)copy)->ptr, self->ptr, (size_t)self->nbytes);
+    acc_host_leave(self);
     capsule = dl_export_new(copy, &((HostBufferObject *)copy)->exports,
                             (uintptr_t)((HostBufferObject *)copy)->ptr,
                             (size_t)self->nbytes, ACC_kDLCPU, 0,
@@ -514,6 +604,7 @@ static int
 tensor_nbytes(const acc_dl_tensor *t, size_t *out)
 {
     unsigned long long count = 1, item, expected = 1;
+    int empty = 0;
 
     if (t->dtype.lanes == 0 || (t->dtype.bits * t->dtype.lanes) % 8 != 0) {
         PyErr_Format(PyExc_BufferError, "from_dlpack(): element type "
@@ -527,12 +618,17 @@ tensor_nbytes(const acc_dl_tensor *t, size_t *out)
                         "no valid shape");
         return -1;
     }
-    for (int i = t->ndim - 1; i >= 0; i--) {
+    for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0) {
             PyErr_SetString(PyExc_BufferError, "from_dlpack(): negative "
                             "dimension in the tensor's shape");
             return -1;
         }
+        if (t->shape[i] == 0) {
+            empty = 1;  /* no element: strides mean nothing (DLPack) */
+        }
+    }
+    for (int i = t->ndim - 1; i >= 0 && !empty; i--) {
         if (t->strides != NULL && t->shape[i] != 1
             && (unsigned long long)t->strides[i] != expected) {
             PyErr_SetString(PyExc_BufferError, "from_dlpack(): the tensor "
@@ -548,7 +644,7 @@ tensor_nbytes(const acc_dl_tensor *t, size_t *out)
         }
         expected *= (unsigned long long)t->shape[i];
     }
-    count = expected;
+    count = empty ? 0 : expected;
     if (item != 0 && count > SIZE_MAX / item) {
         PyErr_SetString(PyExc_BufferError, "from_dlpack(): the tensor is "
                         "too large");
@@ -585,10 +681,11 @@ producer_capsule(acc_state *st, PyObject *obj, int *device)
                      acc_dlpack_device_type(), acc_type_name(obj), type);
         return NULL;
     }
-    if (acc_check_index(st, index) < 0) {
+    *device = (int)index;       /* the ordinal, as the capsule has it */
+    index = dlpack_index(st, index, "from_dlpack()");
+    if (index < 0) {
         return NULL;
     }
-    *device = (int)index;
     if (acc_current_stream((int)index, &s, &err) != ACC_OK) {
         return acc_raise(st, &err);
     }
@@ -623,6 +720,25 @@ producer_capsule(acc_state *st, PyObject *obj, int *device)
     return capsule;
 }
 
+/* The Buffer of this module that exported the tensor, or NULL. */
+static BufferObject *
+exported_buffer(acc_state *st, acc_dl_managed_tensor_versioned *v,
+                acc_dl_managed_tensor *l)
+{
+    dl_export *x = NULL;
+
+    if (v != NULL && v->deleter == dl_delete_versioned) {
+        x = v->manager_ctx;
+    }
+    else if (l != NULL && l->deleter == dl_delete_legacy) {
+        x = l->manager_ctx;
+    }
+    if (x == NULL || !acc_buffer_check(st, x->owner)) {
+        return NULL;
+    }
+    return (BufferObject *)x->owner;
+}
+
 PyObject *
 acc_from_dlpack(PyObject *module, PyObject *obj)
 {
@@ -637,6 +753,7 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
     acc_status status;
     uintptr_t ptr;
     size_t nbytes;
+    BufferObject *own;
     int device = -1;
 
     acc_ensure_probed();
@@ -701,16 +818,16 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
                      (int)t->device.device_type);
         goto done;
     }
-    if ((device >= 0 && t->device.device_id != device)
-        || acc_check_index(st, t->device.device_id) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_BufferError, "from_dlpack(): the capsule is "
-                         "on device %d, __dlpack_device__() said %d",
-                         (int)t->device.device_id, device);
-        }
+    if (device >= 0 && t->device.device_id != device) {
+        PyErr_Format(PyExc_BufferError, "from_dlpack(): the capsule is "
+                     "on device %d, __dlpack_device__() said %d",
+                     (int)t->device.device_id, device);
         goto done;
     }
-    device = t->device.device_id;
+    device = dlpack_index(st, t->device.device_id, "from_dlpack()");
+    if (device < 0) {
+        goto done;
+    }
     if (tensor_nbytes(t, &nbytes) < 0) {
         goto done;
     }
@@ -756,11 +873,28 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
         || PyCapsule_SetDestructor(holder, holder_destructor) < 0) {
         goto done;
     }
+    own = exported_buffer(st, v, l);
     stream_obj = acc_stream_object(st, s);
     if (stream_obj != NULL) {
-        result = acc_buffer_new_raw(st, device, ptr, nbytes, stream_obj, NULL,
+        /* A Buffer of this module: the wrapper shares its books. */
+        result = acc_buffer_new_raw(st, device, ptr, nbytes, stream_obj,
+                                    own != NULL ? acc_buffer_root(own) : NULL,
                                     obj);
         Py_DECREF(stream_obj);
+    }
+    if (result != NULL && own == NULL) {
+        /* Foreign memory: books of its own, so that the producer's tensor
+         * goes only once the work queued on it here has completed. */
+        acc_uses *uses = malloc(sizeof(*uses));
+
+        if (uses == NULL) {
+            Py_CLEAR(result);
+            PyErr_NoMemory();
+        }
+        else {
+            acc_uses_init(uses);
+            ((BufferObject *)result)->uses = uses;
+        }
     }
     if (result != NULL) {
         ((BufferObject *)result)->keep = Py_NewRef(holder);

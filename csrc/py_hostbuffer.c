@@ -43,11 +43,20 @@ host_release(HostBufferObject *self)
 }
 
 void
+acc_host_enter(HostBufferObject *h)
+{
+    h->busy++;
+    Py_INCREF((PyObject *)h);
+}
+
+void
 acc_host_leave(HostBufferObject *h)
 {
+    h->busy--;
     if (h->closed && h->busy == 0) {
         host_release(h);
     }
+    Py_DECREF((PyObject *)h);
 }
 
 static PyObject *

@@ -11,14 +11,18 @@ typedef struct BufferObject {
     PyObject_HEAD
     acc_block *block;          /* owned memory; NULL for a view, foreign
                                 * memory, or once freed */
-    struct BufferObject *root; /* a view: the Buffer that owns the memory */
+    struct BufferObject *root; /* a view, or from_dlpack() of one of this
+                                * module's Buffers: the Buffer that owns
+                                * the memory (its books are the ones) */
     PyObject *owner;           /* foreign memory: what keeps it alive */
     PyObject *stream;          /* the Stream the memory is ordered on */
     uintptr_t ptr;
     size_t nbytes;
     int device;
     int closed;
-    int busy;                  /* calls using the memory without the GIL */
+    int busy;                  /* calls using the memory without the GIL
+                                * (on the root) */
+    acc_uses *uses;            /* foreign memory: its books (uses.c) */
     Py_ssize_t exports;        /* live DLPack exports of the memory (on
                                 * the root) */
     PyObject *keep;            /* from_dlpack: holds the producer's
@@ -63,9 +67,21 @@ PyObject *acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr,
 
 void *acc_host_ptr(HostBufferObject *h);
 int acc_host_check_open(HostBufferObject *h, const char *what);
-/* End of a call that used the HostBuffer's memory (frees it when it was
- * closed meanwhile). */
+/* Start and end of a call that uses the HostBuffer's memory without the
+ * GIL; leave frees it when it was closed meanwhile. */
+void acc_host_enter(HostBufferObject *h);
 void acc_host_leave(HostBufferObject *h);
+
+/* The lifetime model (docs/memory.rst, "Lifetime") for a Buffer, its
+ * views and wrappers: root is the Buffer whose books hold the memory
+ * (acc_buffer_root).  enter/leave bracket a call that uses the memory
+ * without the GIL (leave releases memory closed meanwhile); record notes
+ * a stream use in the books (callable without the GIL between them). */
+BufferObject *acc_buffer_root(BufferObject *self);
+void acc_buffer_enter(BufferObject *root);
+void acc_buffer_leave(BufferObject *root);
+acc_status acc_buffer_record(BufferObject *root, acc_stream *s,
+                             acc_error *err);
 
 /* DLPack methods of Buffer and HostBuffer (py_dlpack.c). */
 PyObject *acc_buffer_dlpack(PyObject *self, PyObject *const *args,

@@ -106,7 +106,8 @@ class DriverDouble:
     #: instantiating, where the backend has graphs), "graph_capture_begin",
     #: "graph_capture_end" and "graph_destroy" (the driver call that
     #: capture_begin(), capture_end() and reset() of an instantiated,
-    #: idle graph make)
+    #: idle graph make), "mem_alloc", "mem_free" and "mem_fill"
+    #: (Buffer.fill())
     functions: dict[str, str] = {}
     #: how the conftest makes the backend use this double
     env_devices = ""
@@ -137,6 +138,12 @@ class DriverDouble:
     #: 0 names a stream (CUDA's legacy default stream); where it does not,
     #: Stream.from_handle(0) is refused
     null_stream_handle = False
+    #: the __dlpack__(stream=) value that names the default stream where
+    #: its handle is 0 (CUDA: 1; ROCm: 0), and the values the protocol
+    #: refuses besides 0 and those below -1 where 0 is not refused
+    #: (ROCm: 1 and 2)
+    dlpack_default_stream = 1
+    dlpack_refused_streams: tuple[int, ...] = ()
     #: driver calls of one Graph.replay(), besides slot_functions
     replay_calls = 1
     #: (driver function, nth call of it in one replay) that orders the
@@ -361,7 +368,8 @@ class CudaDouble(DriverDouble):
                  "graph_capture_begin": "cuStreamBeginCapture",
                  "graph_capture_end": "cuStreamEndCapture",
                  "graph_destroy": "cuGraphExecDestroy",
-                 "mem_alloc": "cuMemAlloc", "mem_free": "cuMemFree"}
+                 "mem_alloc": "cuMemAlloc", "mem_free": "cuMemFree",
+                 "mem_fill": "cuMemsetD8Async"}
     env_devices = "FAKE_CUDA_DEVICES"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",
@@ -494,7 +502,8 @@ class ZeDouble(DriverDouble):
                  "graph_capture_begin": "zeCommandListCreate",
                  "graph_capture_end": "zeCommandListClose",
                  "graph_destroy": "zeCommandQueueDestroy",
-                 "mem_alloc": "zeMemAllocDevice", "mem_free": "zeMemFree"}
+                 "mem_alloc": "zeMemAllocDevice", "mem_free": "zeMemFree",
+                 "mem_fill": "zeCommandListAppendMemoryFill"}
     #: after the previous replay: reset the list's end event, signal its
     #: start event, execute, and wait for its end (barriers on the stream)
     replay_calls = 5
@@ -576,6 +585,8 @@ class HipDouble(DriverDouble):
 
     device_type = "hip"
     display_type = "HIP"
+    dlpack_default_stream = 0
+    dlpack_refused_streams = (1, 2)
     device_type_aliases = ("cuda",)
     torch_device_type = 6
     dlpack_device_type = 10
@@ -592,7 +603,8 @@ class HipDouble(DriverDouble):
                  "graph_capture_begin": "hipStreamBeginCapture",
                  "graph_capture_end": "hipStreamEndCapture",
                  "graph_destroy": "hipGraphExecDestroy",
-                 "mem_alloc": "hipMalloc", "mem_free": "hipFree"}
+                 "mem_alloc": "hipMalloc", "mem_free": "hipFree",
+                 "mem_fill": "hipMemsetD8Async"}
     env_devices = "FAKE_HIP_DEVICES"
     live_kinds = ("stream", "event", "alloc", "host_alloc", "bad_access",
                   "guard_damage", "graph", "graph_exec")
@@ -736,7 +748,8 @@ class OpenCLDouble(DriverDouble):
                  "event_record": "clEnqueueMarkerWithWaitList",
                  "query": "clGetEventInfo",
                  "event_synchronize": "clWaitForEvents",
-                 "mem_alloc": "clSVMAlloc", "mem_free": "clSVMFree"}
+                 "mem_alloc": "clSVMAlloc", "mem_free": "clSVMFree",
+                 "mem_fill": "clEnqueueSVMMemFill"}
     env_devices = "POCL_DEVICES"
     kinds = {"stream": "queue"}
     live_kinds = ("queue", "event", "context", "alloc", "host_alloc",

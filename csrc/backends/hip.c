@@ -870,7 +870,7 @@ const acc_backend acc_hip_backend = {
     .display_type = "HIP",
     .torch_device_type = 6,   /* c10::DeviceType::HIP */
     .dlpack_device_type = 10, /* kDLROCM */
-    .caps = ACC_CAP_NULL_STREAM_HANDLE,
+    .caps = ACC_CAP_NULL_STREAM_HANDLE | ACC_CAP_ROCM_STREAM_PROTOCOL,
     /* As torch built for ROCm: torch.device("cuda", i) is HIP device i. */
     .device_type_alias = "cuda",
     .probe = hip_probe,

@@ -37,8 +37,8 @@
  * waits instead for a host-signalled slot of the stream's driver, which
  * the bridge thread signals once the event has (see lz_bridge).
  *
- * Wrapped streams (stream_wrap is NULL: the handle is enough) have no
- * native data.  A handle of one of our own lists is looked up and shares
+ * Wrapped streams have no native data (stream_wrap only checks that the
+ * handle looks like one of the device's own lists, lz_stream_wrap).  A handle of one of our own lists is looked up and shares
  * that stream's state; any other list is serialised by one lock and has no
  * tail, so query() appends a marker and polls it once.  It must be an
  * immediate command list of this backend's context.
@@ -286,6 +286,7 @@ acc_status lz_stream_default(int device, acc_stream *s, acc_error *err);
 acc_status lz_stream_priority_range(int device, int *least, int *greatest,
                                     acc_error *err);
 acc_status lz_stream_create(acc_stream *s, acc_error *err);
+acc_status lz_stream_wrap(acc_stream *s, acc_error *err);
 void lz_stream_destroy(acc_stream *s);
 acc_status lz_synchronize_target(lz_target t, acc_error *err);
 acc_status lz_stream_query(acc_stream *s, acc_error *err);

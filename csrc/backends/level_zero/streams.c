@@ -3,9 +3,12 @@
  * stream answers query() from, markers, synchronize, and destroying
  * a busy list (the graveyard and its reaper thread).
  */
+#define _GNU_SOURCE  /* mincore */
 #include "lz.h"
 
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 lz_target
 lz_target_of(const acc_stream *s)
@@ -236,6 +239,57 @@ lz_stream_default(int device, acc_stream *s, acc_error *err)
         s->handle = (uintptr_t)dev->default_stream->list;
     }
     return status;
+}
+
+/* Whether the two words at addr are mapped memory. */
+static int
+lz_words_readable(uintptr_t addr)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t last = addr + 2 * sizeof(void *) - 1;
+    unsigned char vec;
+
+    if (addr == 0 || addr % sizeof(void *) != 0 || page <= 0) {
+        return 0;
+    }
+    for (uintptr_t p = addr & ~((uintptr_t)page - 1); p <= last; p += page) {
+        if (mincore((void *)p, 1, &vec) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A handle from the user (Stream.from_handle, a DLPack consumer's
+ * stream) may be any integer: accept only mapped memory laid out as a
+ * command list of this device's driver, like the device's own default
+ * list (a driver's objects of one kind begin alike; the loader's
+ * wrappers carry the driver's table in their second word), so that a
+ * bogus value is refused before the driver sees it. */
+acc_status
+lz_stream_wrap(acc_stream *s, acc_error *err)
+{
+    const uintptr_t *theirs = (const uintptr_t *)s->handle, *ours;
+    acc_stream probe;
+    acc_status status;
+
+    memset(&probe, 0, sizeof(probe));
+    probe.device = s->device;
+    status = lz_stream_default(s->device, &probe, err);
+    if (status != ACC_OK) {
+        return status;
+    }
+    ours = (const uintptr_t *)probe.handle;
+    if (theirs == ours) {
+        return ACC_OK;
+    }
+    if (!lz_words_readable(s->handle)
+        || !((ours[0] != 0 && theirs[0] == ours[0])
+             || (ours[1] != 0 && theirs[1] == ours[1]))) {
+        err->status = ACC_ERR_INVALID_ARGUMENT;
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    return ACC_OK;
 }
 
 acc_status
