@@ -102,10 +102,11 @@ acc_hip_kfd_count(int *count, char *how, size_t size)
         }
         gpu = kfd_node_is_gpu(nodes, entry->d_name);
         if (gpu < 0) {
-            /* entry lives in dir: word the reason before closing it. */
+            /* entry lives in dir: word the reason before closing it.
+             * The reason before the path, which a long one cuts. */
             acc_format(how, size, "hipGetDeviceCount (KFD topology not "
-                       "used: %s/%s/gpu_id is unreadable)", nodes,
-                       entry->d_name);
+                       "used: a node's gpu_id is unreadable: %s/%s/gpu_id)",
+                       nodes, entry->d_name);
             closedir(dir);
             return 0;
         }
