@@ -162,7 +162,14 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
     intercept = {**xpu, "ZE_ENABLE_LOADER_INTERCEPT": "1"}
     opencl = {"ACCELERATOR_TEST_BACKEND": "opencl"}
     hip = {"ACCELERATOR_TEST_BACKEND": "hip"}
-    inst("cuda", "the whole suite on the CUDA double", ["tests"], budget=600)
+    # The CUDA double's suite in two halves, so the two lanes end closer
+    # together: the behaviour suite, and the tests of configurations,
+    # processes, headers and tools around it.
+    inst("cuda", "the behaviour suite on the CUDA double", behaviour,
+         budget=300)
+    inst("cuda-around", "the rest of the suite on the CUDA double: "
+         "configurations, fork, processes, exit, headers, the plugin",
+         ["tests", "--ignore=tests/behaviour"], budget=420)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
          "mode)", behaviour, xpu, budget=240)
     inst("xpu-intercept", "the behaviour suite on Level Zero (the loader's "

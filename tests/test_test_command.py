@@ -101,7 +101,8 @@ def test_the_builtin_plan_names_every_configuration() -> None:
     proc = subprocess.run([sys.executable, str(STAGES), "--list"],
                           capture_output=True, text=True, check=True)
     names = [line.split()[0] for line in proc.stdout.splitlines()]
-    for name in ("setup", "build", "build-instrumented", "cuda", "cuda-direct",
+    for name in ("setup", "build", "build-instrumented", "cuda", "cuda-around",
+                 "cuda-direct",
                  "xpu", "xpu-intercept", "xpu-validation", "xpu-two-drivers",
                  "xpu-two-drivers-fuzz",
                  "opencl", "opencl-direct", "plain", "plain-xpu",
