@@ -77,8 +77,10 @@ PyDoc_STRVAR(get_device_capability_doc,
 "'bfloat16', 'float64' ...) the device computes in, as its driver\n"
 "reports (CUDA: compute capability, half from 5.3, bfloat16 from 8.0;\n"
 "Level Zero: the module properties' FP16/FP64 flags; OpenCL: the\n"
-"cl_khr_fp16/cl_khr_fp64 extensions), plus 'compute_capability'\n"
-"(major, minor) on CUDA.  Read from the driver once per device.");
+"cl_khr_fp16/cl_khr_fp64 extensions; HIP: the gfx version, half and\n"
+"double always, bfloat16 from gfx9), plus 'compute_capability'\n"
+"(major, minor) on CUDA and HIP (the gfx version there).  Read from the\n"
+"driver once per device.");
 
 static PyObject *
 get_device_capability(PyObject *module, PyObject *const *args,
