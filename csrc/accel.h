@@ -143,7 +143,8 @@ typedef struct acc_backend_info {
     char driver_version_text[64];
     char reason[512];          /* why not available ("" when available),
                                 * or why its first use failed */
-    char counted_by[160];      /* how probe() counted the devices */
+    char counted_by[1024];     /* how probe() counted the devices (it may
+                                * name a library by its path) */
     int initialized;           /* the driver is initialised in this
                                 * process (not deferred, or first used) */
 } acc_backend_info;

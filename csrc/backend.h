@@ -59,7 +59,7 @@ typedef struct acc_probe_result {
     int deferred;                 /* devices counted without initialising
                                    * the driver: initialize() runs at first
                                    * use */
-    char counted_by[160];         /* how the devices were counted, for the
+    char counted_by[1024];        /* how the devices were counted, for the
                                    * report: "cuInit", "NVML (...)" */
 } acc_probe_result;
 
