@@ -28,6 +28,7 @@ a list of objects with the fields of ``Stage``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
@@ -122,6 +123,24 @@ def instrumented_env(logs: pathlib.Path) -> dict[str, str]:
         # Instrumented code runs slower: the fuzzer gets its minimum.
         "FUZZ_EXAMPLES": "50",
     }
+
+
+#: seconds one test may take before it counts as hung (the slowest takes
+#: under a minute on the instrumented build of a loaded 2-core machine);
+#: ACCELERATOR_TEST_TIMEOUT overrides it
+TEST_TIMEOUT = 300
+
+
+def hang_guard() -> list[str]:
+    """pytest arguments that end a hung test's process after TEST_TIMEOUT,
+    printing every thread's stack (the thread method: a test blocked in
+    a driver wait holds no signal handler's attention), so that the stage
+    fails at once with the place it hung instead of at 4x its budget.
+    Empty where pytest-timeout is not installed (setup installs it)."""
+    if importlib.util.find_spec("pytest_timeout") is None:
+        return []
+    seconds = os.environ.get("ACCELERATOR_TEST_TIMEOUT", str(TEST_TIMEOUT))
+    return [f"--timeout={seconds}", "--timeout-method=thread"]
 
 
 def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
@@ -306,7 +325,8 @@ class Runner:
         tmp = self.run_dir / "tmp" / stage.name
         return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                 f"--junitxml={self.run_dir / 'junit' / stage.name}.xml",
-                f"--basetemp={tmp / 'pytest'}", *stage.cmd, *self.pytest_args]
+                f"--basetemp={tmp / 'pytest'}", *hang_guard(), *stage.cmd,
+                *self.pytest_args]
 
     def start(self, stage: Stage) -> subprocess.Popen[bytes]:
         result = self.results[stage.name]

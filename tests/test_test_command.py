@@ -97,6 +97,30 @@ def test_a_hung_stage_is_stopped_and_the_run_still_sums_up(
     assert "timed" in rows["hangs"] and "passed" in rows["fine"]
 
 
+def test_a_hung_test_ends_its_stage_with_every_thread_s_stack(
+        tmp_path: pathlib.Path) -> None:
+    """A test blocked in a wait that no signal interrupts (the GIL
+    released, as in a driver's host wait) ends its stage after the test
+    timeout, long before 4x the budget, and the log shows where."""
+    pytest.importorskip("pytest_timeout")
+    test = tmp_path / "test_stuck.py"
+    test.write_text(
+        "import threading\n\n"
+        "def test_stuck():\n"
+        "    threading.Event().wait()\n")
+    plan = [{"name": "stuck", "cmd": [str(test)], "budget": 60}]
+    env = {**os.environ, "ACCELERATOR_TEST_TIMEOUT": "2"}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    proc = subprocess.run(
+        [sys.executable, str(STAGES), "--plan", str(tmp_path / "plan.json"),
+         "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1
+    assert "failed" in table(proc.stdout)["stuck"], proc.stdout
+    log = (tmp_path / "run" / "logs" / "stuck.log").read_text()
+    assert "Timeout" in log and "test_stuck" in log, log
+
+
 def test_the_builtin_plan_names_every_configuration() -> None:
     proc = subprocess.run([sys.executable, str(STAGES), "--list"],
                           capture_output=True, text=True, check=True)
