@@ -316,13 +316,23 @@ class DriverDouble:
         Use it where a test asserts that work is not done yet; use
         enqueue_sleep where a delay only makes the test realistic.
         """
+        return self._enqueue_gate("enqueue_gate", stream)
+
+    def _enqueue_gate(self, function: str, stream: object) -> Gate:
+        """A gate queued on stream by the double's control `function`."""
         gate_id = ctypes.c_int(0)
-        rc = self._fn("enqueue_gate")(*self._gate_target(stream),
-                                      ctypes.byref(gate_id))
-        assert rc == 0, f"fake_{self.prefix}_enqueue_gate failed: {rc:#x}"
+        rc = self._fn(function)(*self._gate_target(stream),
+                                ctypes.byref(gate_id))
+        assert rc == 0, f"fake_{self.prefix}_{function} failed: {rc:#x}"
         gate = Gate(self._fn("open_gate"), gate_id.value)
         self._gates.append(gate)
         return gate
+
+    def stall(self, stream: object) -> Gate:
+        """A gate that every later command of the stream waits behind
+        (not only those that wait for earlier work): what a gate is on a
+        stream whose commands run in order, as here."""
+        return self.gate(stream)
 
     def open_gates(self) -> None:
         """Open every gate this object made that is still closed."""
@@ -578,6 +588,11 @@ class ZeDouble(DriverDouble):
         rc = self.lib.fake_ze_enqueue_sleep(
             stream.handle, ms)  # type: ignore[attr-defined]
         assert rc == 0, f"fake_ze_enqueue_sleep failed: {rc:#x}"
+
+    def stall(self, stream: object) -> Gate:
+        # Lists that are not in order let a gate's later commands run
+        # unless they wait for earlier work: a barrier keeps them back.
+        return self._enqueue_gate("enqueue_stall", stream)
 
 
 class HipDouble(DriverDouble):

@@ -454,6 +454,10 @@ class Site:
     prepare: Callable[[], State] | None = None
     #: which call of api fails, counted from the start of the action
     nth: int = 1
+    #: RAISE: the failed call leaves commands queued on its stream that
+    #: use the object's driver events (they run later, in stream order);
+    #: the call (api, nth) that then appends the command marking their end
+    leaves_work: tuple[str, int] | None = None
 
     @property
     def id(self) -> str:
@@ -661,10 +665,12 @@ XPU_SITES = [
     Site("zeCommandListClose", RAISE, "Graph.capture_end()"),
     Site("zeCommandQueueCreate", RAISE, "Graph.instantiate()"),
     Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()"),
-    Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=2),
+    Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=2,
+         leaves_work=("zeCommandListAppendBarrier", 3)),
     Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=3),
     Site("zeCommandListAppendEventReset", RAISE, "Graph.replay()"),
-    Site("zeCommandQueueExecuteCommandLists", RAISE, "Graph.replay()"),
+    Site("zeCommandQueueExecuteCommandLists", RAISE, "Graph.replay()",
+         leaves_work=("zeCommandListAppendBarrier", 3)),
     # A graph dropped is destroyed at once when idle; a refused destroy is
     # tried again at the next synchronize.
     Site("zeCommandQueueDestroy", SILENT, "drop a graph"),
@@ -1005,6 +1011,152 @@ def test_a_failed_fill_leaves_no_work_on_the_memory(driver, site: Site) -> None:
     del c
     settle()
     assert driver.live("bad_access") == 0
+
+
+def completes(event: Any, seconds: float = 10.0) -> bool:
+    """Whether event completes within seconds (polled: a test must not
+    hang on work that never ends)."""
+    import time
+    deadline = time.monotonic() + seconds
+    while not event.query():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def assert_captured_fill_ran(state: State) -> None:
+    """The fill that with_captured's graph holds has run (its buffer is
+    all ones)."""
+    out = bytearray(4096)
+    state["b"].copy_to(out)
+    assert out == b"\x01" * 4096
+
+
+def leftover_sites() -> list[Any]:
+    found = [pytest.param(s, id=s.id) for s in sites(RAISE)
+             if s.action == "Graph.replay()" and s.leaves_work is not None]
+    return found or [pytest.param(None, id="none", marks=pytest.mark.skip(
+        reason=f"no failed replay of the {BACKEND} backend leaves work"))]
+
+
+@pytest.mark.parametrize("site", leftover_sites())
+def test_a_failed_replay_s_leftover_work_comes_before_what_follows(
+        driver, site: Site) -> None:
+    """A replay that raised after queueing commands that use the graph's
+    events (their reset, a signal) leaves them to run later.  The next
+    replay, on any stream, must come after them (else they reset its
+    events behind it, and whoever waits for its end waits for ever), and
+    dropping the graph meanwhile must not hand its events to later work."""
+    acc.set_device_index(0)
+    settle()
+    state = with_captured()
+    s1, s2 = state["s"], acc.Stream(0)
+    others = [acc.Stream(0), acc.Stream(0)]
+    number, name, cls = expected(driver, "unknown")
+    with driver.stall(s1) as gate:
+        driver.fail(site.api, site.nth, number)
+        try:
+            with pytest.raises(acc.AcceleratorError) as info:
+                with s1:
+                    state["g"].replay()
+        finally:
+            driver.clear_faults()
+        check_error(info.value, site.api, number, name, cls)
+        leftovers_ran = s1.record_event()
+        # Opened from a timer: a replay that waits for them returns.
+        gate.open_soon(0.5)
+        with s2:
+            state["g"].replay()
+        replayed = s2.record_event()
+        if not leftovers_ran.query():
+            assert not replayed.query(), "the replay ran before the " \
+                "failed one's queued commands"
+        del state["g"]
+        gc.collect()
+        # Later work takes the driver's events: it must complete.
+        events = [other.record_event() for other in others
+                  for _ in range(32)]
+    assert completes(replayed) and completes(leftovers_ran)
+    stuck = [i for i, e in enumerate(events) if not completes(e)]
+    assert not stuck, f"events {stuck} never completed: a failed " \
+        "replay's queued commands reset them after their work signalled"
+    assert_captured_fill_ran(state)
+
+
+@pytest.mark.parametrize("site", leftover_sites())
+def test_a_retry_on_the_same_stream_waits_for_the_failed_replay_s_leftovers(
+        driver, site: Site) -> None:
+    """The failed call is held while the stream's worker is stopped right
+    behind the commands already queued, so that they run only after the
+    retry was submitted (as a loaded machine may schedule them): the
+    retry must still end, and the stream with it."""
+    acc.set_device_index(0)
+    settle()
+    state = with_captured()
+    s = state["s"]
+    number, name, cls = expected(driver, "unknown")
+    hold = driver.hold(site.api)
+    driver.fail(site.api, site.nth, number)
+    failed: list[BaseException] = []
+
+    def replay_once() -> None:
+        try:
+            with s:
+                state["g"].replay()
+        except acc.AcceleratorError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=replay_once)
+    try:
+        thread.start()
+        while driver.held(site.api) == 0 and thread.is_alive():
+            threading.Event().wait(0.001)
+        gate = driver.stall(s)  # between what was queued and what follows
+        hold.open()
+        thread.join(30)
+    finally:
+        hold.open()
+        driver.clear_faults()
+    assert not thread.is_alive() and len(failed) == 1, failed
+    check_error(failed[0], site.api, number, name, cls)
+    # The retry returns once the failed replay's commands have run.
+    gate.open_soon(0.2)
+    with s:
+        state["g"].replay()
+    assert completes(s.record_event()), "the stream never finished: the " \
+        "failed replay's queued commands reset the retry's events"
+    assert_captured_fill_ran(state)
+
+
+@pytest.mark.parametrize("site", leftover_sites())
+def test_a_failed_replay_whose_leftovers_cannot_be_followed_is_refused(
+        driver, site: Site) -> None:
+    """When the command marking the end of a failed replay's leftovers
+    cannot be appended either, nothing can order a later replay after
+    them: the graph refuses to replay (rather than hang), its stream
+    still synchronizes, and dropping it frees what it may."""
+    acc.set_device_index(0)
+    settle()
+    state = with_captured()
+    number, name, cls = expected(driver, "unknown")
+    assert site.leaves_work is not None
+    driver.fail(site.api, site.nth, number)
+    driver.fail(*site.leaves_work, number)
+    try:
+        with pytest.raises(acc.AcceleratorError) as info:
+            with state["s"]:
+                state["g"].replay()
+    finally:
+        driver.clear_faults()
+    check_error(info.value, site.api, number, name, cls)
+    with pytest.raises(RuntimeError, match="cannot be replayed: an earlier "
+                       "replay failed"):
+        with state["s"]:
+            state["g"].replay()
+    state["s"].synchronize()
+    del state
+    settle()
 
 
 @pytest.mark.parametrize("site", site_params(SILENT))

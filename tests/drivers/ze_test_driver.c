@@ -72,6 +72,7 @@
  *   int fake_ze_enqueue_sleep(unsigned long long command_list, double ms)
  *   int fake_ze_enqueue_sleep_default(int device, double ms)
  *   int fake_ze_enqueue_gate(unsigned long long command_list, int *gate)
+ *   int fake_ze_enqueue_stall(unsigned long long command_list, int *gate)
  *   int fake_ze_open_gate(int gate)
  * Load this library with ctypes by the same absolute path as in
  * ZE_ENABLE_ALT_DRIVERS: dlopen then returns the instance the loader
@@ -2133,6 +2134,30 @@ fake_ze_enqueue_gate(unsigned long long command_list, int *gate)
     }
     *gate = id;
     return ZE_RESULT_SUCCESS;
+}
+
+/*
+ * As fake_ze_enqueue_gate, then a barrier: on a list that is not in
+ * order, a gate (timed work) lets the commands behind it that are not
+ * barriers run at once; the barrier keeps every later command behind the
+ * gate, as on an in-order list.  Returns a ze_result_t.
+ */
+EXPORT int
+fake_ze_enqueue_stall(unsigned long long command_list, int *gate)
+{
+    int r = fake_ze_enqueue_gate(command_list, gate);
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_list *l = resolve_list(command_list);
+    r = l != NULL ? (int)append_locked(l, CMD_BARRIER, 0, NULL, 0, NULL)
+                  : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        dc_gate_open(*gate);
+    }
+    return r;
 }
 
 /* Lets a gate's work complete: 0, or -1 for an unknown gate. */

@@ -40,6 +40,16 @@
  * before it reports the error, so that S's later work (a free) cannot
  * overtake it.
  *
+ * A replay that fails after commands using the graph's events were
+ * appended (done's reset; start's signal and reset, when the execution
+ * is refused) leaves them to run later.  A barrier behind them becomes
+ * the graph's tail, so that the next replay (on any stream) and the
+ * graph's destruction come after them; and when they signal start, the
+ * next replay waits on the host for them before it executes, since the
+ * list waits only for start and would otherwise run early, its done
+ * then reset behind it.  If even that barrier cannot be appended, the
+ * graph is lost: never replayed again, its events never handed on.
+ *
  * Destroying a graph must not wait: a graph whose last replay may still
  * run stays on lz.graphs, dead, and goes once its tail has signalled
  * (looked at after every synchronize and graph destroy; shutdown waits
@@ -55,6 +65,12 @@ typedef struct lz_graph {
     lz_slot *start, *done; /* the list's frame (owned) */
     lz_slot *last;         /* tail of the last replay (counted) */
     int pending;           /* the last replay's end is known only by done */
+    int stale;             /* a failed replay signalled start for nobody:
+                            * its commands end at last */
+    int lost;              /* a failed replay left commands on a list that
+                            * use start and done, with nothing marking
+                            * their end: never replayed again, and its
+                            * events never handed on */
     struct lz_graph *next; /* lz.graphs */
 } lz_graph;
 
@@ -337,8 +353,10 @@ lz_graph_free_locked(lz_graph *g)
         }
         g->list = NULL;
     }
-    lz_slot_release_locked(g->start);
-    lz_slot_release_locked(g->done);
+    if (!g->lost) {
+        lz_slot_release_locked(g->start);
+        lz_slot_release_locked(g->done);
+    }
     if (g->last != NULL) {
         g->last->waiters--;
     }
@@ -652,9 +670,11 @@ lz_graph_instantiate(int device, void *graph, void **exec, acc_error *err)
 }
 
 /* The first three commands of a replay on t (t->lock held): after the
- * previous replay, reset done, signal start. */
+ * previous replay, reset done, signal start.  *touched: commands that
+ * use g's events were appended. */
 static acc_status
-lz_replay_begin_locked(lz_target *t, lz_graph *g, acc_error *err)
+lz_replay_begin_locked(lz_target *t, lz_graph *g, int *touched,
+                       acc_error *err)
 {
     lz_slot *prev = g->pending ? g->done : g->last;
     const char *api = "zeCommandListAppendBarrier";
@@ -663,6 +683,7 @@ lz_replay_begin_locked(lz_target *t, lz_graph *g, acc_error *err)
     if (r == ZE_RESULT_SUCCESS) {
         api = "zeCommandListAppendEventReset";
         r = lz_fn.zeCommandListAppendEventReset(t->list, g->done->event);
+        *touched = r == ZE_RESULT_SUCCESS;
     }
     if (r == ZE_RESULT_SUCCESS) {
         api = "zeCommandListAppendBarrier";
@@ -672,6 +693,63 @@ lz_replay_begin_locked(lz_target *t, lz_graph *g, acc_error *err)
     return r == ZE_RESULT_SUCCESS ? ACC_OK : lz_fail(err, api, r, t->driver);
 }
 
+/* tail (appended on t's list, signalling after the replay) becomes
+ * the end of g's last replay and of t's stream (both lz.lock and
+ * t->lock held). */
+static void
+lz_replay_ends_at_locked(lz_target *t, lz_graph *g, lz_slot *tail)
+{
+    if (g->last != NULL) {
+        g->last->waiters--;
+    }
+    tail->armed = 1;
+    lz_set_tail_locked(t->st, tail);
+    tail->waiters++;
+    g->last = tail;
+    g->pending = 0;
+}
+
+/* A replay failed after commands that use g's events (done's reset,
+ * start's signal and reset) were appended to t's list (t->lock held).
+ * They run later: the next replay (on any stream) must come after them,
+ * or they reset its events behind it, and so must the graph's
+ * destruction, which hands its events on.  A barrier signalling tail
+ * marks their end as a replay's would; if it cannot be appended, the
+ * graph is lost (see lz_graph.lost). */
+static void
+lz_replay_leftovers_locked(lz_target *t, lz_graph *g, lz_slot *tail)
+{
+    ze_result_t r = lz_fn.zeCommandListAppendBarrier(t->list, tail->event,
+                                                     0, NULL);
+    pthread_mutex_lock(&lz.lock);
+    if (r == ZE_RESULT_SUCCESS) {
+        lz_replay_ends_at_locked(t, g, tail);
+    }
+    else {
+        g->lost = 1;
+        acc_trace("xpu: a failed replay's commands cannot be followed "
+                  "(0x%x); the graph cannot be replayed again", (unsigned)r);
+    }
+    pthread_mutex_unlock(&lz.lock);
+}
+
+/* Before a replay executes: the commands a failed one left (see
+ * lz_graph.stale) have run.  The list waits only for start, so a start
+ * that they signal (and reset) after this replay's execution would let
+ * the list run early, and the reset of done behind it would leave this
+ * replay's end unsignalled for ever.  Only after a failure. */
+static void
+lz_replay_await_leftovers(lz_graph *g)
+{
+    if (!g->stale) {
+        return;
+    }
+    /* g->last stays: replays of one graph are serialised by the caller,
+     * and a live graph is not freed. */
+    lz_await(g->last, "a failed replay's queued commands");
+    g->stale = 0;
+}
+
 acc_status
 lz_graph_launch(void *exec, acc_stream *s, acc_error *err)
 {
@@ -679,6 +757,8 @@ lz_graph_launch(void *exec, acc_stream *s, acc_error *err)
     lz_target t = lz_target_of(s);
     lz_slot *tail = NULL;
     int unordered = 0; /* launched, but s's later work does not wait */
+    int touched = 0;   /* commands that use g's events were appended */
+    lz_replay_await_leftovers(g);
     acc_status status = lz_acquire(t.driver, 0, &tail, err);
     if (status != ACC_OK) {
         lz_target_done(&t);
@@ -691,13 +771,22 @@ lz_graph_launch(void *exec, acc_stream *s, acc_error *err)
         status = ACC_ERR_UNSUPPORTED;
     }
     pthread_mutex_lock(t.lock);
+    if (status == ACC_OK && g->lost) {
+        acc_error_set(err, ACC_ERR_STATE, "this graph cannot be replayed: "
+                      "an earlier replay failed and left work queued that "
+                      "could not be followed (capture it again)");
+        status = ACC_ERR_STATE;
+    }
     if (status == ACC_OK) {
         status = lz_capture_refuse_locked(t.st,
                                           "zeCommandQueueExecuteCommandLists",
                                           err);
     }
     if (status == ACC_OK) {
-        status = lz_replay_begin_locked(&t, g, err);
+        status = lz_replay_begin_locked(&t, g, &touched, err);
+        if (status != ACC_OK && touched) {
+            lz_replay_leftovers_locked(&t, g, tail);
+        }
     }
     if (status == ACC_OK) {
         ze_result_t r = lz_fn.zeCommandQueueExecuteCommandLists(
@@ -705,31 +794,31 @@ lz_graph_launch(void *exec, acc_stream *s, acc_error *err)
         if (r != ZE_RESULT_SUCCESS) {
             status = lz_fail(err, "zeCommandQueueExecuteCommandLists", r,
                              t.driver);
-            /* start was signalled for nobody: reset it behind that. */
+            /* start was signalled for nobody: reset it behind that, and
+             * the next replay executes only once both have run. */
             if (lz_fn.zeCommandListAppendEventReset(t.list, g->start->event)
                 != ZE_RESULT_SUCCESS) {
                 acc_trace("xpu: a graph's start event could not be reset");
+                g->lost = 1;
             }
+            lz_replay_leftovers_locked(&t, g, tail);
+            g->stale = !g->lost;
         }
         else {
             ze_result_t w = lz_fn.zeCommandListAppendBarrier(
                 t.list, tail->event, 1, &g->done->event);
             pthread_mutex_lock(&lz.lock);
-            if (g->last != NULL) {
-                g->last->waiters--;
-                g->last = NULL;
-            }
             if (w == ZE_RESULT_SUCCESS) {
-                tail->armed = 1;
-                lz_set_tail_locked(t.st, tail);
-                tail->waiters++;
-                g->last = tail;
-                g->pending = 0;
+                lz_replay_ends_at_locked(&t, g, tail);
             }
             else {
                 /* The replay runs, but S does not wait for it: the next
                  * replay waits for done instead, and this one returns
                  * only once done has signalled (below). */
+                if (g->last != NULL) {
+                    g->last->waiters--;
+                    g->last = NULL;
+                }
                 g->pending = 1;
                 unordered = 1;
                 status = lz_fail(err, "zeCommandListAppendBarrier", w,
