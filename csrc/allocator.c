@@ -37,7 +37,7 @@
  * results back.
  */
 #define _GNU_SOURCE
-#include "backend.h"
+#include "core.h"
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -1064,10 +1064,7 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     acc_status st;
     int pool;
 
-    st = acc_check_device(device, err);
-    if (st == ACC_OK) {
-        st = acc_ready(err);
-    }
+    st = acc_check_device_ready(device, err);
     if (st != ACC_OK) {
         return st;
     }
@@ -1361,8 +1358,10 @@ acc_set_memory_fraction(int device, double fraction, acc_error *err)
     return ACC_OK;
 }
 
-void
-acc_allocator_release(void)
+/* The empty_cache hook: settle the freed blocks whose work has completed
+ * (direct mode: return them to the driver); never waits for the device. */
+static void
+allocator_release(void)
 {
     if (A.forked) {
         return;
@@ -1398,8 +1397,9 @@ acc_allocator_empty_cache(acc_error *err)
     return first;
 }
 
-void
-acc_allocator_stream_destroyed(const acc_stream *s)
+/* The stream_destroyed hook. */
+static void
+stream_destroyed(const acc_stream *s)
 {
     device_state *d;
     uintptr_t orphan;
@@ -1428,4 +1428,16 @@ acc_allocator_stream_destroyed(const acc_stream *s)
         }
     }
     unlock(&d->lock);
+}
+
+/* At load, before any stream can be destroyed or the cache emptied. */
+__attribute__((constructor)) static void
+register_hooks(void)
+{
+    static acc_hooks hooks = {
+        .stream_destroyed = stream_destroyed,
+        .empty_cache = allocator_release,
+    };
+
+    acc_hooks_register(&hooks);
 }

@@ -5,7 +5,7 @@
  *
  * Plain C, no Python objects.
  */
-#include "backend.h"
+#include "core.h"
 
 #include <pthread.h>
 #include <string.h>

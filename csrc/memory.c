@@ -8,7 +8,7 @@
  * this file and uses the deferred release for its direct mode.
  */
 #define _GNU_SOURCE
-#include "backend.h"
+#include "core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -257,10 +257,19 @@ static struct {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
-void
-acc_memory_after_fork_child(void)
+/* In the child of fork(): the lock made usable again. */
+static void
+after_fork_child(void)
 {
     pthread_mutex_init(&pending.lock, NULL);
+}
+
+__attribute__((constructor)) static void
+register_hooks(void)
+{
+    static acc_hooks hooks = {.after_fork_child = after_fork_child};
+
+    acc_hooks_register(&hooks);
 }
 
 static void
@@ -448,11 +457,8 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
 {
     const acc_backend *b;
     acc_host_block *h;
-    acc_status st = acc_check_device(device, err);
+    acc_status st = acc_check_device_ready(device, err);
 
-    if (st == ACC_OK) {
-        st = acc_ready(err);
-    }
     if (st != ACC_OK) {
         return st;
     }

@@ -15,7 +15,7 @@
  * Plain C, no Python objects.  The lock guards the list; event records
  * and queries are made under it (they do not block), waits are not.
  */
-#include "backend.h"
+#include "core.h"
 
 #include <stdlib.h>
 #include <string.h>
