@@ -930,13 +930,6 @@ reserve(int device, int pool, size_t nbytes, size_t asked, uintptr_t *ptr,
 
 /* The core API ----------------------------------------------------------- */
 
-static acc_status
-host_oom(acc_error *err)
-{
-    acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
-    return ACC_ERR_HOST_MEMORY;
-}
-
 /* Carve a block of size bytes (nbytes asked) out of the segment of seg
  * bytes at ptr that the driver just gave, for stream. */
 static acc_status
@@ -966,7 +959,7 @@ carve_segment(int device, int pool, uintptr_t ptr, size_t seg, size_t size,
     unlock(&d->lock);
     if (got == NULL) {
         driver_free(device, ptr);
-        return host_oom(err);
+        return acc_error_host_memory(err);
     }
     acc_stream_incref(stream);
     *out = got;
@@ -1023,7 +1016,7 @@ empty_block(int device, acc_block **out, acc_error *err)
     acc_block *b = calloc(1, sizeof(*b));
 
     if (b == NULL) {
-        return host_oom(err);
+        return acc_error_host_memory(err);
     }
     b->device = device;
     *out = b;
@@ -1070,10 +1063,7 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     }
     ensure_init();   /* after the probe: the backend's facts are known */
     if (!acc_has_memory()) {
-        acc_error_set(err, ACC_ERR_UNSUPPORTED,
-                      "backend %s does not support device memory",
-                      backend()->name);
-        return ACC_ERR_UNSUPPORTED;
+        return acc_error_unsupported("device memory", err);
     }
     if (stream->device != device) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,

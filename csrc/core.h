@@ -33,9 +33,12 @@ extern "C" {
 void acc_trace_enable(int on);
 /* Called once, when a backend is selected: acc_error_set names it. */
 void acc_error_select(const char *backend);
-/* ACC_ERR_UNSUPPORTED: "backend X does not support <what>", X the
- * selected backend. */
+/* The errors that several core files meet, worded here once; each fills
+ * err and returns its status.  ACC_ERR_UNSUPPORTED: "backend X does not
+ * support <what>", X the selected backend. */
 acc_status acc_error_unsupported(const char *what, acc_error *err);
+/* ACC_ERR_HOST_MEMORY: malloc failed. */
+acc_status acc_error_host_memory(acc_error *err);
 
 /* Lifecycle hooks (hooks.c) --------------------------------------------- */
 

@@ -143,3 +143,10 @@ acc_error_unsupported(const char *what, acc_error *err)
                   E.backend, what);
     return ACC_ERR_UNSUPPORTED;
 }
+
+acc_status
+acc_error_host_memory(acc_error *err)
+{
+    acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+    return ACC_ERR_HOST_MEMORY;
+}

@@ -17,14 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static acc_status
-memory_unsupported(const acc_backend *b, const char *what, acc_error *err)
-{
-    acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend %s does not support %s",
-                  b->name, what);
-    return ACC_ERR_UNSUPPORTED;
-}
-
 int
 acc_has_memory(void)
 {
@@ -42,7 +34,7 @@ memory_backend(acc_error *err)
         return NULL;
     }
     if (!acc_has_memory()) {
-        memory_unsupported(acc_selected_backend(), "device memory", err);
+        acc_error_unsupported("device memory", err);
         return NULL;
     }
     return acc_selected_backend();
@@ -221,7 +213,7 @@ acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     }
     b = acc_selected_backend();
     if (b->pointer_info == NULL) {
-        return memory_unsupported(b, "looking up foreign memory", err);
+        return acc_error_unsupported("looking up foreign memory", err);
     }
     if (ptr == 0) {
         return ACC_OK; /* no memory: some drivers fail on NULL instead */
@@ -464,7 +456,7 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
     }
     b = acc_selected_backend();
     if (b->host_alloc == NULL || b->host_free == NULL) {
-        return memory_unsupported(b, "page-locked host memory", err);
+        return acc_error_unsupported("page-locked host memory", err);
     }
     if (nbytes > (size_t)PTRDIFF_MAX) {
         /* No process can address it (nor a Python buffer expose it): out
@@ -478,8 +470,7 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
     (void)acc_deferred_poll(0);  /* every allocation settles the frees */
     h = calloc(1, sizeof(*h));
     if (h == NULL) {
-        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
-        return ACC_ERR_HOST_MEMORY;
+        return acc_error_host_memory(err);
     }
     acc_uses_init(&h->uses);
     h->device = device;

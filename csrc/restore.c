@@ -57,8 +57,7 @@ acc_restore_push(const void *owner, int device, acc_stream *stream,
         restore_entry *grown = realloc(tls_restore, cap * sizeof(*grown));
 
         if (grown == NULL) {
-            acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
-            return ACC_ERR_HOST_MEMORY;
+            return acc_error_host_memory(err);
         }
         if (tls_restore == NULL) {
             pthread_setspecific(thread_key, &thread_key_value);

@@ -137,8 +137,7 @@ acc_set_current_stream(acc_stream *s, acc_error *err)
         acc_stream **streams = calloc(ACC_MAX_DEVICES, sizeof(*streams));
 
         if (streams == NULL) {
-            acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
-            return ACC_ERR_HOST_MEMORY;
+            return acc_error_host_memory(err);
         }
         tls_streams = streams;
         pthread_setspecific(S.thread_key, &thread_key_value);
@@ -186,20 +185,21 @@ acc_stream_decref(acc_stream *s)
     free(s);
 }
 
-static acc_status
-new_stream(int device, acc_stream **out, acc_error *err)
+/* A new stream of device, owned by the caller; NULL (err filled) when
+ * out of host memory. */
+static acc_stream *
+new_stream(int device, acc_error *err)
 {
     acc_stream *s = calloc(1, sizeof(*s));
 
     if (s == NULL) {
-        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
-        return ACC_ERR_HOST_MEMORY;
+        acc_error_host_memory(err);
+        return NULL;
     }
     s->refcount = 1;
     s->backend = acc_selected_backend();
     s->device = device;
-    *out = s;
-    return ACC_OK;
+    return s;
 }
 
 acc_status
@@ -250,9 +250,9 @@ acc_stream_create(int device, int priority, acc_stream **out,
     if (wanted < greatest) {
         wanted = greatest;
     }
-    st = new_stream(device, &s, err);
-    if (st != ACC_OK) {
-        return st;
+    s = new_stream(device, err);
+    if (s == NULL) {
+        return err->status;
     }
     s->priority = (int)wanted;
     if (acc_cache_take_stream(s)) {
@@ -287,9 +287,9 @@ acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,
                       b->device_type);
         return ACC_ERR_INVALID_ARGUMENT;
     }
-    st = new_stream(device, &s, err);
-    if (st != ACC_OK) {
-        return st;
+    s = new_stream(device, err);
+    if (s == NULL) {
+        return err->status;
     }
     s->flags = ACC_STREAM_EXTERNAL;
     s->handle = handle;

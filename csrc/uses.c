@@ -66,8 +66,7 @@ acc_uses_record(acc_uses *u, acc_stream *s, acc_error *err)
 
             if (more == NULL) {
                 pthread_mutex_unlock(&u->lock);
-                acc_error_set(err, ACC_ERR_HOST_MEMORY,
-                              "out of host memory");
+                acc_error_host_memory(err);
                 /* No record: make the use complete before going on. */
                 return acc_stream_synchronize(s, err) == ACC_OK
                            ? ACC_OK : err->status;
