@@ -223,7 +223,10 @@ struct acc_backend {
 
     /* OPTIONAL (NULL: "does not support event timing").  Milliseconds
      * between two recorded timing events of one device (negative when end
-     * completed first).  ACC_NOT_READY when either has not completed. */
+     * completed first).  ACC_NOT_READY when either has not completed;
+     * ACC_ERR_INVALID_ARGUMENT (no message needed: the dispatcher words
+     * it) when either has no record the device will run (its records
+     * went into a graph capture). */
     acc_status (*event_elapsed_ms)(acc_event *start, acc_event *end,
                                    float *ms, acc_error *err);
 

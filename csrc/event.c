@@ -173,6 +173,15 @@ acc_event_synchronize(acc_event *e, acc_error *err)
     return e->backend->event_synchronize(e, err);
 }
 
+static acc_status
+not_recorded(acc_error *err)
+{
+    acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                  "Both events must be recorded before calculating elapsed "
+                  "time.");
+    return ACC_ERR_INVALID_ARGUMENT;
+}
+
 acc_status
 acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                      acc_error *err)
@@ -186,10 +195,7 @@ acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if (!acc_event_made(start) || !acc_event_made(end)) {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                      "Both events must be recorded before calculating "
-                      "elapsed time.");
-        return ACC_ERR_INVALID_ARGUMENT;
+        return not_recorded(err);
     }
     if (start->device != end->device) {
         /* Device clocks (and CUDA contexts) differ: no common time. */
@@ -207,6 +213,9 @@ acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
         return acc_error_unsupported("event timing", err);
     }
     st = start->backend->event_elapsed_ms(start, end, ms, err);
+    if (st == ACC_ERR_INVALID_ARGUMENT) {
+        return not_recorded(err);
+    }
     if (st == ACC_NOT_READY) {
         acc_error_set(err, ACC_ERR_STATE,
                       "Both events must be completed before calculating "
