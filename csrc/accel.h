@@ -3,8 +3,9 @@
  *
  * No Python types here: every function returns an acc_status and, on
  * failure, fills an acc_error that _accelerator.c turns into an exception.
- * The dispatcher (dispatch.c) validates arguments once and forwards to the
- * selected backend (backend.h).
+ * The dispatcher validates arguments once and forwards to the selected
+ * backend (backend.h).  What only the core's files share is in core.h,
+ * which also says how the core is layered.
  */
 #ifndef ACCEL_H
 #define ACCEL_H
@@ -149,7 +150,7 @@ typedef struct acc_backend_info {
                                 * process (not deferred, or first used) */
 } acc_backend_info;
 
-/* Selection and lifetime (dispatch.c) */
+/* Selection and lifetime (registry.c) */
 
 /* Probe the backends once; thread-safe; may block (call without the GIL). */
 void acc_probe(void);
@@ -219,7 +220,7 @@ acc_status acc_ready(acc_error *err);
  * unset or no backend is selected. */
 int acc_visible_devices(const int **order, int *count);
 
-/* Devices (dispatch.c): per-thread current device, starting at 0. */
+/* Devices (device.c): per-thread current device, starting at 0. */
 int acc_current_device(void);
 /* The current device when probed and usable (not forked), else -1: the
  * checks and the read in one call, for the hot getters. */
@@ -236,7 +237,7 @@ int acc_device_ready(int device);
 acc_status acc_activate_current(acc_error *err);
 acc_status acc_synchronize_device(int device, acc_error *err);
 
-/* Streams (dispatch.c) */
+/* Streams (stream.c; `with` blocks: restore.c) */
 /* The device's default stream (borrowed; immortal).  device is valid. */
 acc_status acc_default_stream(int device, acc_stream **out, acc_error *err);
 /* The thread's current stream (current != 0) or the default stream of a
@@ -277,7 +278,7 @@ acc_status acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err);
 acc_status acc_stream_wait_stream(acc_stream *s, acc_stream *other,
                                   acc_error *err);
 
-/* Events (dispatch.c) */
+/* Events (event.c) */
 void acc_event_init(acc_event *e, unsigned flags);
 /* Nonzero once e has its native event (it was recorded). */
 int acc_event_made(const acc_event *e);
@@ -289,10 +290,11 @@ acc_status acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
 /* Release the native event, if any. */
 void acc_event_release(acc_event *e);
 
-/* Release the driver streams and events kept for reuse (may block). */
+/* Release the driver streams and events kept for reuse (cache.c; may
+ * block). */
 void acc_empty_cache(void);
 
-/* Memory */
+/* Memory (device.c) */
 acc_status acc_memory_info(int device, size_t *free_bytes,
                            size_t *total_bytes, acc_error *err);
 
@@ -400,10 +402,6 @@ void acc_free(acc_block *b);
 /* acc_free when it needs no driver call (a cached block used on no other
  * stream): ACC_OK, or ACC_NOT_READY and nothing done. */
 acc_status acc_free_try(acc_block *b);
-/* Settle the freed blocks whose work has completed (direct mode: return
- * them to the driver); never waits for the device.  acc_empty_cache()
- * calls it. */
-void acc_allocator_release(void);
 
 /* Copies and fills (memory.c).  The dispatcher checks the sizes and
  * devices; s is the stream the copy is queued on.  For a copy between two
@@ -425,8 +423,6 @@ acc_status acc_check_nbytes_text(const char *nbytes, int negative,
  * the caller wrote it: always fails, as acc_memset does for one outside
  * 0..255. */
 acc_status acc_check_fill_text(const char *value, acc_error *err);
-/* Nonzero when the backend has device memory (the memory slots). */
-int acc_has_memory(void);
 
 /* Page-locked host memory (memory.c).  acc_host_free defers the release
  * until the work queued so far on each recorded stream has completed
@@ -458,16 +454,8 @@ acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,
  * the oldest (call without the GIL).  release may take the GIL itself.
  */
 typedef void (*acc_release_fn)(int device, uintptr_t ptr);
-/* In the child of fork(): the lock of the deferred releases made usable
- * again (dispatch.c's fork handler calls it). */
-void acc_memory_after_fork_child(void);
 void acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
                        acc_uses *uses);
-/* Release what has become ready; with wait, wait for everything first.
- * Returns the number still pending. */
-int acc_deferred_poll(int wait);
-/* Releases waiting (a lock-free read, for the allocator's fast path). */
-int acc_deferred_count(void);
 
 /* torch's allocator statistics: one Stat per kind and pool. */
 typedef struct acc_stat {
@@ -514,26 +502,12 @@ acc_status acc_set_memory_fraction(int device, double fraction,
 /* Give every wholly free cached segment back to the driver (may block:
  * synchronizes the devices that have any). */
 acc_status acc_allocator_empty_cache(acc_error *err);
-/* The dispatcher is about to destroy the native stream of s. */
-void acc_allocator_stream_destroyed(const acc_stream *s);
 
-/* Errors (dispatch.c) */
+/* Errors (error.c) */
 /* The length of text[0, length) without a last UTF-8 character that a cut
  * (snprintf into a full buffer) left incomplete.  Bytes that are not
  * UTF-8 at all (a library path) are kept: the Python layer escapes them. */
 size_t acc_utf8_whole(const char *text, size_t length);
-/* Format into a fixed buffer, cutting on a UTF-8 character boundary;
- * returns the length written. */
-size_t acc_format(char *buf, size_t size, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-void acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
 
 /* Graphs (graph.c) ------------------------------------------------------ */
 

@@ -37,7 +37,7 @@
  * results back.
  */
 #define _GNU_SOURCE
-#include "backend.h"
+#include "core.h"
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -930,13 +930,6 @@ reserve(int device, int pool, size_t nbytes, size_t asked, uintptr_t *ptr,
 
 /* The core API ----------------------------------------------------------- */
 
-static acc_status
-host_oom(acc_error *err)
-{
-    acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
-    return ACC_ERR_HOST_MEMORY;
-}
-
 /* Carve a block of size bytes (nbytes asked) out of the segment of seg
  * bytes at ptr that the driver just gave, for stream. */
 static acc_status
@@ -966,7 +959,7 @@ carve_segment(int device, int pool, uintptr_t ptr, size_t seg, size_t size,
     unlock(&d->lock);
     if (got == NULL) {
         driver_free(device, ptr);
-        return host_oom(err);
+        return acc_error_host_memory(err);
     }
     acc_stream_incref(stream);
     *out = got;
@@ -1023,7 +1016,7 @@ empty_block(int device, acc_block **out, acc_error *err)
     acc_block *b = calloc(1, sizeof(*b));
 
     if (b == NULL) {
-        return host_oom(err);
+        return acc_error_host_memory(err);
     }
     b->device = device;
     *out = b;
@@ -1064,19 +1057,13 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     acc_status st;
     int pool;
 
-    st = acc_check_device(device, err);
-    if (st == ACC_OK) {
-        st = acc_ready(err);
-    }
+    st = acc_check_device_ready(device, err);
     if (st != ACC_OK) {
         return st;
     }
     ensure_init();   /* after the probe: the backend's facts are known */
     if (!acc_has_memory()) {
-        acc_error_set(err, ACC_ERR_UNSUPPORTED,
-                      "backend %s does not support device memory",
-                      backend()->name);
-        return ACC_ERR_UNSUPPORTED;
+        return acc_error_unsupported("device memory", err);
     }
     if (stream->device != device) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
@@ -1361,8 +1348,10 @@ acc_set_memory_fraction(int device, double fraction, acc_error *err)
     return ACC_OK;
 }
 
-void
-acc_allocator_release(void)
+/* The empty_cache hook: settle the freed blocks whose work has completed
+ * (direct mode: return them to the driver); never waits for the device. */
+static void
+allocator_release(void)
 {
     if (A.forked) {
         return;
@@ -1398,8 +1387,9 @@ acc_allocator_empty_cache(acc_error *err)
     return first;
 }
 
-void
-acc_allocator_stream_destroyed(const acc_stream *s)
+/* The stream_destroyed hook. */
+static void
+stream_destroyed(const acc_stream *s)
 {
     device_state *d;
     uintptr_t orphan;
@@ -1428,4 +1418,16 @@ acc_allocator_stream_destroyed(const acc_stream *s)
         }
     }
     unlock(&d->lock);
+}
+
+/* At load, before any stream can be destroyed or the cache emptied. */
+__attribute__((constructor)) static void
+register_hooks(void)
+{
+    static acc_hooks hooks = {
+        .stream_destroyed = stream_destroyed,
+        .empty_cache = allocator_release,
+    };
+
+    acc_hooks_register(&hooks);
 }

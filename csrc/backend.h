@@ -3,7 +3,7 @@
  *
  * A backend fills one acc_backend: a name, its facts, a probe, and
  * function pointers grouped by the object they act on, and is listed once
- * in the dispatcher's registry (dispatch.c).  The dispatcher validates
+ * in the dispatcher's registry (registry.c).  The dispatcher validates
  * every argument before it forwards (device indices are in [0, count),
  * handles come from this backend, events are recorded and timed as the
  * operation needs), so backends trust their inputs, never parse user input
@@ -223,7 +223,10 @@ struct acc_backend {
 
     /* OPTIONAL (NULL: "does not support event timing").  Milliseconds
      * between two recorded timing events of one device (negative when end
-     * completed first).  ACC_NOT_READY when either has not completed. */
+     * completed first).  ACC_NOT_READY when either has not completed;
+     * ACC_ERR_INVALID_ARGUMENT (no message needed: the dispatcher words
+     * it) when either has no record the device will run (its records
+     * went into a graph capture). */
     acc_status (*event_elapsed_ms)(acc_event *start, acc_event *end,
                                    float *ms, acc_error *err);
 
@@ -344,17 +347,28 @@ extern const acc_backend acc_opencl_backend;
 const char *acc_backend_incomplete(const acc_backend *b, char *why,
                                    size_t size);
 
-/* The selected backend (NULL when none); for the core files (allocator.c,
- * memory.c) that forward to it. */
-const acc_backend *acc_selected_backend(void);
+/* Shared helpers for backends and the core (error.c) ------------------- */
 
+/* Format into a fixed buffer, cutting on a UTF-8 character boundary;
+ * returns the length written. */
+size_t acc_format(char *buf, size_t size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Fill err with status and a message (the backend: the selected one). */
+void acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
-/* Shared helper for backends: fill err for a failing driver call. */
+/* Fill err for a failing driver call. */
 void acc_error_driver(acc_error *err, const char *backend, const char *api,
                       long long code, const char *code_name,
                       acc_status status);
 
-/* Shared helper: nonzero when ACCELERATOR_DEBUG=1; trace(...) prints. */
+/* Nonzero when ACCELERATOR_DEBUG=1; acc_trace(...) prints then. */
 int acc_debug_enabled(void);
 void acc_trace(const char *fmt, ...)
 #if defined(__GNUC__)

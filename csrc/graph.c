@@ -5,7 +5,7 @@
  *
  * Plain C, no Python objects.
  */
-#include "backend.h"
+#include "core.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -30,12 +30,12 @@ static const char *const mode_names[] = {"global", "thread_local",
 static acc_status
 graph_unsupported(const acc_backend *b, acc_error *err)
 {
-    acc_error_set(err, ACC_ERR_UNSUPPORTED,
-                  "backend %s does not support graphs%s%s", b->name,
-                  b->graphs_unsupported != NULL ? ": " : "",
-                  b->graphs_unsupported != NULL ? b->graphs_unsupported
-                                                : "");
-    return ACC_ERR_UNSUPPORTED;
+    char what[sizeof(err->message)];
+
+    acc_format(what, sizeof(what), "graphs%s%s",
+               b->graphs_unsupported != NULL ? ": " : "",
+               b->graphs_unsupported != NULL ? b->graphs_unsupported : "");
+    return acc_error_unsupported(what, err);
 }
 
 static acc_status

@@ -8,7 +8,7 @@
  * this file and uses the deferred release for its direct mode.
  */
 #define _GNU_SOURCE
-#include "backend.h"
+#include "core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,14 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static acc_status
-memory_unsupported(const acc_backend *b, const char *what, acc_error *err)
-{
-    acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend %s does not support %s",
-                  b->name, what);
-    return ACC_ERR_UNSUPPORTED;
-}
 
 int
 acc_has_memory(void)
@@ -42,7 +34,7 @@ memory_backend(acc_error *err)
         return NULL;
     }
     if (!acc_has_memory()) {
-        memory_unsupported(acc_selected_backend(), "device memory", err);
+        acc_error_unsupported("device memory", err);
         return NULL;
     }
     return acc_selected_backend();
@@ -221,7 +213,7 @@ acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     }
     b = acc_selected_backend();
     if (b->pointer_info == NULL) {
-        return memory_unsupported(b, "looking up foreign memory", err);
+        return acc_error_unsupported("looking up foreign memory", err);
     }
     if (ptr == 0) {
         return ACC_OK; /* no memory: some drivers fail on NULL instead */
@@ -257,10 +249,19 @@ static struct {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
-void
-acc_memory_after_fork_child(void)
+/* In the child of fork(): the lock made usable again. */
+static void
+after_fork_child(void)
 {
     pthread_mutex_init(&pending.lock, NULL);
+}
+
+__attribute__((constructor)) static void
+register_hooks(void)
+{
+    static acc_hooks hooks = {.after_fork_child = after_fork_child};
+
+    acc_hooks_register(&hooks);
 }
 
 static void
@@ -448,17 +449,14 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
 {
     const acc_backend *b;
     acc_host_block *h;
-    acc_status st = acc_check_device(device, err);
+    acc_status st = acc_check_device_ready(device, err);
 
-    if (st == ACC_OK) {
-        st = acc_ready(err);
-    }
     if (st != ACC_OK) {
         return st;
     }
     b = acc_selected_backend();
     if (b->host_alloc == NULL || b->host_free == NULL) {
-        return memory_unsupported(b, "page-locked host memory", err);
+        return acc_error_unsupported("page-locked host memory", err);
     }
     if (nbytes > (size_t)PTRDIFF_MAX) {
         /* No process can address it (nor a Python buffer expose it): out
@@ -472,8 +470,7 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
     (void)acc_deferred_poll(0);  /* every allocation settles the frees */
     h = calloc(1, sizeof(*h));
     if (h == NULL) {
-        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
-        return ACC_ERR_HOST_MEMORY;
+        return acc_error_host_memory(err);
     }
     acc_uses_init(&h->uses);
     h->device = device;

@@ -15,7 +15,7 @@
  * Plain C, no Python objects.  The lock guards the list; event records
  * and queries are made under it (they do not block), waits are not.
  */
-#include "backend.h"
+#include "core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -66,8 +66,7 @@ acc_uses_record(acc_uses *u, acc_stream *s, acc_error *err)
 
             if (more == NULL) {
                 pthread_mutex_unlock(&u->lock);
-                acc_error_set(err, ACC_ERR_HOST_MEMORY,
-                              "out of host memory");
+                acc_error_host_memory(err);
                 /* No record: make the use complete before going on. */
                 return acc_stream_synchronize(s, err) == ACC_OK
                            ? ACC_OK : err->status;

@@ -135,6 +135,33 @@ def test_elapsed_time_across_a_timer_wrap(bits: int, ns_per_tick: int
     assert backward == -forward
 
 
+CAPTURED_ONLY = """
+import accelerator as a
+s = a.Stream()
+start, end = a.Event(enable_timing=True), a.Event(enable_timing=True)
+g = a.Graph()
+with s:
+    g.capture_begin()
+    start.record(s)
+    end.record(s)
+    g.capture_end()
+try:
+    start.elapsed_time(end)
+except ValueError as exc:
+    print(exc)
+"""
+
+
+def test_elapsed_time_of_records_only_captured_is_worded_by_the_core(
+        ) -> None:
+    """Events whose only records went into a graph capture have no
+    timestamps: the backend says so without words, and the core words it
+    as it does for events never recorded (one wording, event.c's)."""
+    out = run(CAPTURED_ONLY, **ze(1)).stdout
+    assert out == ("Both events must be recorded before calculating "
+                   "elapsed time.\n")
+
+
 ACROSS = """
 import accelerator as a
 driver = fake_drivers.ZeDouble()

@@ -243,10 +243,7 @@ lz_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
     }
     pthread_mutex_unlock(&lz.lock);
     if (!armed) {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                      "both events must be recorded before measuring the "
-                      "time between them");
-        return ACC_ERR_INVALID_ARGUMENT;
+        return ACC_ERR_INVALID_ARGUMENT; /* the dispatcher words it */
     }
     if (r == ZE_RESULT_NOT_READY) {
         return ACC_NOT_READY;

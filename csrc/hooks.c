@@ -1,0 +1,64 @@
+/*
+ * hooks.c - the table of lifecycle hooks (core.h's acc_hooks): how the
+ * layers above the dispatcher hear that a stream is destroyed, that the
+ * cache is emptied, that the backend shuts down or that this is the child
+ * of a fork, without the dispatcher calling them by name.
+ *
+ * Registration happens in constructors, at load, on one thread, before
+ * any hook can run; the list is only read afterwards, so it needs no
+ * lock.
+ */
+#include "core.h"
+
+#include <stddef.h>
+
+static acc_hooks *first;
+static acc_hooks **last = &first;
+
+void
+acc_hooks_register(acc_hooks *hooks)
+{
+    hooks->next = NULL;
+    *last = hooks;
+    last = &hooks->next;
+}
+
+void
+acc_hooks_stream_destroyed(const acc_stream *s)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->stream_destroyed != NULL) {
+            h->stream_destroyed(s);
+        }
+    }
+}
+
+void
+acc_hooks_empty_cache(void)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->empty_cache != NULL) {
+            h->empty_cache();
+        }
+    }
+}
+
+void
+acc_hooks_shutdown(void)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->shutdown != NULL) {
+            h->shutdown();
+        }
+    }
+}
+
+void
+acc_hooks_after_fork_child(void)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->after_fork_child != NULL) {
+            h->after_fork_child();
+        }
+    }
+}
