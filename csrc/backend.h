@@ -71,6 +71,10 @@ struct acc_backend {
     /* REQUIRED.  How messages name the device type, as torch words its
      * own: "CUDA", "XPU", "OpenCL" ("CUDA out of memory."). */
     const char *display_type;
+    /* REQUIRED.  What the report calls the units that
+     * multi_processor_count counts on this backend's devices:
+     * "multiprocessors" (CUDA's SMs), "execution units", "compute units". */
+    const char *processor_label;
 
     /* Facts the Python layer and the tests read instead of branching on
      * the name. */

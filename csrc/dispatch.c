@@ -337,6 +337,7 @@ not_probed_after_fork(int i, const char *why)
     memset(info, 0, sizeof(*info));
     info->name = registry[i]->name;
     info->device_type = registry[i]->device_type;
+    info->processor_label = registry[i]->processor_label;
     snprintf(info->reason, sizeof(info->reason), "not probed: %s", why);
     g.probed_backend[i] = 1;
 }
@@ -781,6 +782,7 @@ probe_once(void)
         g.info[i].name = registry[i]->name ? registry[i]->name : "?";
         g.info[i].device_type =
             registry[i]->device_type ? registry[i]->device_type : "?";
+        g.info[i].processor_label = registry[i]->processor_label;
         if (only != NULL && strcmp(only, g.info[i].name) == 0) {
             known = 1;
         }

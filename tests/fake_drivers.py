@@ -84,6 +84,9 @@ class DriverDouble:
     #: messages name it ("CUDA out of memory.")
     device_type = ""
     display_type = ""
+    #: what the backend's descriptor calls the units that
+    #: multi_processor_count counts (the report's word for them)
+    processor_label = ""
     #: other device types that name the backend's devices where a device
     #: is passed ("cuda" on HIP, as torch built for ROCm calls them)
     device_type_aliases: tuple[str, ...] = ()
@@ -355,6 +358,7 @@ class CudaDouble(DriverDouble):
 
     device_type = "cuda"
     display_type = "CUDA"
+    processor_label = "multiprocessors"
     torch_device_type = 1
     dlpack_device_type = 2
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
@@ -480,6 +484,7 @@ class ZeDouble(DriverDouble):
 
     device_type = "xpu"
     display_type = "XPU"
+    processor_label = "execution units"
     torch_device_type = 12
     dlpack_device_type = 14
     lacks = {
@@ -585,6 +590,7 @@ class HipDouble(DriverDouble):
 
     device_type = "hip"
     display_type = "HIP"
+    processor_label = "compute units"
     dlpack_default_stream = 0
     dlpack_refused_streams = (1, 2)
     device_type_aliases = ("cuda",)
@@ -719,6 +725,7 @@ class OpenCLDouble(DriverDouble):
 
     device_type = "opencl"
     display_type = "OpenCL"
+    processor_label = "compute units"
     torch_device_type = 4
     dlpack_device_type = 4
     lacks = {

@@ -973,6 +973,7 @@ const acc_backend acc_cuda_backend = {
     .name = "cuda",
     .device_type = "cuda",
     .display_type = "CUDA",
+    .processor_label = "multiprocessors",
     .torch_device_type = 1,  /* c10::DeviceType::CUDA */
     .dlpack_device_type = 2, /* kDLCUDA */
     .caps = ACC_CAP_CUDA_STREAM_PROTOCOL | ACC_CAP_NULL_STREAM_HANDLE,

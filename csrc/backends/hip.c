@@ -868,6 +868,7 @@ const acc_backend acc_hip_backend = {
     .name = "hip",
     .device_type = "hip",
     .display_type = "HIP",
+    .processor_label = "compute units",
     .torch_device_type = 6,   /* c10::DeviceType::HIP */
     .dlpack_device_type = 10, /* kDLROCM */
     .caps = ACC_CAP_NULL_STREAM_HANDLE | ACC_CAP_ROCM_STREAM_PROTOCOL,

@@ -1296,6 +1296,7 @@ const acc_backend acc_opencl_backend = {
     .name = "opencl",
     .device_type = "opencl",
     .display_type = "OpenCL",
+    .processor_label = "compute units",
     .torch_device_type = 4,  /* c10::DeviceType::OPENCL */
     .dlpack_device_type = 4, /* kDLOpenCL */
     .caps = 0,

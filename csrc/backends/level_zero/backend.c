@@ -557,6 +557,7 @@ const acc_backend acc_level_zero_backend = {
     .name = LZ_BACKEND,
     .device_type = LZ_BACKEND,
     .display_type = "XPU",
+    .processor_label = "execution units",
     .torch_device_type = 12,  /* c10::DeviceType::XPU */
     .dlpack_device_type = 14, /* kDLOneAPI */
     .caps = ACC_CAP_PARTIAL_QUERY,
