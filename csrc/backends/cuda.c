@@ -87,7 +87,8 @@ cuda_fail(const char *api, CUresult code, acc_error *err)
                                                      : ACC_ERR_DRIVER;
     size_t n;
 
-    acc_error_driver(err, "cuda", api, code, cuda_error_name(code), st);
+    acc_error_driver(err, acc_cuda_backend.name, api, code,
+                     cuda_error_name(code), st);
     if (cu.fn.cuGetErrorString != NULL
         && cu.fn.cuGetErrorString(code, &text) == CUDA_SUCCESS
         && text != NULL) {
