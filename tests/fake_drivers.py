@@ -205,6 +205,14 @@ class DriverDouble:
     #: the environment under which probing initialises the driver (the
     #: CUDA backend otherwise counts through NVML and defers cuInit)
     eager_probe_env: dict[str, str] = {}
+    #: the double's device names and UUIDs end with the driver's index of
+    #: the device (so a test sees which device it got); a real runtime's
+    #: (PoCL's) do not
+    index_in_names = False
+    #: the name of the test configuration with eager_probe_env, which
+    #: modules that run per configuration run beside the plain one
+    #: ("cuda-without-nvml"); "" where probing always initialises
+    eager_probe_config = ""
     #: Stream.query() sees work that others queued through the handle
     #: (CUDA; Level Zero only with zeCommandListHostSynchronize, which
     #: Debian's loader 1.8 lacks: query() then answers from the stream's
@@ -263,6 +271,29 @@ class DriverDouble:
         many devices, and only this backend."""
         return {"ACCELERATOR_BACKEND": cls.device_type,
                 cls.env_devices: str(devices)}
+
+    @classmethod
+    def configurations(cls) -> tuple[str, ...]:
+        """The names of this backend's test configurations: the plain one
+        (its device type) and the one whose probe initialises the driver
+        (eager_probe_config), where it has one."""
+        return (cls.device_type,) + tuple(filter(None,
+                                                 [cls.eager_probe_config]))
+
+    @classmethod
+    def configuration(cls, config: str, devices: int) -> dict[str, str]:
+        """The environment of one of configurations() with that many
+        devices."""
+        assert config in cls.configurations(), config
+        eager = cls.eager_probe_env if config == cls.eager_probe_config \
+            else {}
+        return {**cls.environment(devices), **eager}
+
+    @classmethod
+    def probe_initialises(cls, config: str) -> bool:
+        """Whether answering is_available() initialises the driver in
+        that configuration of this backend."""
+        return not cls.counted_without_init or config == cls.eager_probe_config
 
     @classmethod
     def missing(cls) -> str | None:
@@ -398,6 +429,7 @@ class CudaDouble(DriverDouble):
 
     device_type = "cuda"
     display_type = "CUDA"
+    index_in_names = True
     processor_label = "multiprocessors"
     torch_device_type = 1
     dlpack_device_type = 2
@@ -432,6 +464,7 @@ class CudaDouble(DriverDouble):
                       "unjoined": "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"}
     null_stream_handle = True
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
+    eager_probe_config = "cuda-without-nvml"
     counted_without_init = "NVML ("
     probe_call = "cuInit"
     first_use_under_lock = ("cuDeviceGetName", "a.get_device_properties(1)")
@@ -628,6 +661,7 @@ class ZeDouble(DriverDouble):
 
     device_type = "xpu"
     display_type = "XPU"
+    index_in_names = True
     processor_label = "execution units"
     torch_device_type = 12
     dlpack_device_type = 14
@@ -840,6 +874,7 @@ class HipDouble(DriverDouble):
 
     device_type = "hip"
     display_type = "HIP"
+    index_in_names = True
     processor_label = "compute units"
     dlpack_default_stream = 0
     dlpack_refused_streams = (1, 2)
@@ -981,6 +1016,7 @@ class HipDouble(DriverDouble):
     #: as the NVML double for CUDA: a KFD topology of the double's machine
     #: lets the probe count without initialising the runtime
     eager_probe_env = {"ACCELERATOR_KFD_TOPOLOGY": "none"}
+    eager_probe_config = "hip-without-kfd"
     counted_without_init = "KFD topology ("
 
     @classmethod
@@ -1205,6 +1241,22 @@ class OpenCLDouble(DriverDouble):
 DOUBLES: dict[str, type[DriverDouble]] = {
     cls.device_type: cls for cls in (CudaDouble, ZeDouble, HipDouble,
                                       OpenCLDouble)}
+
+
+def configurations() -> dict[str, type[DriverDouble]]:
+    """Every backend's test configurations (DriverDouble.configurations),
+    in probe order: name -> the double class underneath."""
+    return {name: cls for cls in DOUBLES.values()
+            for name in cls.configurations()}
+
+
+def params(configs: dict[str, type[DriverDouble]]) -> list:
+    """pytest parameters for those configurations, each skipped, with the
+    reason, where its double (or runtime) is missing."""
+    import pytest
+    return [pytest.param(name, marks=pytest.mark.skipif(
+                cls.missing() is not None, reason=cls.missing() or ""))
+            for name, cls in configs.items()]
 
 
 def under_test() -> type[DriverDouble]:

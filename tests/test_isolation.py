@@ -23,11 +23,10 @@ import pytest
 import fake_drivers
 from fake_drivers import REPO
 
+
 def backend_params() -> list:
     """Every backend whose double (or runtime) is here, by device type."""
-    return [pytest.param(name, marks=pytest.mark.skipif(
-                cls.missing() is not None, reason=cls.missing() or ""))
-            for name, cls in fake_drivers.DOUBLES.items()]
+    return fake_drivers.params(fake_drivers.DOUBLES)
 
 
 def run(backend: str, code: str, timeout: float = 120) -> str:
