@@ -19,13 +19,12 @@
 #include <string.h>
 #include <time.h>
 
-/* Probe order: the first usable backend is selected. */
+/* Probe order (backend.h's ACC_BACKENDS). */
+#define ACC_BACKEND_ADDRESS(descriptor) &descriptor,
 static const acc_backend *const registry[] = {
-    &acc_cuda_backend,
-    &acc_level_zero_backend,
-    &acc_hip_backend,
-    &acc_opencl_backend,
+    ACC_BACKENDS(ACC_BACKEND_ADDRESS)
 };
+#undef ACC_BACKEND_ADDRESS
 #define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
 
 typedef struct default_slot {
