@@ -230,6 +230,27 @@ def test_the_report_names_what_multi_processor_count_counts(
         assert text.count(f"      {facts.processor_label}: {count}\n") >= 1
 
 
+#: every device type torch parses (c10::DeviceType), besides cpu
+TORCH_DEVICE_TYPES = ("cuda", "xpu", "opencl", "mps", "hip", "meta", "ipu",
+                      "mkldnn", "opengl", "ideep", "ve", "fpga", "maia",
+                      "xla", "lazy", "vulkan", "hpu", "mtia", "privateuseone")
+
+
+def test_every_device_type_torch_parses_is_parsed(
+        accel_type: str, facts: type[fake_drivers.DriverDouble]) -> None:
+    """A backend added for any of torch's device types needs no change to
+    the parser: each parses, and one that does not name the accelerator's
+    devices is refused for that reason, not as unknown."""
+    for name in TORCH_DEVICE_TYPES:
+        assert acc.device(f"{name}:1").type == name
+        assert acc.device(name, 1) == acc.device(f"{name}:1")
+        if name != accel_type and name not in facts.device_type_aliases:
+            with pytest.raises(ValueError, match=(
+                    f"^{name} doesn't match the current accelerator "
+                    f"{accel_type}")):
+                acc.set_device_index(f"{name}:0")
+
+
 def test_device_objects_are_shared_but_not_across_types(
         accel_type: str) -> None:
     """device() hands out one object per argument tuple (a value cache),
