@@ -149,3 +149,20 @@ def test_a_backend_takes_its_name_for_messages_from_its_descriptor(
             found.append((text.count("\n", 0, match.start()) + 1,
                           match.group(1)))
     assert found == [], f"{path} names a backend in a message"
+
+
+def test_a_backend_is_registered_by_one_line() -> None:
+    """Outside csrc/backends/, a backend's descriptor is named once: its
+    line in backend.h's ACC_BACKENDS, which declares it and fills the
+    dispatcher's registry (docs/backends.rst, "Adding a backend")."""
+    registry = re.search(r"^#define ACC_BACKENDS\(X\)((?:.*\\\n)*.*)$",
+                         (CSRC / "backend.h").read_text(), re.MULTILINE)
+    assert registry, "backend.h has no ACC_BACKENDS list"
+    listed = re.findall(r"\bX\((acc_\w+_backend)\)", registry.group(1))
+    assert len(listed) == len(backend_names()) == len(set(listed))
+    for path in sorted(CSRC.glob("*.[ch]")):
+        text = path.read_text()
+        if path.name == "backend.h":
+            text = text.replace(registry.group(0), "")
+        named = set(re.findall(r"\b(acc_\w+_backend)\b", text)) & set(listed)
+        assert named == set(), f"{path.name} names {sorted(named)}"
