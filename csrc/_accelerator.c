@@ -743,8 +743,10 @@ PyDoc_STRVAR(backends_doc,
 "backends($module, /)\n--\n\n"
 "One dict per known backend, in probe order: name, device_type, library,\n"
 "loaded, available, selected, driver_version, device_count, reason,\n"
-"counted_by (how the devices were counted: 'cuInit', 'NVML (...)') and\n"
-"initialized (the driver is initialised in this process).  Probes the\n"
+"counted_by (how the devices were counted: 'cuInit', 'NVML (...)'),\n"
+"initialized (the driver is initialised in this process) and\n"
+"processor_label (what multi_processor_count counts on its devices:\n"
+"'multiprocessors', 'execution units', 'compute units').  Probes the\n"
 "backends selection did not need; creates no context.");
 
 static PyObject *
@@ -766,7 +768,7 @@ backends(PyObject *module, PyObject *unused)
         /* "N" steals each text; Py_BuildValue releases them on failure
          * and fails itself when one is NULL. */
         PyObject *item = Py_BuildValue(
-            "{s:s, s:s, s:N, s:O, s:O, s:O, s:N, s:i, s:N, s:N, s:O}",
+            "{s:s, s:s, s:N, s:O, s:O, s:O, s:N, s:i, s:N, s:N, s:O, s:s}",
             "name", b->name, "device_type", b->device_type,
             "library", text_or_none(b->library),
             "loaded", b->loaded ? Py_True : Py_False,
@@ -783,7 +785,8 @@ backends(PyObject *module, PyObject *unused)
             "counted_by", b->counted_by[0]
                 ? acc_text(b->counted_by, sizeof(b->counted_by))
                 : Py_NewRef(Py_None),
-            "initialized", b->initialized ? Py_True : Py_False);
+            "initialized", b->initialized ? Py_True : Py_False,
+            "processor_label", b->processor_label);
 
         if (item == NULL || PyList_Append(list, item) < 0) {
             Py_XDECREF(item);

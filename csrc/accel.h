@@ -135,6 +135,8 @@ enum {
 typedef struct acc_backend_info {
     const char *name;          /* "cuda" */
     const char *device_type;   /* "cuda" */
+    const char *processor_label; /* what multi_processor_count counts:
+                                  * "multiprocessors" (backend.h) */
     const char *library;       /* library opened or tried */
     int loaded;                /* the library was opened */
     int available;             /* usable: at least one device */

@@ -71,6 +71,10 @@ struct acc_backend {
     /* REQUIRED.  How messages name the device type, as torch words its
      * own: "CUDA", "XPU", "OpenCL" ("CUDA out of memory."). */
     const char *display_type;
+    /* REQUIRED.  What the report calls the units that
+     * multi_processor_count counts on this backend's devices:
+     * "multiprocessors" (CUDA's SMs), "execution units", "compute units". */
+    const char *processor_label;
 
     /* Facts the Python layer and the tests read instead of branching on
      * the name. */
@@ -335,11 +339,19 @@ struct acc_backend {
     void (*graph_destroy)(int device, void *graph, void *exec);
 };
 
-/* The backends, in probe order (defined in backends/<name>.c). */
-extern const acc_backend acc_cuda_backend;
-extern const acc_backend acc_level_zero_backend;
-extern const acc_backend acc_hip_backend;
-extern const acc_backend acc_opencl_backend;
+/* The registry: every backend's descriptor (defined in
+ * backends/<name>.c), one line each, in probe order (the first usable
+ * backend is selected).  Adding a backend adds its line here and nothing
+ * else in the core. */
+#define ACC_BACKENDS(X)                                                   \
+    X(acc_cuda_backend)                                                   \
+    X(acc_level_zero_backend)                                             \
+    X(acc_hip_backend)                                                    \
+    X(acc_opencl_backend)
+
+#define ACC_DECLARE_BACKEND(descriptor) extern const acc_backend descriptor;
+ACC_BACKENDS(ACC_DECLARE_BACKEND)
+#undef ACC_DECLARE_BACKEND
 
 /* Registration's check of b's slots (backend_check.c): NULL when every
  * required slot is filled and each optional group is all or none;

@@ -12,8 +12,9 @@
 
 /* The slots every backend fills (backend.h). */
 #define REQUIRED_SLOTS(X)                                                  \
-    X(name) X(device_type) X(display_type) X(probe) X(device_synchronize)  \
-    X(stream_default) X(stream_create) X(stream_destroy) X(stream_query)   \
+    X(name) X(device_type) X(display_type) X(processor_label) X(probe)    \
+    X(device_synchronize) X(stream_default) X(stream_create)               \
+    X(stream_destroy) X(stream_query)                                      \
     X(stream_synchronize) X(stream_wait_event) X(event_create)             \
     X(event_destroy) X(event_record) X(event_query) X(event_synchronize)
 

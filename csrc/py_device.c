@@ -14,11 +14,16 @@ typedef struct {
     int index;        /* -1: no index */
 } DeviceObject;
 
-/* Device types we parse, as torch spells them. */
+/* Device types we parse: every type torch parses (c10::DeviceType), so
+ * that a backend added for one needs no change here. */
 static const char *const known_types[] = {
-    "cpu", "cuda", "xpu", "opencl", "mps", "hip", "meta", NULL,
+    "cpu", "cuda", "xpu", "opencl", "mps", "hip", "meta", "ipu", "mkldnn",
+    "opengl", "ideep", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "hpu",
+    "mtia", "privateuseone", NULL,
 };
-#define KNOWN_TYPES_TEXT "cpu, cuda, xpu, opencl, mps, hip, meta"
+#define KNOWN_TYPES_TEXT                                                  \
+    "cpu, cuda, xpu, opencl, mps, hip, meta, ipu, mkldnn, opengl, ideep, " \
+    "ve, fpga, maia, xla, lazy, vulkan, hpu, mtia, privateuseone"
 
 static int
 is_known_type(const char *type, Py_ssize_t len)

@@ -17,13 +17,13 @@
 #include <string.h>
 #include <time.h>
 
-/* Probe order: the first usable backend is selected. */
+/* Probe order (backend.h's ACC_BACKENDS): the first usable backend is
+ * selected. */
+#define ACC_BACKEND_ADDRESS(descriptor) &descriptor,
 static const acc_backend *const registry[] = {
-    &acc_cuda_backend,
-    &acc_level_zero_backend,
-    &acc_hip_backend,
-    &acc_opencl_backend,
+    ACC_BACKENDS(ACC_BACKEND_ADDRESS)
 };
+#undef ACC_BACKEND_ADDRESS
 #define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
 
 /*
@@ -145,6 +145,7 @@ not_probed_after_fork(int i, const char *why)
     memset(info, 0, sizeof(*info));
     info->name = registry[i]->name;
     info->device_type = registry[i]->device_type;
+    info->processor_label = registry[i]->processor_label;
     snprintf(info->reason, sizeof(info->reason), "not probed: %s", why);
     g.probed_backend[i] = 1;
 }
@@ -475,6 +476,7 @@ probe_once(void)
         g.info[i].name = registry[i]->name ? registry[i]->name : "?";
         g.info[i].device_type =
             registry[i]->device_type ? registry[i]->device_type : "?";
+        g.info[i].processor_label = registry[i]->processor_label;
         if (only != NULL && strcmp(only, g.info[i].name) == 0) {
             known = 1;
         }

@@ -14,6 +14,7 @@ name: they ask the double class of the backend under test (DOUBLES).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import pathlib
 import re
@@ -70,6 +71,46 @@ class Gate:
         self.open()
 
 
+# Fault sites ---------------------------------------------------------------
+#
+# How tests/behaviour/test_faults.py reaches a driver function and what a
+# failure there must do (its docstring says each in full).
+RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
+PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
+DEFERRED, FALLBACK = "deferred", "fallback"
+NULLED = "nulled"
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """One driver function of a backend, and how a fault in it is tested
+    (a double class's fault_sites)."""
+
+    api: str
+    how: str
+    #: what the test does to reach api (a key of test_faults.ACTIONS)
+    action: str = ""
+    #: SILENT: objects the driver keeps because it refused to destroy
+    refused: tuple[tuple[str, int], ...] = ()
+    #: PROBE/OPTIONAL: why; REPORTER: the function that fails first
+    note: str = ""
+    #: the test_faults function that makes the state before the fault is
+    #: injected, when not PREPARE[action]
+    prepare: str = ""
+    #: which call of api fails, counted from the start of the action
+    nth: int = 1
+    #: RAISE: the failed call leaves commands queued on its stream that
+    #: use the object's driver events (they run later, in stream order);
+    #: the call (api, nth) that then appends the command marking their end
+    leaves_work: tuple[str, int] | None = None
+
+    @property
+    def id(self) -> str:
+        prepared = f", after {self.prepare}" if self.prepare else ""
+        nth = f", call {self.nth}" if self.nth != 1 else ""
+        return f"{self.api}[{self.action or self.how}{prepared}{nth}]"
+
+
 class DriverDouble:
     """Backend-neutral view of one driver double's control API.
 
@@ -84,6 +125,9 @@ class DriverDouble:
     #: messages name it ("CUDA out of memory.")
     device_type = ""
     display_type = ""
+    #: what the backend's descriptor calls the units that
+    #: multi_processor_count counts (the report's word for them)
+    processor_label = ""
     #: other device types that name the backend's devices where a device
     #: is passed ("cuda" on HIP, as torch built for ROCm calls them)
     device_type_aliases: tuple[str, ...] = ()
@@ -111,6 +155,9 @@ class DriverDouble:
     functions: dict[str, str] = {}
     #: how the conftest makes the backend use this double
     env_devices = ""
+    #: every driver function the backend calls, with how a fault in it is
+    #: tested (test_faults checks that the list is complete)
+    fault_sites: tuple[Site, ...] = ()
 
     #: generic kind -> the double's own name for it
     kinds: dict[str, str] = {}
@@ -162,6 +209,14 @@ class DriverDouble:
     #: the environment under which probing initialises the driver (the
     #: CUDA backend otherwise counts through NVML and defers cuInit)
     eager_probe_env: dict[str, str] = {}
+    #: the double's device names and UUIDs end with the driver's index of
+    #: the device (so a test sees which device it got); a real runtime's
+    #: (PoCL's) do not
+    index_in_names = False
+    #: the name of the test configuration with eager_probe_env, which
+    #: modules that run per configuration run beside the plain one
+    #: ("cuda-without-nvml"); "" where probing always initialises
+    eager_probe_config = ""
     #: Stream.query() sees work that others queued through the handle
     #: (CUDA; Level Zero only with zeCommandListHostSynchronize, which
     #: Debian's loader 1.8 lacks: query() then answers from the stream's
@@ -220,6 +275,29 @@ class DriverDouble:
         many devices, and only this backend."""
         return {"ACCELERATOR_BACKEND": cls.device_type,
                 cls.env_devices: str(devices)}
+
+    @classmethod
+    def configurations(cls) -> tuple[str, ...]:
+        """The names of this backend's test configurations: the plain one
+        (its device type) and the one whose probe initialises the driver
+        (eager_probe_config), where it has one."""
+        return (cls.device_type,) + tuple(filter(None,
+                                                 [cls.eager_probe_config]))
+
+    @classmethod
+    def configuration(cls, config: str, devices: int) -> dict[str, str]:
+        """The environment of one of configurations() with that many
+        devices."""
+        assert config in cls.configurations(), config
+        eager = cls.eager_probe_env if config == cls.eager_probe_config \
+            else {}
+        return {**cls.environment(devices), **eager}
+
+    @classmethod
+    def probe_initialises(cls, config: str) -> bool:
+        """Whether answering is_available() initialises the driver in
+        that configuration of this backend."""
+        return not cls.counted_without_init or config == cls.eager_probe_config
 
     @classmethod
     def missing(cls) -> str | None:
@@ -365,6 +443,8 @@ class CudaDouble(DriverDouble):
 
     device_type = "cuda"
     display_type = "CUDA"
+    index_in_names = True
+    processor_label = "multiprocessors"
     torch_device_type = 1
     dlpack_device_type = 2
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
@@ -398,6 +478,7 @@ class CudaDouble(DriverDouble):
                       "unjoined": "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"}
     null_stream_handle = True
     eager_probe_env = {"ACCELERATOR_NVML_LIBRARY": "none"}
+    eager_probe_config = "cuda-without-nvml"
     counted_without_init = "NVML ("
     probe_call = "cuInit"
     first_use_under_lock = ("cuDeviceGetName", "a.get_device_properties(1)")
@@ -406,6 +487,110 @@ class CudaDouble(DriverDouble):
                               "complex128"})
     fewer_float_dtypes = ({"FAKE_CUDA_CC": "7.0"}, frozenset({"bfloat16"}))
     capability_call = "cuDeviceGetAttribute"
+
+    fault_sites = (
+        Site("cuInit", PROBE),
+        Site("cuDriverGetVersion", TOLERATED,
+             note="only the version text is lost"),
+        Site("cuGetErrorName", REPORTER, "stream.query()", note="cuStreamQuery"),
+        Site("cuGetErrorName", PROBE, note="with cuInit failing (unknown code)"),
+        Site("cuGetErrorString", REPORTER, "stream.query()",
+             note="cuStreamQuery"),
+        Site("cuGetErrorString", PROBE, note="with cuInit failing"),
+        Site("cuDeviceGetCount", PROBE),
+        Site("cuDeviceGet", PROBE),
+        Site("cuInit", DEFERRED),
+        Site("cuDeviceGetCount", DEFERRED),
+        Site("cuDeviceGet", DEFERRED),
+        Site("nvmlInit_v2", FALLBACK),
+        Site("nvmlDeviceGetCount_v2", FALLBACK),
+        Site("nvmlDeviceGetHandleByIndex_v2", FALLBACK,
+             note="CUDA_VISIBLE_DEVICES=GPU-..."),
+        Site("nvmlDeviceGetUUID", FALLBACK, note="CUDA_VISIBLE_DEVICES=GPU-..."),
+        Site("nvmlShutdown", FALLBACK),
+        Site("nvmlErrorString", FALLBACK, note="with nvmlInit_v2 failing"),
+        Site("cuDeviceGetName", FRESH, "get_device_properties(0)"),
+        Site("cuDeviceGetUuid", FRESH, "get_device_properties(0)"),
+        Site("cuDeviceTotalMem", FRESH, "get_device_properties(0)"),
+        Site("cuDeviceGetAttribute", FRESH, "get_device_properties(0)"),
+        Site("cuDevicePrimaryCtxRetain", FRESH, "Stream()", prepare="nothing"),
+        Site("cuDevicePrimaryCtxRetain", FRESH,
+             "set_device_index(1) in a new thread"),
+        Site("cuDevicePrimaryCtxRelease", EXIT),
+        # Asked only while this process has not retained the context (and
+        # has initialised the driver: device 0 is in use).
+        Site("cuDevicePrimaryCtxGetState", FRESH, "synchronize(1)",
+             prepare="on_device_0"),
+        Site("cuCtxSetCurrent", RAISE, "set_device_index(1) in a new thread"),
+        Site("cuCtxSetCurrent", RAISE, "with Stream(1) in a new thread"),
+        Site("cuCtxSetCurrent", RAISE, "set_stream(Stream(1)) in a new thread"),
+        Site("cuCtxSetCurrent", RAISE, "device_index(1) in a new thread"),
+        Site("cuCtxSetCurrent", RAISE, "exit from device 1 in a new thread",
+             nth=3),
+        Site("cuCtxGetCurrent", RAISE, "Stream()"),
+        Site("cuCtxGetCurrent", RAISE, "default stream query()"),
+        Site("cuCtxPushCurrent", RAISE, "Stream(1) from device 0"),
+        # A failed pop leaves the pushed context on the thread's stack, which
+        # would follow the rest of this process: a fresh one.
+        Site("cuCtxPopCurrent", FRESH, "Stream(1) from device 0"),
+        Site("cuCtxPopCurrent", FRESH, "Stream(1) from device 0",
+             prepare="device_1_ready"),
+        Site("cuCtxPopCurrent", FRESH, "first event.record() on device 1",
+             prepare="device_1_ready"),
+        Site("cuCtxPopCurrent", FRESH, "get_memory_info(1) from device 0"),
+        Site("cuCtxSynchronize", RAISE, "synchronize(0)"),
+        Site("cuCtxGetStreamPriorityRange", FRESH, "Stream()"),
+        Site("cuStreamCreateWithPriority", RAISE, "Stream()"),
+        Site("cuStreamQuery", RAISE, "stream.query()"),
+        Site("cuStreamQuery", RAISE, "default stream query()"),
+        Site("cuStreamQuery", RAISE, "wrapped stream.query()"),
+        Site("cuStreamSynchronize", RAISE, "stream.synchronize()"),
+        Site("cuStreamSynchronize", RAISE, "default stream synchronize()"),
+        Site("cuStreamSynchronize", RAISE, "wrapped stream.synchronize()"),
+        Site("cuStreamWaitEvent", RAISE, "stream.wait_event()"),
+        Site("cuStreamWaitEvent", RAISE, "event.wait(stream)"),
+        Site("cuStreamWaitEvent", RAISE, "stream.wait_stream()"),
+        Site("cuStreamDestroy", SILENT, "drop the objects",
+             refused=(("stream", 1),)),
+        Site("cuEventCreate", RAISE, "first event.record()"),
+        Site("cuEventCreate", RAISE, "stream.record_event()"),
+        Site("cuEventCreate", RAISE, "stream.wait_stream()"),
+        Site("cuEventRecord", RAISE, "first event.record()"),
+        Site("cuEventRecord", RAISE, "event.record() again"),
+        Site("cuEventRecord", RAISE, "stream.wait_stream()"),
+        Site("cuEventQuery", RAISE, "event.query()"),
+        Site("cuEventSynchronize", RAISE, "event.synchronize()"),
+        Site("cuEventElapsedTime", RAISE, "elapsed_time()"),
+        Site("cuEventDestroy", SILENT, "drop the objects",
+             refused=(("event", 1),)),
+        Site("cuMemGetInfo", RAISE, "get_memory_info(0)"),
+        # Every call fails (nth=0): an out-of-memory error is retried once
+        # after releasing the cache (test_allocator.py tests that retry).
+        Site("cuMemAlloc", RAISE, "Buffer()", nth=0),
+        Site("cuMemAlloc", RAISE, "Buffer(1) from device 0", nth=0),
+        # The allocator keeps memory whose free the driver refused (still
+        # reserved, in the statistics too) and frees it at the next release.
+        Site("cuMemFree", SILENT, "drop a buffer"),
+        Site("cuMemHostAlloc", RAISE, "HostBuffer()"),
+        Site("cuMemFreeHost", SILENT, "drop a host buffer",
+             refused=(("host_alloc", 1),)),
+        Site("cuMemcpyHtoDAsync", RAISE, "copy_from(bytes)"),
+        Site("cuMemcpyHtoDAsync", RAISE, "copy_from(HostBuffer)"),
+        Site("cuMemcpyDtoHAsync", RAISE, "copy_to(bytearray)"),
+        Site("cuMemcpyDtoHAsync", RAISE, "copy_to(HostBuffer)"),
+        Site("cuMemcpyDtoDAsync", RAISE, "copy_from(Buffer)"),
+        Site("cuMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
+        Site("cuMemsetD8Async", RAISE, "fill()"),
+        Site("cuStreamIsCapturing", RAISE, "Graph.capture_begin()"),
+        Site("cuStreamBeginCapture", RAISE, "Graph.capture_begin()"),
+        Site("cuStreamEndCapture", RAISE, "Graph.capture_end()"),
+        Site("cuGraphInstantiateWithFlags", RAISE, "Graph.instantiate()"),
+        Site("cuGraphLaunch", RAISE, "Graph.replay()"),
+        Site("cuGraphExecDestroy", SILENT, "drop a graph",
+             refused=(("graph_exec", 1),)),
+        Site("cuGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
+        Site("cuPointerGetAttribute", RAISE, "from_dlpack(capsule)"),
+    )
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
         super().__init__(path, "cuda")
@@ -490,6 +675,8 @@ class ZeDouble(DriverDouble):
 
     device_type = "xpu"
     display_type = "XPU"
+    index_in_names = True
+    processor_label = "execution units"
     torch_device_type = 12
     dlpack_device_type = 14
     lacks = {
@@ -547,6 +734,114 @@ class ZeDouble(DriverDouble):
                           frozenset({"float64", "complex128"}))
     capability_call = "zeDeviceGetModuleProperties"
 
+    fault_sites = (
+        Site("zeInit", PROBE),
+        Site("zeDriverGet", PROBE),
+        Site("zeDriverGetApiVersion", PROBE),
+        Site("zeDriverGetProperties", PROBE),
+        Site("zeDriverGet", PROBE, nth=2),
+        Site("zeDeviceGet", PROBE),
+        Site("zeDeviceGet", PROBE, nth=2),
+        Site("zeDeviceGetProperties", PROBE),
+        Site("zeDeviceGetMemoryProperties", PROBE),
+        Site("zeDeviceGetMemoryProperties", PROBE, nth=2),
+        Site("zeDeviceGetCommandQueueGroupProperties", TOLERATED,
+             note="the first queue group is used"),
+        Site("zeContextCreate", FRESH, "Stream()", prepare="nothing"),
+        Site("zeContextCreate", FRESH, "default stream query()"),
+        Site("zeContextDestroy", EXIT),
+        Site("zeCommandListCreateImmediate", RAISE, "Stream()"),
+        Site("zeCommandListCreateImmediate", FRESH, "default stream query()"),
+        Site("zeCommandListDestroy", SILENT, "drop the objects"),
+        Site("zeCommandListAppendBarrier", RAISE, "first event.record()"),
+        Site("zeCommandListAppendBarrier", RAISE, "event.record() again"),
+        Site("zeCommandListAppendBarrier", RAISE, "stream.synchronize()"),
+        Site("zeCommandListAppendBarrier", RAISE, "synchronize(0)"),
+        Site("zeCommandListAppendBarrier", RAISE, "stream.wait_stream()"),
+        Site("zeCommandListAppendBarrier", RAISE, "wrapped stream.synchronize()"),
+        Site("zeCommandListAppendBarrier", SILENT, "drop the objects"),
+        Site("zeCommandListAppendBarrier", RAISE, "stream.wait_event()"),
+        Site("zeCommandListAppendBarrier", RAISE, "event.wait(stream)"),
+        Site("zeCommandListAppendBarrier", RAISE,
+             "stream.wait_event() across drivers"),
+        Site("zeEventPoolCreate", FRESH, "first event.record()"),
+        Site("zeEventPoolDestroy", EXIT),
+        Site("zeEventCreate", FRESH, "first event.record()"),
+        Site("zeEventDestroy", EXIT),
+        Site("zeEventHostSynchronize", RAISE, "event.synchronize()"),
+        Site("zeEventHostSynchronize", RAISE, "stream.synchronize()"),
+        Site("zeEventHostSynchronize", RAISE, "synchronize(0)"),
+        Site("zeEventQueryStatus", RAISE, "event.query()"),
+        # query() answers from the stream's last barrier, without waiting.
+        Site("zeEventQueryStatus", RAISE, "stream.query()",
+             prepare="with_recorded_event"),
+        Site("zeEventQueryStatus", RAISE, "wrapped stream.query()",
+             prepare="with_recorded_event"),
+        Site("zeEventHostReset", SILENT, "event.record() after completion"),
+        # Signalled by the bridge thread: retried, never reported.
+        Site("zeEventHostSignal", SILENT, "stream.wait_event() across drivers"),
+        Site("zeEventQueryKernelTimestamp", RAISE, "elapsed_time()"),
+        # As on CUDA: every call fails (nth=0), since an out-of-memory error
+        # is retried once after releasing the cache.
+        Site("zeMemAllocDevice", RAISE, "Buffer()", nth=0),
+        Site("zeMemAllocDevice", RAISE, "Buffer(1) from device 0", nth=0),
+        Site("zeMemAllocHost", RAISE, "HostBuffer()"),
+        # The allocator keeps a segment whose free the driver refused and
+        # frees it at the next release, as on CUDA.
+        Site("zeMemFree", SILENT, "drop a buffer"),
+        # Device and host memory share zeMemFree: the host buffer is dropped
+        # where no device segment is cached, so the fault meets its free.
+        Site("zeMemFree", SILENT, "drop a lone host buffer",
+             refused=(("host_alloc", 1),)),
+        Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(bytes)"),
+        Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(HostBuffer)"),
+        Site("zeCommandListAppendMemoryCopy", RAISE, "copy_to(bytearray)"),
+        Site("zeCommandListAppendMemoryCopy", RAISE, "copy_to(HostBuffer)"),
+        Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(Buffer)"),
+        Site("zeCommandListAppendMemoryCopy", RAISE,
+             "copy_from(Buffer of device 1)"),
+        Site("zeCommandListAppendMemoryFill", RAISE, "fill()"),
+        Site("zeMemGetAllocProperties", RAISE, "from_dlpack(capsule)"),
+        # The barrier that orders a copy or fill on a list that is not in
+        # order, and the wait that makes a pageable copy synchronous.
+        Site("zeCommandListAppendBarrier", RAISE, "fill()"),
+        Site("zeCommandListAppendBarrier", RAISE, "copy_from(bytes)"),
+        Site("zeEventHostSynchronize", RAISE, "copy_to(bytearray)"),
+        # Sysman (ZES_ENABLE_SYSMAN=1 in this suite): the modules are found
+        # once per device, the PCI address read once with the properties.
+        Site("zesDeviceEnumMemoryModules", FRESH, "get_memory_info(0)"),
+        Site("zesDeviceEnumMemoryModules", FRESH, "get_memory_info(0)", nth=2),
+        Site("zesMemoryGetProperties", FRESH, "get_memory_info(0)"),
+        Site("zesMemoryGetState", RAISE, "get_memory_info(0)"),
+        Site("zesDevicePciGetProperties", FRESH, "get_device_properties(0)"),
+        Site("zeDeviceGetModuleProperties", FRESH, "get_device_properties(0)"),
+        Site("zeDeviceGetModuleProperties", FRESH, "get_device_capability(0)"),
+        # Graphs: the capture's regular list and its start event (begin),
+        # its end event and closing (end), the queue (instantiate), and a
+        # replay's barriers, event reset and execution on the queue.
+        Site("zeCommandListCreate", RAISE, "Graph.capture_begin()"),
+        Site("zeCommandListAppendBarrier", RAISE, "Graph.capture_begin()"),
+        Site("zeCommandListAppendEventReset", RAISE, "Graph.capture_begin()"),
+        Site("zeCommandListAppendBarrier", RAISE, "Graph.capture_end()"),
+        Site("zeCommandListClose", RAISE, "Graph.capture_end()"),
+        Site("zeCommandQueueCreate", RAISE, "Graph.instantiate()"),
+        Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()"),
+        Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=2,
+             leaves_work=("zeCommandListAppendBarrier", 3)),
+        Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=3),
+        Site("zeCommandListAppendEventReset", RAISE, "Graph.replay()"),
+        Site("zeCommandQueueExecuteCommandLists", RAISE, "Graph.replay()",
+             leaves_work=("zeCommandListAppendBarrier", 3)),
+        # A graph dropped is destroyed at once when idle; a refused destroy is
+        # tried again at the next synchronize.
+        Site("zeCommandQueueDestroy", SILENT, "drop a graph"),
+        Site("zeCommandListDestroy", SILENT, "drop a graph"),
+        Site("zeCommandListHostSynchronize", OPTIONAL,
+             note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
+        Site("zeDriverGetLastErrorDescription", OPTIONAL,
+             note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
+    )
+
     def __init__(self, path: pathlib.Path = ZE_DRIVER) -> None:
         super().__init__(path, "ze")
         self.lib.fake_ze_enqueue_sleep.argtypes = [
@@ -600,6 +895,8 @@ class HipDouble(DriverDouble):
 
     device_type = "hip"
     display_type = "HIP"
+    index_in_names = True
+    processor_label = "compute units"
     dlpack_default_stream = 0
     dlpack_refused_streams = (1, 2)
     device_type_aliases = ("cuda",)
@@ -646,6 +943,88 @@ class HipDouble(DriverDouble):
     #: ROCm promises no staging for pageable memory: the backend waits
     pageable_copy_waits = ("hipStreamSynchronize",)
 
+    fault_sites = (
+        Site("hipInit", PROBE),
+        Site("hipDriverGetVersion", TOLERATED,
+             note="only the version text is lost"),
+        Site("hipGetErrorName", REPORTER, "stream.query()", note="hipStreamQuery"),
+        Site("hipGetErrorString", REPORTER, "stream.query()",
+             note="hipStreamQuery"),
+        Site("hipGetDeviceCount", PROBE),
+        Site("hipInit", DEFERRED),
+        Site("hipGetDeviceCount", DEFERRED),
+        Site("hipSetDevice", RAISE, "set_device_index(1) in a new thread"),
+        Site("hipSetDevice", RAISE, "with Stream(1) in a new thread"),
+        Site("hipSetDevice", RAISE, "set_stream(Stream(1)) in a new thread"),
+        Site("hipSetDevice", RAISE, "device_index(1) in a new thread"),
+        Site("hipSetDevice", RAISE, "exit from device 1 in a new thread", nth=3),
+        Site("hipSetDevice", RAISE, "Stream(1) from device 0"),
+        # Restoring the caller's device after the work on device 1: a failed
+        # restore leaves the thread on device 1 in HIP's own sense, which
+        # would follow the rest of this process: a fresh one.
+        Site("hipSetDevice", FRESH, "Stream(1) from device 0", nth=2),
+        Site("hipSetDevice", FRESH, "get_memory_info(1) from device 0", nth=2),
+        Site("hipGetDevice", RAISE, "Stream()"),
+        Site("hipGetDevice", RAISE, "default stream query()"),
+        Site("hipDeviceGetName", FRESH, "get_device_properties(0)"),
+        Site("hipDeviceGetUuid", FRESH, "get_device_properties(0)"),
+        Site("hipDeviceTotalMem", FRESH, "get_device_properties(0)"),
+        Site("hipDeviceGetAttribute", FRESH, "get_device_properties(0)"),
+        Site("hipDeviceSynchronize", RAISE, "synchronize(0)"),
+        Site("hipDeviceGetStreamPriorityRange", FRESH, "Stream()"),
+        Site("hipStreamCreateWithPriority", RAISE, "Stream()"),
+        Site("hipStreamQuery", RAISE, "stream.query()"),
+        Site("hipStreamQuery", RAISE, "default stream query()"),
+        Site("hipStreamQuery", RAISE, "wrapped stream.query()"),
+        Site("hipStreamSynchronize", RAISE, "stream.synchronize()"),
+        Site("hipStreamSynchronize", RAISE, "default stream synchronize()"),
+        Site("hipStreamSynchronize", RAISE, "wrapped stream.synchronize()"),
+        # The wait that lets a pageable copy return.
+        Site("hipStreamSynchronize", RAISE, "copy_from(bytes)"),
+        Site("hipStreamSynchronize", RAISE, "copy_to(bytearray)"),
+        Site("hipStreamWaitEvent", RAISE, "stream.wait_event()"),
+        Site("hipStreamWaitEvent", RAISE, "event.wait(stream)"),
+        Site("hipStreamWaitEvent", RAISE, "stream.wait_stream()"),
+        Site("hipStreamDestroy", SILENT, "drop the objects",
+             refused=(("stream", 1),)),
+        Site("hipEventCreateWithFlags", RAISE, "first event.record()"),
+        Site("hipEventCreateWithFlags", RAISE, "stream.record_event()"),
+        Site("hipEventCreateWithFlags", RAISE, "stream.wait_stream()"),
+        Site("hipEventRecord", RAISE, "first event.record()"),
+        Site("hipEventRecord", RAISE, "event.record() again"),
+        Site("hipEventRecord", RAISE, "stream.wait_stream()"),
+        Site("hipEventQuery", RAISE, "event.query()"),
+        Site("hipEventSynchronize", RAISE, "event.synchronize()"),
+        Site("hipEventElapsedTime", RAISE, "elapsed_time()"),
+        Site("hipEventDestroy", SILENT, "drop the objects",
+             refused=(("event", 1),)),
+        Site("hipMemGetInfo", RAISE, "get_memory_info(0)"),
+        # Every call fails (nth=0): an out-of-memory error is retried once
+        # after releasing the cache.
+        Site("hipMalloc", RAISE, "Buffer()", nth=0),
+        Site("hipMalloc", RAISE, "Buffer(1) from device 0", nth=0),
+        Site("hipFree", SILENT, "drop a buffer"),
+        Site("hipHostMalloc", RAISE, "HostBuffer()"),
+        Site("hipHostFree", SILENT, "drop a host buffer",
+             refused=(("host_alloc", 1),)),
+        Site("hipMemcpyAsync", RAISE, "copy_from(bytes)"),
+        Site("hipMemcpyAsync", RAISE, "copy_from(HostBuffer)"),
+        Site("hipMemcpyAsync", RAISE, "copy_to(bytearray)"),
+        Site("hipMemcpyAsync", RAISE, "copy_to(HostBuffer)"),
+        Site("hipMemcpyAsync", RAISE, "copy_from(Buffer)"),
+        Site("hipMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
+        Site("hipMemsetD8Async", RAISE, "fill()"),
+        Site("hipPointerGetAttributes", RAISE, "from_dlpack(capsule)"),
+        Site("hipStreamIsCapturing", RAISE, "Graph.capture_begin()"),
+        Site("hipStreamBeginCapture", RAISE, "Graph.capture_begin()"),
+        Site("hipStreamEndCapture", RAISE, "Graph.capture_end()"),
+        Site("hipGraphInstantiate", RAISE, "Graph.instantiate()"),
+        Site("hipGraphLaunch", RAISE, "Graph.replay()"),
+        Site("hipGraphExecDestroy", SILENT, "drop a graph",
+             refused=(("graph_exec", 1),)),
+        Site("hipGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
+    )
+
     def __init__(self, path: pathlib.Path = HIP_DOUBLE) -> None:
         super().__init__(path, "hip")
         self.lib.fake_hip_enqueue_sleep.argtypes = [
@@ -658,6 +1037,7 @@ class HipDouble(DriverDouble):
     #: as the NVML double for CUDA: a KFD topology of the double's machine
     #: lets the probe count without initialising the runtime
     eager_probe_env = {"ACCELERATOR_KFD_TOPOLOGY": "none"}
+    eager_probe_config = "hip-without-kfd"
     counted_without_init = "KFD topology ("
 
     @classmethod
@@ -734,6 +1114,7 @@ class OpenCLDouble(DriverDouble):
 
     device_type = "opencl"
     display_type = "OpenCL"
+    processor_label = "compute units"
     torch_device_type = 4
     dlpack_device_type = 4
     lacks = {
@@ -781,6 +1162,75 @@ class OpenCLDouble(DriverDouble):
                           frozenset({"float64", "complex128"}))
     capability_call = "clGetDeviceInfo"
 
+    fault_sites = (
+        Site("clGetPlatformIDs", PROBE),
+        Site("clGetPlatformInfo", TOLERATED,
+             note="only the version text is lost"),
+        Site("clGetDeviceIDs", PROBE),
+        Site("clGetDeviceInfo", FRESH, "get_device_properties(0)"),
+        # The extensions list: its size, then the list (dtype support).
+        Site("clGetDeviceInfo", FRESH, "get_device_properties(0)", nth=6),
+        Site("clGetDeviceInfo", FRESH, "get_device_capability(0)", nth=7),
+        Site("clGetDeviceInfo", RAISE, "get_memory_info(0)"),
+        Site("clCreateContext", FRESH, "Stream()", prepare="nothing"),
+        Site("clCreateContext", FRESH, "default stream query()"),
+        Site("clReleaseContext", EXIT),
+        Site("clCreateCommandQueueWithProperties", RAISE, "Stream()"),
+        Site("clCreateCommandQueueWithProperties", FRESH,
+             "default stream query()"),
+        Site("clGetCommandQueueInfo", RAISE, "wrapped stream.query()"),
+        # Wrapping also asks the queue's context (memory refuses another's).
+        Site("clGetCommandQueueInfo", RAISE, "wrapped stream.query()", nth=2),
+        Site("clRetainCommandQueue", RAISE, "synchronize(0)"),
+        Site("clReleaseCommandQueue", SILENT, "drop the objects",
+             refused=(("queue", 1),)),
+        Site("clFlush", RAISE, "first event.record()"),
+        Site("clFlush", RAISE, "stream.query()"),
+        Site("clFlush", RAISE, "stream.wait_event()"),
+        Site("clFinish", RAISE, "stream.synchronize()"),
+        Site("clFinish", RAISE, "default stream synchronize()"),
+        Site("clFinish", RAISE, "wrapped stream.synchronize()"),
+        Site("clFinish", RAISE, "synchronize(0)"),
+        Site("clEnqueueMarkerWithWaitList", RAISE, "first event.record()"),
+        Site("clEnqueueMarkerWithWaitList", RAISE, "event.record() again"),
+        Site("clEnqueueMarkerWithWaitList", RAISE, "stream.query()"),
+        Site("clEnqueueMarkerWithWaitList", RAISE, "stream.wait_stream()"),
+        Site("clEnqueueBarrierWithWaitList", RAISE, "stream.wait_event()"),
+        Site("clEnqueueBarrierWithWaitList", RAISE, "event.wait(stream)"),
+        Site("clEnqueueBarrierWithWaitList", RAISE, "stream.wait_stream()"),
+        Site("clGetEventInfo", RAISE, "event.query()"),
+        Site("clGetEventInfo", RAISE, "stream.query()"),
+        Site("clGetEventInfo", RAISE, "elapsed_time()"),
+        Site("clGetEventProfilingInfo", RAISE, "elapsed_time()"),
+        Site("clWaitForEvents", RAISE, "event.synchronize()"),
+        Site("clRetainEvent", RAISE, "event.query()"),
+        Site("clRetainEvent", RAISE, "event.synchronize()"),
+        Site("clRetainEvent", RAISE, "stream.wait_event()"),
+        Site("clReleaseEvent", SILENT, "event.record() after completion",
+             refused=(("event", 1),)),
+        # The SVM capabilities are read once per device, at its first
+        # allocation; every call fails (nth=0), since an out-of-memory error
+        # is retried once after releasing the cache.
+        Site("clGetDeviceInfo", FRESH, "Buffer()", prepare="on_device_0", nth=0),
+        Site("clGetDeviceInfo", FRESH, "HostBuffer()", prepare="on_device_0"),
+        Site("clSVMAlloc", NULLED, "Buffer()", nth=0),
+        Site("clSVMAlloc", NULLED, "Buffer(1) from device 0", nth=0),
+        Site("clSVMAlloc", NULLED, "HostBuffer()"),
+        # clSVMFree cannot fail visibly: a refused free is memory lost.
+        Site("clSVMFree", SILENT, "drop a buffer", refused=(("alloc", 1),)),
+        Site("clSVMFree", SILENT, "drop a lone host buffer",
+             refused=(("host_alloc", 1),)),
+        Site("clEnqueueSVMMemcpy", RAISE, "copy_from(bytes)"),
+        Site("clEnqueueSVMMemcpy", RAISE, "copy_from(HostBuffer)"),
+        Site("clEnqueueSVMMemcpy", RAISE, "copy_to(bytearray)"),
+        Site("clEnqueueSVMMemcpy", RAISE, "copy_to(HostBuffer)"),
+        Site("clEnqueueSVMMemcpy", RAISE, "copy_from(Buffer)"),
+        Site("clEnqueueSVMMemcpy", RAISE, "copy_from(Buffer of device 1)"),
+        Site("clEnqueueSVMMemFill", RAISE, "fill()"),
+        Site("clFlush", RAISE, "fill()"),
+        Site("clFlush", RAISE, "copy_from(HostBuffer)"),
+    )
+
     def __init__(self, path: pathlib.Path = OPENCL_INTERPOSER) -> None:
         super().__init__(path, "ocl")
         self.lib.fake_ocl_enqueue_sleep.argtypes = [
@@ -812,6 +1262,22 @@ class OpenCLDouble(DriverDouble):
 DOUBLES: dict[str, type[DriverDouble]] = {
     cls.device_type: cls for cls in (CudaDouble, ZeDouble, HipDouble,
                                       OpenCLDouble)}
+
+
+def configurations() -> dict[str, type[DriverDouble]]:
+    """Every backend's test configurations (DriverDouble.configurations),
+    in probe order: name -> the double class underneath."""
+    return {name: cls for cls in DOUBLES.values()
+            for name in cls.configurations()}
+
+
+def params(configs: dict[str, type[DriverDouble]]) -> list:
+    """pytest parameters for those configurations, each skipped, with the
+    reason, where its double (or runtime) is missing."""
+    import pytest
+    return [pytest.param(name, marks=pytest.mark.skipif(
+                cls.missing() is not None, reason=cls.missing() or ""))
+            for name, cls in configs.items()]
 
 
 def under_test() -> type[DriverDouble]:

@@ -52,7 +52,7 @@ def test_complete_descriptors_and_whole_groups_pass(verdicts) -> None:
 
 
 def test_a_missing_required_slot_is_named(verdicts) -> None:
-    for slot in ("probe", "event_synchronize"):
+    for slot in ("probe", "processor_label", "event_synchronize"):
         assert verdicts[f"without {slot}"] == \
             f"its required slot {slot} is NULL"
 

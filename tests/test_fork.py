@@ -8,10 +8,12 @@ device_count() still answer, from memory, without any driver call.  The
 parent is unaffected, and a child forked before the first use probes for
 itself and works.  On CUDA the probe counts devices through NVML without
 cuInit, so a child forked after only is_available() and device_count()
-initialises CUDA for itself and works too.  Each scenario runs in a fresh
-interpreter, with the CUDA double (and the NVML double beside it), with
-the CUDA double alone (ACCELERATOR_NVML_LIBRARY=none: cuInit counts) and
-with the Level Zero test driver (when built).
+initialises CUDA for itself and works too (HIP likewise, counting through
+the KFD topology).  Each scenario runs in a fresh interpreter, once per
+configuration of fake_drivers.configurations(): each backend's double
+(the CUDA double with the NVML double beside it), and the CUDA double
+alone (ACCELERATOR_NVML_LIBRARY=none: cuInit counts) and HIP without the
+KFD topology (hipInit counts).
 """
 from __future__ import annotations
 
@@ -24,33 +26,29 @@ import textwrap
 import pytest
 
 import fake_drivers
-from fake_drivers import CUDA_DOUBLE, REPO, ZE_DRIVER
+from fake_drivers import REPO
 
-#: configuration -> its environment: each backend's double (for OpenCL,
-#: the interposer over PoCL), and CUDA without NVML
-BACKENDS = {name: cls.environment(2)
-            for name, cls in fake_drivers.DOUBLES.items()}
-BACKENDS["cuda-without-nvml"] = dict(BACKENDS["cuda"],
-                                     ACCELERATOR_NVML_LIBRARY="none")
+#: configuration -> the double underneath: each backend's (for OpenCL, the
+#: interposer over PoCL), and, where the probe counts devices without
+#: initialising the driver, the configuration where it initialises it
+#: (CUDA without NVML, HIP without the KFD topology)
+CONFIGS = fake_drivers.configurations()
+#: configuration -> its environment
+BACKENDS = {name: cls.configuration(name, 2) for name, cls in CONFIGS.items()}
 #: configuration -> device type
-TYPES = {name: name for name in fake_drivers.DOUBLES}
-TYPES["cuda-without-nvml"] = "cuda"
-#: configuration -> the double underneath
-DOUBLES = {name: fake_drivers.DOUBLES[t].__name__ for name, t in TYPES.items()}
+TYPES = {name: cls.device_type for name, cls in CONFIGS.items()}
+#: configuration -> the name of the double's class
+DOUBLES = {name: cls.__name__ for name, cls in CONFIGS.items()}
 #: configuration -> does answering is_available() initialise the driver
-#: (all but those whose double counts without it: CUDA through NVML, HIP
-#: through the KFD topology)
-PROBE_INITIALISES = {
-    name: not fake_drivers.DOUBLES[TYPES[name]].counted_without_init
-    or name == "cuda-without-nvml" for name in BACKENDS}
+PROBE_INITIALISES = {name: cls.probe_initialises(name)
+                     for name, cls in CONFIGS.items()}
+#: the first two backends in probe order
+FIRST, SECOND = list(fake_drivers.DOUBLES.values())[:2]
 
 
 def backend_params() -> list:
     """Every configuration whose double (or runtime) is here."""
-    return [pytest.param(name, marks=pytest.mark.skipif(
-                fake_drivers.DOUBLES[TYPES[name]].missing() is not None,
-                reason=fake_drivers.DOUBLES[TYPES[name]].missing() or ""))
-            for name in BACKENDS]
+    return fake_drivers.params(CONFIGS)
 
 
 PRELUDE = """
@@ -275,7 +273,7 @@ def test_a_child_forked_after_questions_only(backend: str) -> None:
         assert child["parent_init"] == 0, child
         assert child["initialized"] is False
         assert child["counted_by"].startswith(
-            fake_drivers.DOUBLES[TYPES[backend]].counted_without_init), child
+            CONFIGS[backend].counted_without_init), child
 
 
 @pytest.mark.parametrize("backend", backend_params())
@@ -462,24 +460,26 @@ def spawn_refused(message: str) -> bool:
     return "'spawn'" in message and "forked" in message
 
 
-@pytest.mark.skipif(not CUDA_DOUBLE.exists() or not ZE_DRIVER.exists(),
-                    reason="needs both driver doubles built")
-@pytest.mark.parametrize("backend", ["cuda", "cuda-without-nvml"])
+@pytest.mark.skipif(FIRST.missing() is not None
+                    or SECOND.missing() is not None,
+                    reason="needs the first two backends' doubles built")
+@pytest.mark.parametrize("backend", FIRST.configurations())
 def test_a_child_forked_while_backends_probes_does_not_hang(
         backend: str) -> None:
     """backends() probes, under the dispatcher's lock, the backends that
-    selection skipped: here CUDA is selected and Level Zero is probed
-    while the process forks.  The child cannot trust the half-probed
-    backend; CUDA works there when the parent had not initialised it."""
+    selection skipped: here the first backend (CUDA) is selected and the
+    second (Level Zero) is probed while the process forks.  The child
+    cannot trust the half-probed backend; the first works there when the
+    parent had not initialised it."""
     child = run_held(
-        backend, fake_drivers.ZeDouble.probe_call, "a.backends()",
-        double="ZeDouble", ACCELERATOR_BACKEND=None,
-        ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER), FAKE_ZE_DEVICES="2")
+        backend, SECOND.probe_call, "a.backends()", double=SECOND.__name__,
+        **{**SECOND.environment(2), "ACCELERATOR_BACKEND": None})
     assert child["available"] is True
-    cuda, xpu = child["backends"][:2]
-    assert cuda[:2] == ["cuda", True]
-    assert xpu[:2] == ["xpu", False]
-    assert xpu[2].startswith("not probed: ") and "forked" in xpu[2], xpu
+    first, second = child["backends"][:2]
+    assert first[:2] == [FIRST.device_type, True]
+    assert second[:2] == [SECOND.device_type, False]
+    assert second[2].startswith("not probed: ") and "forked" in second[2], \
+        second
     if PROBE_INITIALISES[backend]:
         assert spawn_refused(child["stream"]), child
     else:
@@ -594,8 +594,8 @@ def test_graphs_in_a_forked_child_name_spawn(backend: str) -> None:
     """Every graph entry point in a child forked after use raises the
     'spawn' error, and dropping a graph there (replayed, kept or still
     capturing) is silent: no driver call, no hang (issue 22, item 4)."""
-    if not fake_drivers.DOUBLES[TYPES[backend]].has("graphs"):
-        pytest.skip(fake_drivers.DOUBLES[TYPES[backend]].lacks["graphs"])
+    if not CONFIGS[backend].has("graphs"):
+        pytest.skip(CONFIGS[backend].lacks["graphs"])
     report = json.loads(run(backend, GRAPHS).stdout.strip().splitlines()[-1])
     for name, out in report.items():
         assert "hung" not in out, f"{name} hangs in the child"

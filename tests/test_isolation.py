@@ -21,31 +21,17 @@ import textwrap
 import pytest
 
 import fake_drivers
-from fake_drivers import CUDA_DOUBLE, REPO, ZE_DRIVER
-
-BACKENDS = {
-    "cuda": dict(ACCELERATOR_BACKEND="cuda",
-                 ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE),
-                 FAKE_CUDA_DEVICES="2"),
-    "xpu": dict(ACCELERATOR_BACKEND="xpu",
-                ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER),
-                FAKE_ZE_DEVICES="2"),
-}
+from fake_drivers import REPO
 
 
 def backend_params() -> list:
-    return [
-        pytest.param("cuda", marks=pytest.mark.skipif(
-            not CUDA_DOUBLE.exists(), reason="run make -C tests/drivers")),
-        pytest.param("xpu", marks=pytest.mark.skipif(
-            not ZE_DRIVER.exists(),
-            reason=f"{ZE_DRIVER} is not built (needs libze-dev)")),
-    ]
+    """Every backend whose double (or runtime) is here, by device type."""
+    return fake_drivers.params(fake_drivers.DOUBLES)
 
 
 def run(backend: str, code: str, timeout: float = 120) -> str:
     env = fake_drivers.clean_environment()
-    env.update(BACKENDS[backend])
+    env.update(fake_drivers.DOUBLES[backend].environment(2))
     env["PYTHONPATH"] = str(REPO / "src")
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                             env=env, capture_output=True, text=True,

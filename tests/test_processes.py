@@ -4,8 +4,9 @@ ACCELERATOR_VISIBLE_DEVICES, local_device_index() and real launchers.
 Each configuration runs in a fresh interpreter (drivers initialise once
 per process) on the CUDA double, with the NVML double beside it (the
 default: the backend pairs a CUDA library given by path with the NVML in
-the same folder), or without it (ACCELERATOR_NVML_LIBRARY=none), and on
-the Level Zero test driver where the point is backend-neutral.
+the same folder), or without it (ACCELERATOR_NVML_LIBRARY=none), and in
+every configuration of fake_drivers.configurations() where the point is
+backend-neutral.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import textwrap
 import pytest
 
 import fake_drivers
-from fake_drivers import CUDA_DOUBLE, NVML_DOUBLE, REPO, ZE_DRIVER
+from fake_drivers import CUDA_DOUBLE, NVML_DOUBLE, REPO
 
 pytestmark = pytest.mark.skipif(
     not (CUDA_DOUBLE.exists() and NVML_DOUBLE.exists()),
@@ -33,8 +34,7 @@ import fake_drivers
 
 CUDA = {"ACCELERATOR_BACKEND": "cuda",
         "ACCELERATOR_CUDA_LIBRARY": str(CUDA_DOUBLE)}
-WITHOUT_NVML = {**CUDA, "ACCELERATOR_NVML_LIBRARY": "none"}
-XPU = {"ACCELERATOR_BACKEND": "xpu", "ZE_ENABLE_ALT_DRIVERS": str(ZE_DRIVER)}
+WITHOUT_NVML = {**CUDA, **fake_drivers.CudaDouble.eager_probe_env}
 
 
 def environment(**env: str) -> dict[str, str]:
@@ -273,39 +273,30 @@ out["text"] = _report.format_text(report)
 print(json.dumps(out))
 """
 
-CONFIGS = {
-    "cuda": dict(CUDA, FAKE_CUDA_DEVICES="3"),
-    "cuda-without-nvml": dict(WITHOUT_NVML, FAKE_CUDA_DEVICES="3"),
-    "xpu": dict(XPU, FAKE_ZE_DEVICES="3"),
-    "opencl": fake_drivers.OpenCLDouble.environment(3),
-}
-#: configuration -> its device type; why it cannot run here, or None
-TYPES = {"cuda": "cuda", "cuda-without-nvml": "cuda", "xpu": "xpu",
-         "opencl": "opencl"}
-MISSING = {
-    "xpu": None if ZE_DRIVER.exists()
-    else f"{ZE_DRIVER} is not built (needs libze-dev)",
-    "opencl": fake_drivers.OpenCLDouble.missing(),
-}
-#: configurations whose device names end with the backend's index
-NAMED_BY_INDEX = {"cuda", "cuda-without-nvml", "xpu"}
+#: configuration -> the double underneath (each backend's, and where the
+#: probe can count without initialising the driver, the configuration
+#: where it initialises it: CUDA without NVML, HIP without the KFD
+#: topology)
+CONFIGS = fake_drivers.configurations()
 
 
 def config_params() -> list:
-    return [pytest.param(name, marks=pytest.mark.skipif(
-        MISSING.get(name) is not None, reason=str(MISSING.get(name))))
-        for name in CONFIGS]
+    return fake_drivers.params(CONFIGS)
+
+
+def config_env(config: str) -> dict[str, str]:
+    """The configuration's environment with three devices."""
+    return CONFIGS[config].configuration(config, 3)
 
 
 @pytest.mark.parametrize("config", config_params())
 def test_visible_devices_restrict_and_reorder(config: str) -> None:
-    got = last_json(run(VISIBLE, **CONFIGS[config],
+    got = last_json(run(VISIBLE, **config_env(config),
                         ACCELERATOR_VISIBLE_DEVICES="2,0"))
     assert got["available"] and got["count"] == 2
     assert got["visible"] == got["report_visible"] == [2, 0]
-    if config in NAMED_BY_INDEX:
+    if CONFIGS[config].index_in_names:
         assert [name[-1] for name in got["names"]] == ["2", "0"]
-    if config.startswith("cuda"):
         assert got["uuids"] == ["2", "0"]
     assert "ACCELERATOR_VISIBLE_DEVICES: devices 2, 0" in got["text"]
 
@@ -326,9 +317,9 @@ def test_visible_devices_restrict_and_reorder(config: str) -> None:
 def test_bad_visible_devices_fail_clearly(config: str, value: str,
                                           needle: str) -> None:
     """At the first use (the error lists the reason) and in the report."""
-    got = last_json(run(VISIBLE, **CONFIGS[config],
+    got = last_json(run(VISIBLE, **config_env(config),
                         ACCELERATOR_VISIBLE_DEVICES=value))
-    needle = needle.format(TYPES[config])
+    needle = needle.format(CONFIGS[config].device_type)
     assert not got["available"] and got["count"] == 0, got
     assert needle in got["error"], got["error"]
     assert "none is available" in got["error"]

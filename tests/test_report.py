@@ -47,6 +47,7 @@ DEVICE_KEYS = {
 BACKEND_KEYS = {
     "name", "device_type", "library", "loaded", "available", "selected",
     "driver_version", "device_count", "reason", "counted_by", "initialized",
+    "processor_label",
 }
 
 needs_double = pytest.mark.skipif(
@@ -101,10 +102,13 @@ def assert_schema(document: dict) -> None:
     assert document["version"] == accelerator.__version__
     for device in document["devices"]:
         assert set(device) == DEVICE_KEYS
-    assert [b["name"] for b in document["backends"]] == [
-        "cuda", "xpu", "hip", "opencl"]
+    assert [b["name"] for b in document["backends"]] == list(
+        fake_drivers.DOUBLES)
     for backend in document["backends"]:
         assert set(backend) == BACKEND_KEYS
+        # The descriptor's word, whether the backend was probed or not.
+        assert backend["processor_label"] == fake_drivers.DOUBLES[
+            backend["device_type"]].processor_label
 
 
 # No accelerator -----------------------------------------------------------
@@ -241,7 +245,8 @@ def test_text_agrees_with_the_double() -> None:
         assert f"cuda:{index}  Report Test GPU {index}\n" in text
     assert text.count("memory: 12.25 GiB total, 11.75 GiB free") == 2
     assert text.count("compute capability: 8.6") == 2
-    assert text.count("multiprocessors: 84") == 2
+    label = fake_drivers.CudaDouble.processor_label
+    assert text.count(f"{label}: 84") == 2
     assert len(re.findall(r"PCI bus id: [0-9a-f]{4}:", text)) == 2
     assert "cuda: selected" in text
     assert "No accelerator" not in text
@@ -296,6 +301,10 @@ def test_bad_option_is_a_usage_error() -> None:
 # Formatting (no driver) ---------------------------------------------------
 
 
+#: the word an xpu device's record is printed with
+XPU_LABEL = fake_drivers.ZeDouble.processor_label
+
+
 def make_device(**changes: object) -> _report.DeviceReport:
     """A device record as the report builds it, with some fields changed."""
     device = _report.DeviceReport(
@@ -310,9 +319,9 @@ def make_device(**changes: object) -> _report.DeviceReport:
 
 
 def test_device_without_compute_capability_prints_none() -> None:
-    text = "\n".join(_report.format_device(make_device(), "xpu"))
+    text = "\n".join(_report.format_device(make_device(), XPU_LABEL))
     assert "compute capability" not in text
-    assert "execution units: 448" in text
+    assert f"{XPU_LABEL}: 448" in text
     assert "memory: 8.00 GiB total, unknown free" in text
     assert "PCI bus id: unknown" in text
 
@@ -320,10 +329,10 @@ def test_device_without_compute_capability_prints_none() -> None:
 def test_memory_of_this_process_is_printed() -> None:
     text = "\n".join(_report.format_device(
         make_device(memory_reserved=22 * 1024**2, memory_allocated=4096),
-        "xpu"))
+        XPU_LABEL))
     assert "this process: 22.00 MiB reserved, 4.00 KiB allocated" in text
     assert "this process" not in "\n".join(
-        _report.format_device(make_device(), "xpu"))
+        _report.format_device(make_device(), XPU_LABEL))
 
 
 @needs_double
@@ -353,7 +362,8 @@ def test_report_shows_memory_after_allocation() -> None:
 
 def test_device_error_is_printed() -> None:
     text = "\n".join(
-        _report.format_device(make_device(error="cuDeviceGet failed"), "xpu")
+        _report.format_device(make_device(error="cuDeviceGet failed"),
+                              XPU_LABEL)
     )
     assert "error: cuDeviceGet failed" in text
 
@@ -424,6 +434,7 @@ def test_guessed_free_memory_is_marked_an_estimate() -> None:
 
 def test_an_estimate_is_marked_in_the_text() -> None:
     text = "\n".join(_report.format_device(
-        make_device(free_memory=8 * GIB, estimates=["free_memory"]), "xpu"))
+        make_device(free_memory=8 * GIB, estimates=["free_memory"]),
+        XPU_LABEL))
     assert ("memory: 8.00 GiB total, 8.00 GiB free (estimate: the driver "
             "cannot say what is free)") in text

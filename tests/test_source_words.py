@@ -113,3 +113,56 @@ def test_clang_format_keeps_the_house_style() -> None:
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout == HOUSE_STYLE
+
+
+#: a descriptor's own fields, where a backend writes its name once
+DESCRIPTOR_FIELD = re.compile(
+    r"\.(name|device_type|device_type_alias)\s*=\s*$")
+
+
+def backend_names() -> list[str]:
+    """Every backend's name, from the double classes (tests/fake_drivers)."""
+    import fake_drivers
+    return list(fake_drivers.DOUBLES)
+
+
+@pytest.mark.parametrize("path", sorted(
+    str(p.relative_to(REPO)) for p in (CSRC / "backends").rglob("*.[ch]")))
+def test_a_backend_takes_its_name_for_messages_from_its_descriptor(
+        path: str) -> None:
+    """No string in a backend's code names a backend ("backend xpu cannot
+    ...", an error's backend "cuda"), except the descriptor's own fields:
+    messages take the name from the descriptor.  Trace lines, which open
+    with the backend's name and a colon, are ACCELERATOR_DEBUG's output,
+    not messages."""
+    text = (REPO / path).read_text()
+    # Comments out, line breaks kept (the failure names the line).
+    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group()),
+                  text, flags=re.DOTALL)
+    names = "|".join(backend_names())
+    found = []
+    for match in re.finditer(r'"((?:[^"\\\n]|\\.)*)"', text):
+        before = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
+        if (re.search(rf"\b({names})\b", match.group(1))
+                and not re.match(rf"({names}): ", match.group(1))
+                and not DESCRIPTOR_FIELD.search(before)):
+            found.append((text.count("\n", 0, match.start()) + 1,
+                          match.group(1)))
+    assert found == [], f"{path} names a backend in a message"
+
+
+def test_a_backend_is_registered_by_one_line() -> None:
+    """Outside csrc/backends/, a backend's descriptor is named once: its
+    line in backend.h's ACC_BACKENDS, which declares it and fills the
+    dispatcher's registry (docs/backends.rst, "Adding a backend")."""
+    registry = re.search(r"^#define ACC_BACKENDS\(X\)((?:.*\\\n)*.*)$",
+                         (CSRC / "backend.h").read_text(), re.MULTILINE)
+    assert registry, "backend.h has no ACC_BACKENDS list"
+    listed = re.findall(r"\bX\((acc_\w+_backend)\)", registry.group(1))
+    assert len(listed) == len(backend_names()) == len(set(listed))
+    for path in sorted(CSRC.glob("*.[ch]")):
+        text = path.read_text()
+        if path.name == "backend.h":
+            text = text.replace(registry.group(0), "")
+        named = set(re.findall(r"\b(acc_\w+_backend)\b", text)) & set(listed)
+        assert named == set(), f"{path.name} names {sorted(named)}"

@@ -87,7 +87,8 @@ cuda_fail(const char *api, CUresult code, acc_error *err)
                                                      : ACC_ERR_DRIVER;
     size_t n;
 
-    acc_error_driver(err, "cuda", api, code, cuda_error_name(code), st);
+    acc_error_driver(err, acc_cuda_backend.name, api, code,
+                     cuda_error_name(code), st);
     if (cu.fn.cuGetErrorString != NULL
         && cu.fn.cuGetErrorString(code, &text) == CUDA_SUCCESS
         && text != NULL) {
@@ -973,6 +974,7 @@ const acc_backend acc_cuda_backend = {
     .name = "cuda",
     .device_type = "cuda",
     .display_type = "CUDA",
+    .processor_label = "multiprocessors",
     .torch_device_type = 1,  /* c10::DeviceType::CUDA */
     .dlpack_device_type = 2, /* kDLCUDA */
     .caps = ACC_CAP_CUDA_STREAM_PROTOCOL | ACC_CAP_NULL_STREAM_HANDLE,

@@ -91,7 +91,8 @@ hip_fail(const char *api, hipError_t code, acc_error *err)
                                                 : ACC_ERR_DRIVER;
     size_t n;
 
-    acc_error_driver(err, "hip", api, code, hip_error_name(code), st);
+    acc_error_driver(err, acc_hip_backend.name, api, code,
+                     hip_error_name(code), st);
     text = hip.fn.hipGetErrorString != NULL ? hip.fn.hipGetErrorString(code)
                                             : NULL;
     /* ROCm 5.2 describes a code by its name: add only a description. */
@@ -868,6 +869,7 @@ const acc_backend acc_hip_backend = {
     .name = "hip",
     .device_type = "hip",
     .display_type = "HIP",
+    .processor_label = "compute units",
     .torch_device_type = 6,   /* c10::DeviceType::HIP */
     .dlpack_device_type = 10, /* kDLROCM */
     .caps = ACC_CAP_NULL_STREAM_HANDLE | ACC_CAP_ROCM_STREAM_PROTOCOL,

@@ -147,7 +147,8 @@ ocl_fail(const char *api, cl_int code, acc_error *err)
                         ? ACC_ERR_OUT_OF_MEMORY
                         : ACC_ERR_DRIVER;
 
-    acc_error_driver(err, "opencl", api, code, ocl_error_name(code), st);
+    acc_error_driver(err, acc_opencl_backend.name, api, code,
+                     ocl_error_name(code), st);
     return st;
 }
 
@@ -1045,11 +1046,12 @@ ocl_svm_context(int device, cl_device_svm_capabilities need,
     }
     if ((caps & need) == 0) {
         acc_error_set(err, ACC_ERR_UNSUPPORTED,
-                      "backend opencl does not support %s on device %d: "
+                      "backend %s does not support %s on device %d: "
                       "the device has no %s shared virtual memory "
                       "(CL_DEVICE_SVM_CAPABILITIES lacks %s; the backend "
                       "needs OpenCL 2.0 SVM for memory)",
-                      what, device, fine ? "fine-grain" : "coarse-grain",
+                      acc_opencl_backend.name, what, device,
+                      fine ? "fine-grain" : "coarse-grain",
                       fine ? "CL_DEVICE_SVM_FINE_GRAIN_BUFFER"
                            : "CL_DEVICE_SVM_COARSE_GRAIN_BUFFER");
         return ACC_ERR_UNSUPPORTED;
@@ -1084,7 +1086,7 @@ ocl_svm_alloc(int device, size_t nbytes, int host, void **out,
     if (base == NULL) {
         /* clSVMAlloc has no error code: NULL is its allocation failure,
          * reported with OpenCL's code for one. */
-        acc_error_driver(err, "opencl", "clSVMAlloc",
+        acc_error_driver(err, acc_opencl_backend.name, "clSVMAlloc",
                          CL_MEM_OBJECT_ALLOCATION_FAILURE,
                          ocl_error_name(CL_MEM_OBJECT_ALLOCATION_FAILURE),
                          ACC_ERR_OUT_OF_MEMORY);
@@ -1163,11 +1165,11 @@ ocl_memory_queue(acc_stream *s, cl_command_queue *queue, acc_error *err)
     *queue = ocl_queue_of(s);
     if (s->native == &ocl_foreign_context) {
         acc_error_set(err, ACC_ERR_UNSUPPORTED,
-                      "backend opencl does not support copies or fills on "
+                      "backend %s does not support copies or fills on "
                       "a command queue of another OpenCL context (a stream "
                       "wrapped with Stream.from_handle): this module's "
                       "memory belongs to its own context; use a stream of "
-                      "this module");
+                      "this module", acc_opencl_backend.name);
         return ACC_ERR_UNSUPPORTED;
     }
     return ACC_OK;
@@ -1202,10 +1204,10 @@ ocl_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
     if (c->kind == ACC_COPY_PEER
         && ocl.platform_of[c->dst_device] != ocl.platform_of[c->src_device]) {
         acc_error_set(err, ACC_ERR_UNSUPPORTED,
-                      "backend opencl does not support copies between "
+                      "backend %s does not support copies between "
                       "devices of different OpenCL platforms (devices %d "
                       "and %d: their contexts share no memory)",
-                      c->src_device, c->dst_device);
+                      acc_opencl_backend.name, c->src_device, c->dst_device);
         return ACC_ERR_UNSUPPORTED;
     }
     st = ocl_memory_queue(s, &queue, err);
@@ -1296,6 +1298,7 @@ const acc_backend acc_opencl_backend = {
     .name = "opencl",
     .device_type = "opencl",
     .display_type = "OpenCL",
+    .processor_label = "compute units",
     .torch_device_type = 4,  /* c10::DeviceType::OPENCL */
     .dlpack_device_type = 4, /* kDLOpenCL */
     .caps = 0,

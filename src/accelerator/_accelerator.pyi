@@ -39,6 +39,7 @@ class _BackendInfo(TypedDict):
     reason: str | None
     counted_by: str | None
     initialized: bool
+    processor_label: str
 
 # What a "device" argument accepts: an int index of the current accelerator,
 # a device string such as "cuda:1", an accelerator.device, or any object with

@@ -70,8 +70,11 @@ JSON document (schema 1; keys are only ever added, under the same number):
       ``loaded``, ``available``, ``selected``, ``driver_version`` (text or
       null), ``device_count``, ``reason`` (why not available, or why its
       first use failed, or null), ``counted_by`` (what counted the
-      devices: ``"cuInit (...)"``, ``"NVML (...)"``; or null) and
-      ``initialized`` (the driver is initialised in this process)
+      devices: ``"cuInit (...)"``, ``"NVML (...)"``; or null),
+      ``initialized`` (the driver is initialised in this process) and
+      ``processor_label`` (what ``multi_processor_count`` counts on its
+      devices, from the backend's descriptor: ``"multiprocessors"``,
+      ``"execution units"``, ``"compute units"``)
 """
 from __future__ import annotations
 
@@ -89,11 +92,6 @@ from accelerator import _accelerator
 SCHEMA_VERSION = 1
 GIB = 1024**3
 
-# What multi_processor_count counts, by device type.
-PROCESSOR_LABELS = {"cuda": "multiprocessors", "xpu": "execution units",
-                    "hip": "compute units", "opencl": "compute units"}
-
-
 class BackendReport(TypedDict):
     """One known backend, as ``accelerator.backends()`` describes it."""
 
@@ -108,6 +106,7 @@ class BackendReport(TypedDict):
     reason: str | None
     counted_by: str | None
     initialized: bool
+    processor_label: str | None
 
 
 class DeviceReport(TypedDict):
@@ -163,6 +162,7 @@ def backend_report(record: Mapping[str, Any]) -> BackendReport:
         reason=record.get("reason"),
         counted_by=record.get("counted_by"),
         initialized=bool(record.get("initialized")),
+        processor_label=record.get("processor_label"),
     )
 
 
@@ -265,8 +265,9 @@ def human(size: int) -> str:
     return f"{size} bytes" if unit == "bytes" else f"{value:.2f} {unit}"
 
 
-def format_device(device: DeviceReport, device_type: str) -> list[str]:
-    """The text lines that describe one device."""
+def format_device(device: DeviceReport, processor_label: str) -> list[str]:
+    """The text lines that describe one device, whose backend calls what
+    multi_processor_count counts processor_label."""
     if not device["read"]:
         return [f"  {device['device']}  not read: --no-init leaves the "
                 "driver uninitialised"]
@@ -289,8 +290,8 @@ def format_device(device: DeviceReport, device_type: str) -> list[str]:
         lines.append(f"      compute capability: {major}.{minor}")
     lines.append(f"      PCI bus id: {device['pci_bus_id'] or 'unknown'}")
     if device["multi_processor_count"] is not None:
-        label = PROCESSOR_LABELS.get(device_type, "multiprocessors")
-        lines.append(f"      {label}: {device['multi_processor_count']}")
+        lines.append(f"      {processor_label}: "
+                     f"{device['multi_processor_count']}")
     return lines
 
 
@@ -342,8 +343,10 @@ def format_text(report: Report) -> str:
                 + ", ".join(map(str, report["visible_devices"]))
                 + f" of the {report['backend']} backend"
             )
+        label = next((b["processor_label"] for b in report["backends"]
+                      if b["selected"]), None) or "processors"
         for device in report["devices"]:
-            lines.extend(format_device(device, report["device_type"] or ""))
+            lines.extend(format_device(device, label))
     else:
         lines.append("No accelerator is available (reasons below).")
     lines.extend(["", "Backends:"])

@@ -1,9 +1,10 @@
 """The behaviour suite: the same tests for every backend.
 
 ACCELERATOR_TEST_BACKEND picks the driver underneath, in this process:
-  cuda (default)  the CUDA driver double, 2 devices
-  xpu             the Level Zero test driver under Debian's real loader
-                  (FAKE_ZE_DRIVERS=2: one device on each of two drivers)
+  a device type   that backend's double (fake_drivers.DOUBLES: cuda, the
+                  default, xpu, hip, opencl), in its class's environment
+                  (xpu with FAKE_ZE_DRIVERS=2 set: one device on each of
+                  two drivers)
   real            whatever real driver the machine has (the GPU check);
                   tests that need a double's controls are skipped
 The environment is set here, at collection, before any test probes.

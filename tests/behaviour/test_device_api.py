@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import accelerator as acc
+import fake_drivers
 
 
 def test_available_with_devices(accel_type: str, device_count: int) -> None:
@@ -213,6 +214,41 @@ def test_memory_info_and_properties(device_count: int,
         estimates = acc.get_device_properties(index).estimates
         assert isinstance(estimates, tuple)
         assert set(estimates) <= {"free_memory"}, estimates
+
+
+def test_the_report_names_what_multi_processor_count_counts(
+        device_count: int, facts: type[fake_drivers.DriverDouble]) -> None:
+    """The backend's descriptor says what multi_processor_count counts on
+    its devices; the report's text takes that word from it."""
+    from accelerator import _report
+    mine = [b for b in acc.backends() if b["selected"]]
+    assert [b["processor_label"] for b in mine] == [facts.processor_label]
+    text = _report.format_text(_report.collect_report())
+    for index in range(device_count):
+        count = acc.get_device_properties(index).multi_processor_count
+        assert count > 0
+        assert text.count(f"      {facts.processor_label}: {count}\n") >= 1
+
+
+#: every device type torch parses (c10::DeviceType), besides cpu
+TORCH_DEVICE_TYPES = ("cuda", "xpu", "opencl", "mps", "hip", "meta", "ipu",
+                      "mkldnn", "opengl", "ideep", "ve", "fpga", "maia",
+                      "xla", "lazy", "vulkan", "hpu", "mtia", "privateuseone")
+
+
+def test_every_device_type_torch_parses_is_parsed(
+        accel_type: str, facts: type[fake_drivers.DriverDouble]) -> None:
+    """A backend added for any of torch's device types needs no change to
+    the parser: each parses, and one that does not name the accelerator's
+    devices is refused for that reason, not as unknown."""
+    for name in TORCH_DEVICE_TYPES:
+        assert acc.device(f"{name}:1").type == name
+        assert acc.device(name, 1) == acc.device(f"{name}:1")
+        if name != accel_type and name not in facts.device_type_aliases:
+            with pytest.raises(ValueError, match=(
+                    f"^{name} doesn't match the current accelerator "
+                    f"{accel_type}")):
+                acc.set_device_index(f"{name}:0")
 
 
 def test_device_objects_are_shared_but_not_across_types(

@@ -1,9 +1,10 @@
 """Fault injection at every driver call site.
 
 The driver functions a backend calls are read from the backend's own
-X-macro list (csrc/backends/cuda_api.h ACC_CUDA_FUNCTIONS, ze_api.h
-ACC_ZE_FUNCTIONS and ACC_ZE_OPTIONAL_FUNCTIONS), so a new call site
-without an entry in SITES below fails test_every_driver_function_has_a_site.
+X-macro lists (its double class's symbol_lists: csrc/backends/cuda_api.h
+ACC_CUDA_FUNCTIONS, ...), so a new call site without an entry in the
+double class's fault_sites (tests/fake_drivers.py) fails
+test_every_driver_function_has_a_site.
 
 Each site says how the product reaches the function and what a failure
 there must do:
@@ -51,7 +52,6 @@ there must do:
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import gc
 import json
 import os
@@ -67,18 +67,16 @@ import pytest
 
 import accelerator as acc
 import fake_drivers
+from fake_drivers import (DEFERRED, EXIT, FALLBACK, FRESH, NULLED, OPTIONAL,
+                          PROBE, RAISE, REPORTER, SILENT, TOLERATED, Site)
 
 #: the device type under test when a double sits underneath, else "real"
 BACKEND = (fake_drivers.TEST_BACKEND
            if fake_drivers.TEST_BACKEND in fake_drivers.DOUBLES else "real")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
 #: live kinds of memory (a refused free of it is lost for good)
 MEMORY_KINDS = ("alloc", "host_alloc")
-PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
-DEFERRED, FALLBACK = "deferred", "fallback"
-NULLED = "nulled"
 
 
 def driver_functions(backend: str) -> list[str]:
@@ -441,407 +439,26 @@ PREPARE: dict[str, Callable[[], State]] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Site:
-    api: str
-    how: str
-    action: str = ""
-    #: SILENT: objects the driver keeps because it refused to destroy
-    refused: tuple[tuple[str, int], ...] = ()
-    #: PROBE/OPTIONAL: why; REPORTER: the function that fails first
-    note: str = ""
-    #: what runs before the fault is injected, when not PREPARE[action]
-    prepare: Callable[[], State] | None = None
-    #: which call of api fails, counted from the start of the action
-    nth: int = 1
-    #: RAISE: the failed call leaves commands queued on its stream that
-    #: use the object's driver events (they run later, in stream order);
-    #: the call (api, nth) that then appends the command marking their end
-    leaves_work: tuple[str, int] | None = None
-
-    @property
-    def id(self) -> str:
-        prepared = f", after {self.prepare.__name__}" if self.prepare else ""
-        nth = f", call {self.nth}" if self.nth != 1 else ""
-        return f"{self.api}[{self.action or self.how}{prepared}{nth}]"
-
-    def prepared(self) -> State:
-        return (self.prepare or PREPARE.get(self.action, nothing))()
-
-
-CUDA_SITES = [
-    Site("cuInit", PROBE),
-    Site("cuDriverGetVersion", TOLERATED,
-         note="only the version text is lost"),
-    Site("cuGetErrorName", REPORTER, "stream.query()", note="cuStreamQuery"),
-    Site("cuGetErrorName", PROBE, note="with cuInit failing (unknown code)"),
-    Site("cuGetErrorString", REPORTER, "stream.query()",
-         note="cuStreamQuery"),
-    Site("cuGetErrorString", PROBE, note="with cuInit failing"),
-    Site("cuDeviceGetCount", PROBE),
-    Site("cuDeviceGet", PROBE),
-    Site("cuInit", DEFERRED),
-    Site("cuDeviceGetCount", DEFERRED),
-    Site("cuDeviceGet", DEFERRED),
-    Site("nvmlInit_v2", FALLBACK),
-    Site("nvmlDeviceGetCount_v2", FALLBACK),
-    Site("nvmlDeviceGetHandleByIndex_v2", FALLBACK,
-         note="CUDA_VISIBLE_DEVICES=GPU-..."),
-    Site("nvmlDeviceGetUUID", FALLBACK, note="CUDA_VISIBLE_DEVICES=GPU-..."),
-    Site("nvmlShutdown", FALLBACK),
-    Site("nvmlErrorString", FALLBACK, note="with nvmlInit_v2 failing"),
-    Site("cuDeviceGetName", FRESH, "get_device_properties(0)"),
-    Site("cuDeviceGetUuid", FRESH, "get_device_properties(0)"),
-    Site("cuDeviceTotalMem", FRESH, "get_device_properties(0)"),
-    Site("cuDeviceGetAttribute", FRESH, "get_device_properties(0)"),
-    Site("cuDevicePrimaryCtxRetain", FRESH, "Stream()", prepare=nothing),
-    Site("cuDevicePrimaryCtxRetain", FRESH,
-         "set_device_index(1) in a new thread"),
-    Site("cuDevicePrimaryCtxRelease", EXIT),
-    # Asked only while this process has not retained the context (and
-    # has initialised the driver: device 0 is in use).
-    Site("cuDevicePrimaryCtxGetState", FRESH, "synchronize(1)",
-         prepare=on_device_0),
-    Site("cuCtxSetCurrent", RAISE, "set_device_index(1) in a new thread"),
-    Site("cuCtxSetCurrent", RAISE, "with Stream(1) in a new thread"),
-    Site("cuCtxSetCurrent", RAISE, "set_stream(Stream(1)) in a new thread"),
-    Site("cuCtxSetCurrent", RAISE, "device_index(1) in a new thread"),
-    Site("cuCtxSetCurrent", RAISE, "exit from device 1 in a new thread",
-         nth=3),
-    Site("cuCtxGetCurrent", RAISE, "Stream()"),
-    Site("cuCtxGetCurrent", RAISE, "default stream query()"),
-    Site("cuCtxPushCurrent", RAISE, "Stream(1) from device 0"),
-    # A failed pop leaves the pushed context on the thread's stack, which
-    # would follow the rest of this process: a fresh one.
-    Site("cuCtxPopCurrent", FRESH, "Stream(1) from device 0"),
-    Site("cuCtxPopCurrent", FRESH, "Stream(1) from device 0",
-         prepare=device_1_ready),
-    Site("cuCtxPopCurrent", FRESH, "first event.record() on device 1",
-         prepare=device_1_ready),
-    Site("cuCtxPopCurrent", FRESH, "get_memory_info(1) from device 0"),
-    Site("cuCtxSynchronize", RAISE, "synchronize(0)"),
-    Site("cuCtxGetStreamPriorityRange", FRESH, "Stream()"),
-    Site("cuStreamCreateWithPriority", RAISE, "Stream()"),
-    Site("cuStreamQuery", RAISE, "stream.query()"),
-    Site("cuStreamQuery", RAISE, "default stream query()"),
-    Site("cuStreamQuery", RAISE, "wrapped stream.query()"),
-    Site("cuStreamSynchronize", RAISE, "stream.synchronize()"),
-    Site("cuStreamSynchronize", RAISE, "default stream synchronize()"),
-    Site("cuStreamSynchronize", RAISE, "wrapped stream.synchronize()"),
-    Site("cuStreamWaitEvent", RAISE, "stream.wait_event()"),
-    Site("cuStreamWaitEvent", RAISE, "event.wait(stream)"),
-    Site("cuStreamWaitEvent", RAISE, "stream.wait_stream()"),
-    Site("cuStreamDestroy", SILENT, "drop the objects",
-         refused=(("stream", 1),)),
-    Site("cuEventCreate", RAISE, "first event.record()"),
-    Site("cuEventCreate", RAISE, "stream.record_event()"),
-    Site("cuEventCreate", RAISE, "stream.wait_stream()"),
-    Site("cuEventRecord", RAISE, "first event.record()"),
-    Site("cuEventRecord", RAISE, "event.record() again"),
-    Site("cuEventRecord", RAISE, "stream.wait_stream()"),
-    Site("cuEventQuery", RAISE, "event.query()"),
-    Site("cuEventSynchronize", RAISE, "event.synchronize()"),
-    Site("cuEventElapsedTime", RAISE, "elapsed_time()"),
-    Site("cuEventDestroy", SILENT, "drop the objects",
-         refused=(("event", 1),)),
-    Site("cuMemGetInfo", RAISE, "get_memory_info(0)"),
-    # Every call fails (nth=0): an out-of-memory error is retried once
-    # after releasing the cache (test_allocator.py tests that retry).
-    Site("cuMemAlloc", RAISE, "Buffer()", nth=0),
-    Site("cuMemAlloc", RAISE, "Buffer(1) from device 0", nth=0),
-    # The allocator keeps memory whose free the driver refused (still
-    # reserved, in the statistics too) and frees it at the next release.
-    Site("cuMemFree", SILENT, "drop a buffer"),
-    Site("cuMemHostAlloc", RAISE, "HostBuffer()"),
-    Site("cuMemFreeHost", SILENT, "drop a host buffer",
-         refused=(("host_alloc", 1),)),
-    Site("cuMemcpyHtoDAsync", RAISE, "copy_from(bytes)"),
-    Site("cuMemcpyHtoDAsync", RAISE, "copy_from(HostBuffer)"),
-    Site("cuMemcpyDtoHAsync", RAISE, "copy_to(bytearray)"),
-    Site("cuMemcpyDtoHAsync", RAISE, "copy_to(HostBuffer)"),
-    Site("cuMemcpyDtoDAsync", RAISE, "copy_from(Buffer)"),
-    Site("cuMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
-    Site("cuMemsetD8Async", RAISE, "fill()"),
-    Site("cuStreamIsCapturing", RAISE, "Graph.capture_begin()"),
-    Site("cuStreamBeginCapture", RAISE, "Graph.capture_begin()"),
-    Site("cuStreamEndCapture", RAISE, "Graph.capture_end()"),
-    Site("cuGraphInstantiateWithFlags", RAISE, "Graph.instantiate()"),
-    Site("cuGraphLaunch", RAISE, "Graph.replay()"),
-    Site("cuGraphExecDestroy", SILENT, "drop a graph",
-         refused=(("graph_exec", 1),)),
-    Site("cuGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
-    Site("cuPointerGetAttribute", RAISE, "from_dlpack(capsule)"),
-]
-
-XPU_SITES = [
-    Site("zeInit", PROBE),
-    Site("zeDriverGet", PROBE),
-    Site("zeDriverGetApiVersion", PROBE),
-    Site("zeDriverGetProperties", PROBE),
-    Site("zeDriverGet", PROBE, nth=2),
-    Site("zeDeviceGet", PROBE),
-    Site("zeDeviceGet", PROBE, nth=2),
-    Site("zeDeviceGetProperties", PROBE),
-    Site("zeDeviceGetMemoryProperties", PROBE),
-    Site("zeDeviceGetMemoryProperties", PROBE, nth=2),
-    Site("zeDeviceGetCommandQueueGroupProperties", TOLERATED,
-         note="the first queue group is used"),
-    Site("zeContextCreate", FRESH, "Stream()", prepare=nothing),
-    Site("zeContextCreate", FRESH, "default stream query()"),
-    Site("zeContextDestroy", EXIT),
-    Site("zeCommandListCreateImmediate", RAISE, "Stream()"),
-    Site("zeCommandListCreateImmediate", FRESH, "default stream query()"),
-    Site("zeCommandListDestroy", SILENT, "drop the objects"),
-    Site("zeCommandListAppendBarrier", RAISE, "first event.record()"),
-    Site("zeCommandListAppendBarrier", RAISE, "event.record() again"),
-    Site("zeCommandListAppendBarrier", RAISE, "stream.synchronize()"),
-    Site("zeCommandListAppendBarrier", RAISE, "synchronize(0)"),
-    Site("zeCommandListAppendBarrier", RAISE, "stream.wait_stream()"),
-    Site("zeCommandListAppendBarrier", RAISE, "wrapped stream.synchronize()"),
-    Site("zeCommandListAppendBarrier", SILENT, "drop the objects"),
-    Site("zeCommandListAppendBarrier", RAISE, "stream.wait_event()"),
-    Site("zeCommandListAppendBarrier", RAISE, "event.wait(stream)"),
-    Site("zeCommandListAppendBarrier", RAISE,
-         "stream.wait_event() across drivers"),
-    Site("zeEventPoolCreate", FRESH, "first event.record()"),
-    Site("zeEventPoolDestroy", EXIT),
-    Site("zeEventCreate", FRESH, "first event.record()"),
-    Site("zeEventDestroy", EXIT),
-    Site("zeEventHostSynchronize", RAISE, "event.synchronize()"),
-    Site("zeEventHostSynchronize", RAISE, "stream.synchronize()"),
-    Site("zeEventHostSynchronize", RAISE, "synchronize(0)"),
-    Site("zeEventQueryStatus", RAISE, "event.query()"),
-    # query() answers from the stream's last barrier, without waiting.
-    Site("zeEventQueryStatus", RAISE, "stream.query()",
-         prepare=with_recorded_event),
-    Site("zeEventQueryStatus", RAISE, "wrapped stream.query()",
-         prepare=with_recorded_event),
-    Site("zeEventHostReset", SILENT, "event.record() after completion"),
-    # Signalled by the bridge thread: retried, never reported.
-    Site("zeEventHostSignal", SILENT, "stream.wait_event() across drivers"),
-    Site("zeEventQueryKernelTimestamp", RAISE, "elapsed_time()"),
-    # As on CUDA: every call fails (nth=0), since an out-of-memory error
-    # is retried once after releasing the cache.
-    Site("zeMemAllocDevice", RAISE, "Buffer()", nth=0),
-    Site("zeMemAllocDevice", RAISE, "Buffer(1) from device 0", nth=0),
-    Site("zeMemAllocHost", RAISE, "HostBuffer()"),
-    # The allocator keeps a segment whose free the driver refused and
-    # frees it at the next release, as on CUDA.
-    Site("zeMemFree", SILENT, "drop a buffer"),
-    # Device and host memory share zeMemFree: the host buffer is dropped
-    # where no device segment is cached, so the fault meets its free.
-    Site("zeMemFree", SILENT, "drop a lone host buffer",
-         refused=(("host_alloc", 1),)),
-    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(bytes)"),
-    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(HostBuffer)"),
-    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_to(bytearray)"),
-    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_to(HostBuffer)"),
-    Site("zeCommandListAppendMemoryCopy", RAISE, "copy_from(Buffer)"),
-    Site("zeCommandListAppendMemoryCopy", RAISE,
-         "copy_from(Buffer of device 1)"),
-    Site("zeCommandListAppendMemoryFill", RAISE, "fill()"),
-    Site("zeMemGetAllocProperties", RAISE, "from_dlpack(capsule)"),
-    # The barrier that orders a copy or fill on a list that is not in
-    # order, and the wait that makes a pageable copy synchronous.
-    Site("zeCommandListAppendBarrier", RAISE, "fill()"),
-    Site("zeCommandListAppendBarrier", RAISE, "copy_from(bytes)"),
-    Site("zeEventHostSynchronize", RAISE, "copy_to(bytearray)"),
-    # Sysman (ZES_ENABLE_SYSMAN=1 in this suite): the modules are found
-    # once per device, the PCI address read once with the properties.
-    Site("zesDeviceEnumMemoryModules", FRESH, "get_memory_info(0)"),
-    Site("zesDeviceEnumMemoryModules", FRESH, "get_memory_info(0)", nth=2),
-    Site("zesMemoryGetProperties", FRESH, "get_memory_info(0)"),
-    Site("zesMemoryGetState", RAISE, "get_memory_info(0)"),
-    Site("zesDevicePciGetProperties", FRESH, "get_device_properties(0)"),
-    Site("zeDeviceGetModuleProperties", FRESH, "get_device_properties(0)"),
-    Site("zeDeviceGetModuleProperties", FRESH, "get_device_capability(0)"),
-    # Graphs: the capture's regular list and its start event (begin),
-    # its end event and closing (end), the queue (instantiate), and a
-    # replay's barriers, event reset and execution on the queue.
-    Site("zeCommandListCreate", RAISE, "Graph.capture_begin()"),
-    Site("zeCommandListAppendBarrier", RAISE, "Graph.capture_begin()"),
-    Site("zeCommandListAppendEventReset", RAISE, "Graph.capture_begin()"),
-    Site("zeCommandListAppendBarrier", RAISE, "Graph.capture_end()"),
-    Site("zeCommandListClose", RAISE, "Graph.capture_end()"),
-    Site("zeCommandQueueCreate", RAISE, "Graph.instantiate()"),
-    Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()"),
-    Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=2,
-         leaves_work=("zeCommandListAppendBarrier", 3)),
-    Site("zeCommandListAppendBarrier", RAISE, "Graph.replay()", nth=3),
-    Site("zeCommandListAppendEventReset", RAISE, "Graph.replay()"),
-    Site("zeCommandQueueExecuteCommandLists", RAISE, "Graph.replay()",
-         leaves_work=("zeCommandListAppendBarrier", 3)),
-    # A graph dropped is destroyed at once when idle; a refused destroy is
-    # tried again at the next synchronize.
-    Site("zeCommandQueueDestroy", SILENT, "drop a graph"),
-    Site("zeCommandListDestroy", SILENT, "drop a graph"),
-    Site("zeCommandListHostSynchronize", OPTIONAL,
-         note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
-    Site("zeDriverGetLastErrorDescription", OPTIONAL,
-         note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
-]
-
-OPENCL_SITES = [
-    Site("clGetPlatformIDs", PROBE),
-    Site("clGetPlatformInfo", TOLERATED,
-         note="only the version text is lost"),
-    Site("clGetDeviceIDs", PROBE),
-    Site("clGetDeviceInfo", FRESH, "get_device_properties(0)"),
-    # The extensions list: its size, then the list (dtype support).
-    Site("clGetDeviceInfo", FRESH, "get_device_properties(0)", nth=6),
-    Site("clGetDeviceInfo", FRESH, "get_device_capability(0)", nth=7),
-    Site("clGetDeviceInfo", RAISE, "get_memory_info(0)"),
-    Site("clCreateContext", FRESH, "Stream()", prepare=nothing),
-    Site("clCreateContext", FRESH, "default stream query()"),
-    Site("clReleaseContext", EXIT),
-    Site("clCreateCommandQueueWithProperties", RAISE, "Stream()"),
-    Site("clCreateCommandQueueWithProperties", FRESH,
-         "default stream query()"),
-    Site("clGetCommandQueueInfo", RAISE, "wrapped stream.query()"),
-    # Wrapping also asks the queue's context (memory refuses another's).
-    Site("clGetCommandQueueInfo", RAISE, "wrapped stream.query()", nth=2),
-    Site("clRetainCommandQueue", RAISE, "synchronize(0)"),
-    Site("clReleaseCommandQueue", SILENT, "drop the objects",
-         refused=(("queue", 1),)),
-    Site("clFlush", RAISE, "first event.record()"),
-    Site("clFlush", RAISE, "stream.query()"),
-    Site("clFlush", RAISE, "stream.wait_event()"),
-    Site("clFinish", RAISE, "stream.synchronize()"),
-    Site("clFinish", RAISE, "default stream synchronize()"),
-    Site("clFinish", RAISE, "wrapped stream.synchronize()"),
-    Site("clFinish", RAISE, "synchronize(0)"),
-    Site("clEnqueueMarkerWithWaitList", RAISE, "first event.record()"),
-    Site("clEnqueueMarkerWithWaitList", RAISE, "event.record() again"),
-    Site("clEnqueueMarkerWithWaitList", RAISE, "stream.query()"),
-    Site("clEnqueueMarkerWithWaitList", RAISE, "stream.wait_stream()"),
-    Site("clEnqueueBarrierWithWaitList", RAISE, "stream.wait_event()"),
-    Site("clEnqueueBarrierWithWaitList", RAISE, "event.wait(stream)"),
-    Site("clEnqueueBarrierWithWaitList", RAISE, "stream.wait_stream()"),
-    Site("clGetEventInfo", RAISE, "event.query()"),
-    Site("clGetEventInfo", RAISE, "stream.query()"),
-    Site("clGetEventInfo", RAISE, "elapsed_time()"),
-    Site("clGetEventProfilingInfo", RAISE, "elapsed_time()"),
-    Site("clWaitForEvents", RAISE, "event.synchronize()"),
-    Site("clRetainEvent", RAISE, "event.query()"),
-    Site("clRetainEvent", RAISE, "event.synchronize()"),
-    Site("clRetainEvent", RAISE, "stream.wait_event()"),
-    Site("clReleaseEvent", SILENT, "event.record() after completion",
-         refused=(("event", 1),)),
-    # The SVM capabilities are read once per device, at its first
-    # allocation; every call fails (nth=0), since an out-of-memory error
-    # is retried once after releasing the cache.
-    Site("clGetDeviceInfo", FRESH, "Buffer()", prepare=on_device_0, nth=0),
-    Site("clGetDeviceInfo", FRESH, "HostBuffer()", prepare=on_device_0),
-    Site("clSVMAlloc", NULLED, "Buffer()", nth=0),
-    Site("clSVMAlloc", NULLED, "Buffer(1) from device 0", nth=0),
-    Site("clSVMAlloc", NULLED, "HostBuffer()"),
-    # clSVMFree cannot fail visibly: a refused free is memory lost.
-    Site("clSVMFree", SILENT, "drop a buffer", refused=(("alloc", 1),)),
-    Site("clSVMFree", SILENT, "drop a lone host buffer",
-         refused=(("host_alloc", 1),)),
-    Site("clEnqueueSVMMemcpy", RAISE, "copy_from(bytes)"),
-    Site("clEnqueueSVMMemcpy", RAISE, "copy_from(HostBuffer)"),
-    Site("clEnqueueSVMMemcpy", RAISE, "copy_to(bytearray)"),
-    Site("clEnqueueSVMMemcpy", RAISE, "copy_to(HostBuffer)"),
-    Site("clEnqueueSVMMemcpy", RAISE, "copy_from(Buffer)"),
-    Site("clEnqueueSVMMemcpy", RAISE, "copy_from(Buffer of device 1)"),
-    Site("clEnqueueSVMMemFill", RAISE, "fill()"),
-    Site("clFlush", RAISE, "fill()"),
-    Site("clFlush", RAISE, "copy_from(HostBuffer)"),
-]
-
-HIP_SITES = [
-    Site("hipInit", PROBE),
-    Site("hipDriverGetVersion", TOLERATED,
-         note="only the version text is lost"),
-    Site("hipGetErrorName", REPORTER, "stream.query()", note="hipStreamQuery"),
-    Site("hipGetErrorString", REPORTER, "stream.query()",
-         note="hipStreamQuery"),
-    Site("hipGetDeviceCount", PROBE),
-    Site("hipInit", DEFERRED),
-    Site("hipGetDeviceCount", DEFERRED),
-    Site("hipSetDevice", RAISE, "set_device_index(1) in a new thread"),
-    Site("hipSetDevice", RAISE, "with Stream(1) in a new thread"),
-    Site("hipSetDevice", RAISE, "set_stream(Stream(1)) in a new thread"),
-    Site("hipSetDevice", RAISE, "device_index(1) in a new thread"),
-    Site("hipSetDevice", RAISE, "exit from device 1 in a new thread", nth=3),
-    Site("hipSetDevice", RAISE, "Stream(1) from device 0"),
-    # Restoring the caller's device after the work on device 1: a failed
-    # restore leaves the thread on device 1 in HIP's own sense, which
-    # would follow the rest of this process: a fresh one.
-    Site("hipSetDevice", FRESH, "Stream(1) from device 0", nth=2),
-    Site("hipSetDevice", FRESH, "get_memory_info(1) from device 0", nth=2),
-    Site("hipGetDevice", RAISE, "Stream()"),
-    Site("hipGetDevice", RAISE, "default stream query()"),
-    Site("hipDeviceGetName", FRESH, "get_device_properties(0)"),
-    Site("hipDeviceGetUuid", FRESH, "get_device_properties(0)"),
-    Site("hipDeviceTotalMem", FRESH, "get_device_properties(0)"),
-    Site("hipDeviceGetAttribute", FRESH, "get_device_properties(0)"),
-    Site("hipDeviceSynchronize", RAISE, "synchronize(0)"),
-    Site("hipDeviceGetStreamPriorityRange", FRESH, "Stream()"),
-    Site("hipStreamCreateWithPriority", RAISE, "Stream()"),
-    Site("hipStreamQuery", RAISE, "stream.query()"),
-    Site("hipStreamQuery", RAISE, "default stream query()"),
-    Site("hipStreamQuery", RAISE, "wrapped stream.query()"),
-    Site("hipStreamSynchronize", RAISE, "stream.synchronize()"),
-    Site("hipStreamSynchronize", RAISE, "default stream synchronize()"),
-    Site("hipStreamSynchronize", RAISE, "wrapped stream.synchronize()"),
-    # The wait that lets a pageable copy return.
-    Site("hipStreamSynchronize", RAISE, "copy_from(bytes)"),
-    Site("hipStreamSynchronize", RAISE, "copy_to(bytearray)"),
-    Site("hipStreamWaitEvent", RAISE, "stream.wait_event()"),
-    Site("hipStreamWaitEvent", RAISE, "event.wait(stream)"),
-    Site("hipStreamWaitEvent", RAISE, "stream.wait_stream()"),
-    Site("hipStreamDestroy", SILENT, "drop the objects",
-         refused=(("stream", 1),)),
-    Site("hipEventCreateWithFlags", RAISE, "first event.record()"),
-    Site("hipEventCreateWithFlags", RAISE, "stream.record_event()"),
-    Site("hipEventCreateWithFlags", RAISE, "stream.wait_stream()"),
-    Site("hipEventRecord", RAISE, "first event.record()"),
-    Site("hipEventRecord", RAISE, "event.record() again"),
-    Site("hipEventRecord", RAISE, "stream.wait_stream()"),
-    Site("hipEventQuery", RAISE, "event.query()"),
-    Site("hipEventSynchronize", RAISE, "event.synchronize()"),
-    Site("hipEventElapsedTime", RAISE, "elapsed_time()"),
-    Site("hipEventDestroy", SILENT, "drop the objects",
-         refused=(("event", 1),)),
-    Site("hipMemGetInfo", RAISE, "get_memory_info(0)"),
-    # Every call fails (nth=0): an out-of-memory error is retried once
-    # after releasing the cache.
-    Site("hipMalloc", RAISE, "Buffer()", nth=0),
-    Site("hipMalloc", RAISE, "Buffer(1) from device 0", nth=0),
-    Site("hipFree", SILENT, "drop a buffer"),
-    Site("hipHostMalloc", RAISE, "HostBuffer()"),
-    Site("hipHostFree", SILENT, "drop a host buffer",
-         refused=(("host_alloc", 1),)),
-    Site("hipMemcpyAsync", RAISE, "copy_from(bytes)"),
-    Site("hipMemcpyAsync", RAISE, "copy_from(HostBuffer)"),
-    Site("hipMemcpyAsync", RAISE, "copy_to(bytearray)"),
-    Site("hipMemcpyAsync", RAISE, "copy_to(HostBuffer)"),
-    Site("hipMemcpyAsync", RAISE, "copy_from(Buffer)"),
-    Site("hipMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
-    Site("hipMemsetD8Async", RAISE, "fill()"),
-    Site("hipPointerGetAttributes", RAISE, "from_dlpack(capsule)"),
-    Site("hipStreamIsCapturing", RAISE, "Graph.capture_begin()"),
-    Site("hipStreamBeginCapture", RAISE, "Graph.capture_begin()"),
-    Site("hipStreamEndCapture", RAISE, "Graph.capture_end()"),
-    Site("hipGraphInstantiate", RAISE, "Graph.instantiate()"),
-    Site("hipGraphLaunch", RAISE, "Graph.replay()"),
-    Site("hipGraphExecDestroy", SILENT, "drop a graph",
-         refused=(("graph_exec", 1),)),
-    Site("hipGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
-]
-
-SITES = {"cuda": CUDA_SITES, "xpu": XPU_SITES, "hip": HIP_SITES,
-         "opencl": OPENCL_SITES}
+#: the sites of the backend under test (its double class's), none on a
+#: real driver
+SITES: tuple[Site, ...] = (fake_drivers.DOUBLES[BACKEND].fault_sites
+                           if BACKEND in fake_drivers.DOUBLES else ())
 CODES = ["unknown", "oom"]
 
 pytestmark = pytest.mark.skipif(
-    BACKEND not in SITES, reason="fault injection needs a driver double")
+    not SITES, reason="fault injection needs a driver double")
+
+
+def preparer(site: Site,
+             default: Callable[[], State] = nothing) -> Callable[[], State]:
+    """What makes the state a site's fault is injected in."""
+    if site.prepare:
+        return globals()[site.prepare]
+    return PREPARE.get(site.action, default)
 
 
 def sites(*hows: str) -> list[Site]:
-    return [s for s in SITES.get(BACKEND, []) if s.how in hows]
+    return [s for s in SITES if s.how in hows]
 
 
 def site_params(*hows: str) -> list[Any]:
@@ -852,19 +469,22 @@ def site_params(*hows: str) -> list[Any]:
 
 def test_every_driver_function_has_a_site() -> None:
     listed = driver_functions(BACKEND)
-    covered = {s.api for s in SITES[BACKEND]}
+    covered = {s.api for s in SITES}
     assert set(listed) - covered == set(), \
         "driver functions called without a fault test"
     assert covered - set(listed) == set(), "sites for functions not called"
-    for site in SITES[BACKEND]:
+    for site in SITES:
         if site.action:
             assert site.action in ACTIONS, site
+        if site.prepare:
+            assert callable(globals().get(site.prepare)), site
 
 
 def test_the_site_tables_match_both_symbol_lists() -> None:
     """Every backend's table stays complete, whichever backend runs."""
-    for backend, table in SITES.items():
-        assert {s.api for s in table} == set(driver_functions(backend))
+    for cls in fake_drivers.DOUBLES.values():
+        assert {s.api for s in cls.fault_sites} == set(
+            cls.driver_functions()), cls.__name__
 
 
 # Checks --------------------------------------------------------------------
@@ -951,7 +571,7 @@ def test_raise(driver, site: Site, code: str) -> None:
     # NULL is all a NULLED function says: out of memory, whatever the code.
     number, name, cls = expected(driver, "oom" if site.how == NULLED
                                  else code)
-    prepare = site.prepared
+    prepare = preparer(site)
     action = ACTIONS[site.action]
     # A first round makes what is made once (contexts, pools, defaults).
     state = prepare()
@@ -1161,7 +781,7 @@ def test_a_failed_replay_whose_leftovers_cannot_be_followed_is_refused(
 
 @pytest.mark.parametrize("site", site_params(SILENT))
 def test_silent(driver, site: Site) -> None:
-    prepare = site.prepare or PREPARE.get(site.action, with_recorded_event)
+    prepare = preparer(site, with_recorded_event)
     action = ACTIONS[site.action]
     state = prepare()
     action(state)
@@ -1200,7 +820,7 @@ def test_silent(driver, site: Site) -> None:
 @pytest.mark.parametrize("site", site_params(REPORTER))
 def test_reporter(driver, site: Site) -> None:
     """The error-naming functions fail too: the error stays complete."""
-    state = site.prepared()
+    state = preparer(site)()
     action = ACTIONS[site.action]
     first = site.note
     if site.api == driver.error_name_function:
@@ -1289,8 +909,8 @@ def child_main(args: dict[str, Any]) -> None:
     inject the fault (False: the control run).  Prints the live counts."""
     driver = make_double()
     assert acc.is_available()
-    site = next(s for s in SITES[BACKEND] if s.id == args["site"])
-    state = site.prepared()
+    site = next(s for s in SITES if s.id == args["site"])
+    state = preparer(site)()
     if args["fault"]:
         number, name, cls = expected(driver, args["code"])
         fail_once(driver, site, state, number, name, cls, streams=False)

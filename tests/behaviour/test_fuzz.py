@@ -60,9 +60,9 @@ DOCUMENTED = (TypeError, ValueError, acc.DeviceIndexError,
 # Nor the releases that a driver refuses by keeping the object (sites with
 # `refused`): each fault there keeps one object by design, which
 # test_faults counts exactly, and the end of this run could not.
-REFUSED = {s.api for s in test_faults.SITES.get(BACKEND, []) if s.refused}
+REFUSED = {s.api for s in test_faults.SITES if s.refused}
 FAULT_APIS = sorted({
-    s.api for s in test_faults.SITES.get(BACKEND, [])
+    s.api for s in test_faults.SITES
     if s.how in (test_faults.RAISE, test_faults.SILENT, test_faults.FRESH)
 } - {"cuCtxPopCurrent"} - REFUSED)
 #: the table's sites that raise (or swallow) in a running process
@@ -76,11 +76,11 @@ FAULT_APIS = sorted({
 #: between them, which the backend refuses there: NotImplementedError)
 TWO_DRIVERS = getattr(test_faults.make_double(), "drivers", lambda: 1)() >= 2
 BETWEEN_DEVICES = {"copy_from(Buffer of device 1)"}
-SITES = [s for s in test_faults.SITES.get(BACKEND, [])
+SITES = [s for s in test_faults.SITES
          if s.how in (test_faults.RAISE, test_faults.SILENT)
          and s.api not in REFUSED
-         and (TWO_DRIVERS or (s.prepare or test_faults.PREPARE.get(
-             s.action)) is not test_faults.across_drivers)
+         and (TWO_DRIVERS
+              or test_faults.preparer(s) is not test_faults.across_drivers)
          and not (TWO_DRIVERS and s.action in BETWEEN_DEVICES)]
 FAULTY_RULES = ["set_device_index", "synchronize", "memory_and_properties",
                 "stream_query", "stream_synchronize", "wait_stream",
@@ -364,7 +364,7 @@ class Model(RuleBasedStateMachine):
             self.driver, "oom" if oom else "unknown")
         if data.draw(st.booleans()) and SITES:
             site = data.draw(st.sampled_from(SITES))
-            state = site.prepared()
+            state = test_faults.preparer(site)()
             self.device = acc.current_device_index()  # prepare may switch
             api, nth = site.api, site.nth
 

@@ -48,6 +48,7 @@ main(void)
     memset(&complete, 0xA5, sizeof(complete));
     report("complete", &complete);
     WITHOUT(probe)
+    WITHOUT(processor_label)
     WITHOUT(event_synchronize)
     GRAPH_SLOTS(WITHOUT)
     MEMORY_SLOTS(WITHOUT)

@@ -65,7 +65,7 @@ acc_status
 lz_no_memory(acc_error *err)
 {
     acc_error_set(err, ACC_ERR_HOST_MEMORY,
-                  "out of host memory in the xpu backend");
+                  "out of host memory in the %s backend", LZ_BACKEND);
     return ACC_ERR_HOST_MEMORY;
 }
 
@@ -554,9 +554,10 @@ lz_after_fork_child(void)
 }
 
 const acc_backend acc_level_zero_backend = {
-    .name = LZ_BACKEND,
-    .device_type = LZ_BACKEND,
+    .name = "xpu",
+    .device_type = "xpu",
     .display_type = "XPU",
+    .processor_label = "execution units",
     .torch_device_type = 12,  /* c10::DeviceType::XPU */
     .dlpack_device_type = 14, /* kDLOneAPI */
     .caps = ACC_CAP_PARTIAL_QUERY,

@@ -136,8 +136,9 @@ lz_wait_across(lz_target t, lz_slot *slot, acc_error *err)
             lz.bridge_running = 1;
         }
         else {
-            acc_error_set(err, ACC_ERR_HOST_MEMORY, "cannot start the xpu "
-                          "backend's thread for waits across drivers");
+            acc_error_set(err, ACC_ERR_HOST_MEMORY, "cannot start the %s "
+                          "backend's thread for waits across drivers",
+                          LZ_BACKEND);
             status = ACC_ERR_HOST_MEMORY;
         }
     }

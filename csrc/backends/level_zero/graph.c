@@ -294,8 +294,8 @@ lz_capture_wait_locked(lz_target *t, lz_event *ev, acc_status *status,
         return capturing;
     }
     if (!capturing && t->st == NULL) {
-        acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend xpu cannot capture "
-                      "into a command list made elsewhere");
+        acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend %s cannot capture "
+                      "into a command list made elsewhere", LZ_BACKEND);
         *status = ACC_ERR_UNSUPPORTED;
     }
     else if (!capturing) {
@@ -490,9 +490,9 @@ lz_graph_capture_begin(acc_stream *s, int mode, acc_error *err)
     lz_target t = lz_target_of(s);
     acc_status status = ACC_OK;
     if (t.st == NULL) {
-        acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend xpu cannot "
+        acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend %s cannot "
                       "capture a command list made elsewhere (its work "
-                      "is not seen by this backend)");
+                      "is not seen by this backend)", LZ_BACKEND);
         return ACC_ERR_UNSUPPORTED;
     }
     lz_capture *cap = calloc(1, sizeof(*cap));
@@ -765,9 +765,9 @@ lz_graph_launch(void *exec, acc_stream *s, acc_error *err)
         return status;
     }
     if (t.driver != lz_driver_of(g->device)) {
-        acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend xpu cannot replay "
+        acc_error_set(err, ACC_ERR_UNSUPPORTED, "backend %s cannot replay "
                       "a graph of device %d on a stream of another Level "
-                      "Zero driver", g->device);
+                      "Zero driver", LZ_BACKEND, g->device);
         status = ACC_ERR_UNSUPPORTED;
     }
     pthread_mutex_lock(t.lock);

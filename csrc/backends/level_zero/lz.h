@@ -86,7 +86,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LZ_BACKEND "xpu"
+/* The backend's name, for errors: its descriptor's. */
+#define LZ_BACKEND (acc_level_zero_backend.name)
 #define LZ_LIBRARY "libze_loader.so.1"
 #define LZ_MAX_DRIVERS 16
 /* Events per pool; pools are added as needed. */

@@ -226,9 +226,9 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
     if (c->kind == ACC_COPY_PEER
         && lz_driver_of(c->dst_device) != lz_driver_of(c->src_device)) {
         acc_error_set(err, ACC_ERR_UNSUPPORTED,
-                      "backend xpu does not support copies between devices "
+                      "backend %s does not support copies between devices "
                       "of different Level Zero drivers (devices %d and %d)",
-                      c->src_device, c->dst_device);
+                      LZ_BACKEND, c->src_device, c->dst_device);
         return ACC_ERR_UNSUPPORTED;
     }
     lz_target t = lz_target_of(s);
