@@ -9,6 +9,7 @@
  */
 #include "pyobjects.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -134,6 +135,7 @@ acc_parse_args_all(PyObject *const *args, Py_ssize_t nargs,
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
     char given[ACC_MAX_PARAMS] = {0};
 
+    assert(param_count(p) <= ACC_MAX_PARAMS);
     if (check_positional(p, nargs) < 0) {
         return -1;
     }
@@ -158,6 +160,7 @@ acc_parse_tuple(PyObject *args, PyObject *kwargs, const acc_params *p,
     char given[ACC_MAX_PARAMS] = {0};
     PyObject *key, *value;
 
+    assert(param_count(p) <= ACC_MAX_PARAMS);
     if (check_positional(p, nargs) < 0) {
         return -1;
     }

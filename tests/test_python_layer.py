@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import pathlib
 import re
+import shutil
+import subprocess
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CSRC = REPO / "csrc"
@@ -57,6 +61,57 @@ def calls() -> dict[str, set[str]]:
     return graph
 
 
+def linked_calls() -> dict[str, set[str]]:
+    """file -> the other layer files whose symbols its object file uses,
+    from the objects of the last in-place build: these see what the
+    sources hide in macros and inline functions (a method table's
+    DLPack entries, the parser's inline path)."""
+    if shutil.which("nm") is None:
+        pytest.skip("nm (binutils) is not installed")
+    objects = sorted(REPO.glob("build/temp.*/csrc/*.o"))
+    layer = {o.name: o for o in objects
+             if o.name == "_accelerator.o" or o.name.startswith("py_")}
+    if not layer:
+        pytest.skip("no in-place build (setup.py build_ext --inplace) "
+                    "left its objects in build/")
+
+    def symbols(path: pathlib.Path, flags: list[str]) -> set[str]:
+        out = subprocess.run(["nm", *flags, str(path)], check=True,
+                             capture_output=True, text=True).stdout
+        return {line.split()[-1] for line in out.splitlines() if line}
+
+    defined = {name: symbols(path, ["-g", "--defined-only"])
+               for name, path in layer.items()}
+    graph = {}
+    for name, path in layer.items():
+        used = symbols(path, ["-u"])
+        graph[name] = {other for other, names in defined.items()
+                       if other != name and used & names}
+    return graph
+
+
+def find_loop(graph: dict[str, set[str]]) -> list[str] | None:
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        if name in path:
+            return path[path.index(name):] + [name]
+        if name in done:
+            return None
+        for other in sorted(graph[name]):
+            loop = visit(other, path + [name])
+            if loop:
+                return loop
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        loop = visit(name, [])
+        if loop:
+            return loop
+    return None
+
+
 def test_the_reader_sees_the_calls_it_must() -> None:
     """The check can fail: it sees the module file's use of the types'
     specs and the types' use of the helpers."""
@@ -73,21 +128,17 @@ def test_no_file_calls_the_module_file() -> None:
 
 
 def test_no_loop_among_the_python_layer_files() -> None:
-    graph = calls()
-    done: set[str] = set()
+    loop = find_loop(calls())
+    assert loop is None, "a loop: " + " -> ".join(loop or [])
 
-    def visit(name: str, path: list[str]) -> None:
-        if name in path:
-            loop = path[path.index(name):] + [name]
-            raise AssertionError("a loop: " + " -> ".join(loop))
-        if name in done:
-            return
-        for other in sorted(graph[name]):
-            visit(other, path + [name])
-        done.add(name)
 
-    for name in sorted(graph):
-        visit(name, [])
+def test_no_loop_among_the_built_objects() -> None:
+    graph = linked_calls()
+    assert "py_dlpack.o" in graph["py_buffer.o"]  # through a macro
+    users = sorted(n for n, uses in graph.items() if "_accelerator.o" in uses)
+    assert users == [], f"{users} call into _accelerator.o"
+    loop = find_loop(graph)
+    assert loop is None, "a loop: " + " -> ".join(loop or [])
 
 
 def test_one_argument_parser() -> None:

@@ -536,6 +536,37 @@ CASES: list[tuple[str, Callable[[], Any], type, str, bool]] = [
     ("Event.record(Stream())", lambda: acc.Event.record(stream()), TE,
      r"descriptor 'record' for 'accelerator\.Event' objects doesn't apply",
      False),
+    # The one argument parser (csrc/py_args.c): every call words a wrong
+    # count or keyword the same way, saying what the callable takes.
+    ("Buffer(4, nbytes=4)", lambda: acc.Buffer(4, nbytes=4), TE,
+     r"^Buffer\(\) got an unexpected keyword argument 'nbytes': nbytes was "
+     r"given by position already \(Buffer\(\) takes at most 3 arguments\)$",
+     False),
+    ("buffer.fill()", lambda: acc.Buffer(4).fill(), TE,
+     r"^Buffer\.fill\(\) missing 1 required positional argument: 'value'$",
+     False),
+    ("buffer.copy_to(dst=)", lambda: acc.Buffer(4).copy_to(
+        dst=acc.Buffer(4)), TE, r"'dst' is an invalid keyword: "
+     r"Buffer\.copy_to\(\) takes the keyword stream\)$", False),
+    ("buffer.__dlpack__(foo=)", lambda: acc.Buffer(4).__dlpack__(foo=1), TE,
+     r"'foo' is an invalid keyword: Buffer\.__dlpack__\(\) takes the "
+     r"keywords stream, max_version, dl_device and copy\)$", False),
+    ("buffer.__dlpack__(None)", lambda: acc.Buffer(4).__dlpack__(None), TE,
+     r"^Buffer\.__dlpack__\(\) takes no positional arguments \(1 given\)$",
+     False),
+    ("HostBuffer()", lambda: acc.HostBuffer(), TE,
+     r"^HostBuffer\(\) missing required argument 'nbytes' \(pos 1\)$",
+     False),
+    ("Graph(x=)", lambda: acc.Graph(x=1), TE,
+     r"'x' is an invalid keyword: Graph\(\) takes the keywords keep_graph "
+     r"and pool\)$", False),
+    ("device_index(device=)", lambda: acc.device_index(device=0), TE,
+     r"^device_index\(\) takes no keyword arguments \(got 'device'\)$",
+     False),
+    ("memory fraction, three arguments", lambda: getattr(
+        acc.memory, "_set_per_process_memory_fraction")(0.5, 0, 1), TE,
+     r"set_per_process_memory_fraction\(\) takes at most 2 arguments "
+     r"\(3 given\)$", False),
 ]
 
 if not CUDA_ONLY:
