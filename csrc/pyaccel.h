@@ -75,6 +75,8 @@ acc_module_state(PyObject *module)
     return (acc_state *)PyModule_GetState(module);
 }
 
+/* Helpers (py_helpers.c, and inline) ---------------------------------- */
+
 /* The name of obj's type, for error messages (the limited API has no
  * tp_name).  Points into a small per-thread ring of buffers, so a message
  * may use up to four at once. */
@@ -203,14 +205,8 @@ int acc_check_huge_index(acc_state *st, PyObject *value);
 /* Make device current, releasing the GIL when the driver has work. */
 int acc_switch_device(acc_state *st, int device);
 
-/* The Python object for a core stream: the cached default stream object,
- * the live wrapper, or a new wrapper (py_stream_objects.c).  New
- * reference. */
-PyObject *acc_stream_object(acc_state *st, acc_stream *s);
-
 /* accelerator.device for (type, index); index -1 means None. */
 PyObject *acc_device_new(acc_state *st, const char *type, int index);
-
 
 /* Call accelerator._aio.<name>(obj): the asyncio support, written in
  * Python (Event/Stream __await__ and the *_async methods).  New reference. */

@@ -51,15 +51,15 @@ acc_buffer_check(acc_state *st, PyObject *obj)
     return PyObject_TypeCheck(obj, st->buffer_type);
 }
 
+/* The lifetime of the memory (py_lifetime.c) -------------------------- */
+
 /* The memory is usable (open, and its root too); ValueError if not. */
 int acc_buffer_check_open(BufferObject *self, const char *what);
 /* A Buffer object on memory it does not own: a view (root) or foreign
- * memory (owner). */
+ * memory (owner), whose books are the root's or its own. */
 PyObject *acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr,
                              size_t nbytes, PyObject *stream,
                              BufferObject *root, PyObject *owner);
-
-/* The lifetime of the memory (py_lifetime.c) -------------------------- */
 
 void *acc_host_ptr(HostBufferObject *h);
 int acc_host_check_open(HostBufferObject *h, const char *what);

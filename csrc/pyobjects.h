@@ -44,6 +44,11 @@ acc_event_of(PyObject *event)
     return &((EventObject *)event)->e;
 }
 
+/* The Python object for a core stream: the cached default stream object,
+ * the live wrapper, or a new wrapper (py_stream_objects.c).  New
+ * reference. */
+PyObject *acc_stream_object(acc_state *st, acc_stream *s);
+
 /* A new Stream object of cls around s (taking a reference to s) that
  * this module instance hands out for s from now on; owner (or NULL) is
  * kept alive with it (py_stream_objects.c). */
