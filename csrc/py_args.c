@@ -153,8 +153,8 @@ acc_parse_args_all(PyObject *const *args, Py_ssize_t nargs,
 }
 
 int
-acc_parse_tuple(PyObject *args, PyObject *kwargs, const acc_params *p,
-                PyObject **values)
+acc_parse_tuple_all(PyObject *args, PyObject *kwargs, const acc_params *p,
+                    PyObject **values)
 {
     Py_ssize_t nargs = PyTuple_Size(args), pos = 0;
     char given[ACC_MAX_PARAMS] = {0};

@@ -205,26 +205,11 @@ acc_raise(acc_state *st, const acc_error *err)
 }
 
 int
-acc_require_usable(acc_state *st)
-{
-    acc_error err;
-
-    if (acc_check_usable(&err) != ACC_OK) {
-        acc_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-int
-acc_require_ready(acc_state *st)
+acc_require_ready_first(acc_state *st)
 {
     acc_error err;
     acc_status status;
 
-    if (acc_initialized()) {
-        return acc_require_usable(st);
-    }
     Py_BEGIN_ALLOW_THREADS
     status = acc_ready(&err);
     Py_END_ALLOW_THREADS
