@@ -1,341 +1,18 @@
 /*
- * _accelerator.c - the module accelerator._accelerator: module state,
- * the torch.accelerator-style functions, and errors -> exceptions.
+ * _accelerator.c - the module accelerator._accelerator: its state, the
+ * torch.accelerator-style functions, its exceptions and the registration
+ * of the types.
  *
  * Multi-phase initialisation (PEP 489), module state (PEP 573) and heap
- * types (PEP 630): no static PyObject *.  Device, Stream and Event types
- * live in py_device.c, py_stream.c and py_event.c.
+ * types (PEP 630): no static PyObject *.  The top of the Python layer:
+ * the types live in py_*.c files, the helpers they and this file share in
+ * py_helpers.c and py_args.c (pyaccel.h lists them all); none of those
+ * calls into this file (docs/python-layer.rst).
  */
 #include "pybuffer.h"
 
 #include <stdio.h>
 #include <string.h>
-
-/* Shared helpers --------------------------------------------------------- */
-
-acc_state *
-acc_state_from_type(PyTypeObject *type)
-{
-    PyObject *module;
-
-    /* PyType_GetModuleByDef is in the limited API only from 3.13: walk
-     * the bases (a Python subclass has no module) to the type we made. */
-    while (type != NULL) {
-        if (PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE) {
-            module = PyType_GetModule(type);
-            if (module != NULL && PyModule_GetDef(module) == &acc_module_def) {
-                return acc_module_state(module);
-            }
-            PyErr_Clear();
-        }
-        type = (PyTypeObject *)PyType_GetSlot(type, Py_tp_base);
-    }
-    return NULL;
-}
-
-PyObject *
-acc_call_aio(const char *name, PyObject *obj)
-{
-    PyObject *module = PyImport_ImportModule("accelerator._aio");
-    PyObject *result;
-
-    if (module == NULL) {
-        return NULL;
-    }
-    result = PyObject_CallMethod(module, name, "O", obj);
-    Py_DECREF(module);
-    return result;
-}
-
-const char *
-acc_type_name(PyObject *obj)
-{
-    static __thread char ring[4][100];
-    static __thread unsigned next;
-    char *buf = ring[next++ % 4];
-    PyObject *name = PyType_GetName(Py_TYPE(obj));
-    const char *text = name ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
-
-    snprintf(buf, sizeof(ring[0]), "%s", text ? text : "?");
-    if (text == NULL) {
-        PyErr_Clear();
-    }
-    Py_XDECREF(name);
-    return buf;
-}
-
-int
-acc_index_failed(PyObject *obj, const char *expected)
-{
-    PyObject *type, *value, *traceback, *reason;
-
-    if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
-        return -1;
-    }
-    PyErr_Fetch(&type, &value, &traceback);
-    reason = value != NULL ? PyObject_Str(value) : NULL;
-    PyErr_Clear();
-    if (reason != NULL) {
-        PyErr_Format(PyExc_TypeError, "%s, got %.100s (%U)", expected,
-                     acc_type_name(obj), reason);
-    }
-    else {
-        PyErr_Format(PyExc_TypeError, "%s, got %.100s", expected,
-                     acc_type_name(obj));
-    }
-    Py_XDECREF(reason);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(traceback);
-    return -1;
-}
-
-const char *
-acc_type_name_in(acc_state *st, PyObject *obj)
-{
-    static __thread char buf[256];
-    acc_state *owner = acc_state_from_type(Py_TYPE(obj));
-
-    if (owner == NULL || owner == st) {
-        return acc_type_name(obj);
-    }
-    snprintf(buf, sizeof(buf), "a %s of another instance of the "
-             "accelerator module (imported again, or in another "
-             "subinterpreter): each instance takes only its own objects",
-             acc_type_name(obj));
-    return buf;
-}
-
-PyObject *
-acc_text(const char *text, size_t size)
-{
-    size_t length = strlen(text);
-
-    if (size > 0 && length + 1 >= size) {
-        length = acc_utf8_whole(text, length);
-    }
-    return PyUnicode_DecodeUTF8(text, (Py_ssize_t)length,
-                                "backslashreplace");
-}
-
-/* acc_text(text), or None for NULL. */
-static PyObject *
-text_or_none(const char *text)
-{
-    return text != NULL ? acc_text(text, 0) : Py_NewRef(Py_None);
-}
-
-static PyObject *
-raise_with_message(PyObject *cls, const acc_error *err)
-{
-    PyObject *message = acc_text(err->message, sizeof(err->message));
-
-    if (message != NULL) {
-        PyErr_SetObject(cls, message);
-        Py_DECREF(message);
-    }
-    return NULL;
-}
-
-static PyObject *
-driver_error(acc_state *st, PyObject *cls, const acc_error *err)
-{
-    PyObject *exc, *value;
-    int rc = 0;
-
-    value = acc_text(err->message, sizeof(err->message));
-    if (value == NULL) {
-        return NULL;
-    }
-    exc = PyObject_CallFunctionObjArgs(cls, value, NULL);
-    Py_DECREF(value);
-    if (exc == NULL) {
-        return NULL;
-    }
-#define SET(name, expr)                                        \
-    if (rc == 0) {                                             \
-        value = (expr);                                        \
-        rc = value ? PyObject_SetAttrString(exc, name, value)  \
-                   : -1;                                       \
-        Py_XDECREF(value);                                     \
-    }
-    SET("backend", text_or_none(err->backend))
-    SET("api", text_or_none(err->api))
-    SET("code", err->api ? PyLong_FromLongLong(err->code)
-                         : Py_NewRef(Py_None))
-    SET("error_name", text_or_none(err->code_name))
-#undef SET
-    (void)st;
-    if (rc == 0) {
-        PyErr_SetObject(cls, exc);
-    }
-    Py_DECREF(exc);
-    return NULL;
-}
-
-PyObject *
-acc_raise(acc_state *st, const acc_error *err)
-{
-    switch (err->status) {
-    case ACC_ERR_INVALID_ARGUMENT:
-        return raise_with_message(PyExc_ValueError, err);
-    case ACC_ERR_DEVICE_INDEX:
-        return raise_with_message(st->DeviceIndexError, err);
-    case ACC_ERR_UNSUPPORTED:
-        return raise_with_message(PyExc_NotImplementedError, err);
-    case ACC_ERR_HOST_MEMORY:
-        return PyErr_NoMemory();
-    case ACC_ERR_OUT_OF_MEMORY:
-        return driver_error(st, st->OutOfMemoryError, err);
-    case ACC_ERR_NO_ACCELERATOR:
-    case ACC_ERR_DRIVER:
-    case ACC_ERR_STATE:
-    case ACC_ERR_FORKED:
-        return driver_error(st, st->AcceleratorError, err);
-    case ACC_OK:
-    case ACC_NOT_READY:
-        break;
-    }
-    PyErr_Format(PyExc_SystemError, "accelerator: unexpected status %d",
-                 (int)err->status);
-    return NULL;
-}
-
-int
-acc_require_usable(acc_state *st)
-{
-    acc_error err;
-
-    if (acc_check_usable(&err) != ACC_OK) {
-        acc_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-int
-acc_require_ready(acc_state *st)
-{
-    acc_error err;
-    acc_status status;
-
-    if (acc_initialized()) {
-        return acc_require_usable(st);
-    }
-    Py_BEGIN_ALLOW_THREADS
-    status = acc_ready(&err);
-    Py_END_ALLOW_THREADS
-    if (status != ACC_OK) {
-        acc_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-int
-acc_check_index(acc_state *st, long long index)
-{
-    acc_error err;
-
-    if (acc_check_device(index, &err) != ACC_OK) {
-        acc_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-PyObject *
-acc_int_text(PyObject *value)
-{
-    PyObject *num = PyNumber_Index(value);   /* a numpy integer's too */
-    PyObject *bits, *text;
-    long count;
-    int negative;
-
-    /* As the caller wrote it, not a clamped value; past 256 bits (and the
-     * int-to-str limit) its size instead. */
-    if (num == NULL) {
-        return NULL;
-    }
-    bits = PyObject_CallMethod(num, "bit_length", NULL);
-    count = bits != NULL ? PyLong_AsLong(bits) : -1;
-    Py_XDECREF(bits);
-    if (count == -1 && PyErr_Occurred()) {
-        Py_DECREF(num);
-        return NULL;
-    }
-    if (count <= 256) {
-        text = PyNumber_ToBase(num, 10);
-    }
-    else {
-        /* PyLong_AsLongAndOverflow says the sign of a huge int. */
-        (void)PyLong_AsLongAndOverflow(num, &negative);
-        text = PyUnicode_FromFormat("%s<an int of %ld bits>",
-                                    negative < 0 ? "-" : "", count);
-    }
-    Py_DECREF(num);
-    return text;
-}
-
-int
-acc_check_huge_index(acc_state *st, PyObject *value)
-{
-    PyObject *text = acc_int_text(value);
-    const char *utf8 = text != NULL ? PyUnicode_AsUTF8AndSize(text, NULL)
-                                    : NULL;
-    acc_error err;
-
-    if (utf8 != NULL) {
-        (void)acc_check_device_text(utf8, &err);
-        acc_raise(st, &err);
-    }
-    Py_XDECREF(text);
-    return -1;
-}
-
-int
-acc_switch_device(acc_state *st, int device)
-{
-    acc_error err;
-    acc_status status;
-
-    if (acc_device_ready(device)) {
-        status = acc_set_device(device, &err);
-    }
-    else {
-        /* The first switch to a device may create its context. */
-        Py_BEGIN_ALLOW_THREADS
-        status = acc_set_device(device, &err);
-        Py_END_ALLOW_THREADS
-    }
-    if (status != ACC_OK) {
-        acc_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-/* A device argument that defaults to the current device, range-checked. */
-int
-acc_optional_device(acc_state *st, PyObject *const *args, Py_ssize_t nargs,
-                const char *name, int *device)
-{
-    long long index;
-
-    if (nargs > 1) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most 1 argument (%zd "
-                     "given)", name, nargs);
-        return -1;
-    }
-    acc_ensure_probed();
-    if (acc_require_usable(st) < 0
-        || acc_resolve_device(st, nargs ? args[0] : Py_None, 1, &index) < 0
-        || acc_check_index(st, index) < 0) {
-        return -1;
-    }
-    *device = (int)index;
-    return 0;
-}
 
 /* Module functions ------------------------------------------------------- */
 
@@ -376,25 +53,19 @@ static PyObject *
 current_accelerator(PyObject *module, PyObject *const *args,
                     Py_ssize_t nargs, PyObject *kwnames)
 {
+    static const char *const names[] = {"check_available", NULL};
+    static const acc_params params = {"current_accelerator()", names, 0, 0,
+                                      1};
     acc_state *st = acc_module_state(module);
-    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+    PyObject *check = NULL;
 
-    /* Fast call, not argument parsing: the call with no argument is a
-     * hot getter (issue #16: within 1.3x of a no-op call). */
-    if (nargs + nkw > 1) {
-        PyErr_Format(PyExc_TypeError, "current_accelerator() takes at most 1 "
-                     "argument, check_available (%zd given)", nargs + nkw);
-        return NULL;
-    }
-    if (nkw == 1 && PyUnicode_CompareWithASCIIString(
-                        PyTuple_GetItem(kwnames, 0), "check_available") != 0) {
-        PyErr_Format(PyExc_TypeError, "%R is an invalid keyword argument "
-                     "for current_accelerator() (expected check_available)",
-                     PyTuple_GetItem(kwnames, 0));
+    /* The call with no argument is a hot getter (issue #16: within 1.3x
+     * of a no-op call): the parser's inline case. */
+    if (acc_parse_args(args, nargs, kwnames, &params, &check) < 0) {
         return NULL;
     }
     /* check_available is any truth value, as torch's bool. */
-    if (nargs + nkw == 1 && PyObject_IsTrue(args[0]) < 0) {
+    if (check != NULL && PyObject_IsTrue(check) < 0) {
         return NULL;
     }
     if (st->accelerator != NULL) {
@@ -486,7 +157,7 @@ synchronize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     acc_status status;
     int device;
 
-    if (acc_optional_device(st, args, nargs, "synchronize", &device) < 0) {
+    if (acc_optional_device(st, args, nargs, "synchronize()", &device) < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -518,7 +189,7 @@ current_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         device = acc_current_device();
     }
-    else if (acc_optional_device(st, args, nargs, "current_stream", &device)
+    else if (acc_optional_device(st, args, nargs, "current_stream()", &device)
              < 0 || acc_require_ready(st) < 0) {
         return NULL;
     }
@@ -573,7 +244,8 @@ get_memory_info(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     acc_status status;
     int device;
 
-    if (acc_optional_device(st, args, nargs, "get_memory_info", &device) < 0) {
+    if (acc_optional_device(st, args, nargs, "get_memory_info()", &device)
+        < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -663,24 +335,6 @@ make_properties(acc_state *st, int device, const acc_device_properties *p)
     return props;
 }
 
-/* The driver's facts about device, read once (the dispatcher caches
- * them); -1 with an exception set on failure. */
-int
-acc_device_facts(acc_state *st, int device, const acc_device_properties **p)
-{
-    acc_error err;
-    acc_status status;
-
-    Py_BEGIN_ALLOW_THREADS
-    status = acc_get_device_properties(device, p, &err);
-    Py_END_ALLOW_THREADS
-    if (status != ACC_OK) {
-        acc_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *
 properties_of(acc_state *st, int device)
 {
@@ -709,8 +363,8 @@ get_device_properties(PyObject *module, PyObject *const *args,
     acc_state *st = acc_module_state(module);
     int device;
 
-    if (acc_optional_device(st, args, nargs, "get_device_properties", &device)
-        < 0) {
+    if (acc_optional_device(st, args, nargs, "get_device_properties()",
+                            &device) < 0) {
         return NULL;
     }
     return properties_of(st, device);
@@ -727,7 +381,8 @@ get_device_name(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *props, *name;
     int device;
 
-    if (acc_optional_device(st, args, nargs, "get_device_name", &device) < 0) {
+    if (acc_optional_device(st, args, nargs, "get_device_name()", &device)
+        < 0) {
         return NULL;
     }
     props = properties_of(st, device);
@@ -770,7 +425,7 @@ backends(PyObject *module, PyObject *unused)
         PyObject *item = Py_BuildValue(
             "{s:s, s:s, s:N, s:O, s:O, s:O, s:N, s:i, s:N, s:N, s:O, s:s}",
             "name", b->name, "device_type", b->device_type,
-            "library", text_or_none(b->library),
+            "library", acc_text_or_none(b->library),
             "loaded", b->loaded ? Py_True : Py_False,
             "available", b->available ? Py_True : Py_False,
             "selected", b->selected ? Py_True : Py_False,
@@ -1150,9 +805,9 @@ PyDoc_STRVAR(module_doc,
 "runtime API (torch.accelerator's) over the CUDA Driver API, Level Zero\n"
 "and OpenCL.");
 
-PyModuleDef acc_module_def = {
+static PyModuleDef acc_module_def = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "accelerator._accelerator",
+    .m_name = acc_module_name,
     .m_doc = module_doc,
     .m_size = sizeof(acc_state),
     .m_methods = module_methods,

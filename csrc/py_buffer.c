@@ -1,252 +1,30 @@
 /*
- * py_buffer.c - accelerator.Buffer (device memory ordered on a stream)
- * and accelerator.HostBuffer (page-locked host memory with the buffer
- * protocol): allocation, copies, fills, views, record_stream and close.
- * DLPack lives in py_dlpack.c.
+ * py_buffer.c - accelerator.Buffer (device memory ordered on a stream):
+ * allocation, copies (with Buffers, HostBuffers and buffer-protocol
+ * objects), fills, views, record_stream and close.  DLPack lives in
+ * py_dlpack.c, the books of the memory in py_lifetime.c.
  *
  * A Buffer owns an acc_block (allocator.c), or is a view of a byte range
  * of another Buffer (it keeps the owner, its root, alive), or wraps
  * foreign memory (from_dlpack: it keeps the producer alive; a wrapper of
  * this module's own Buffer has that Buffer as its root).  The lifetime
  * model (docs/memory.rst): a call that uses the memory without the GIL
- * holds it open on the root (acc_buffer_enter/leave), and records its stream
- * in the books of the memory (the block's, or a foreign wrapper's own)
+ * holds it open on the root (acc_buffer_enter/leave), and records its
+ * stream in the books of the memory (the block's, or a foreign wrapper's own)
  * before it lets go, so a close() meanwhile, on any thread, defers the
  * release until then and never frees memory that queued work uses.
  */
 #include "pybuffer.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-
-/* A Buffer's memory is usable: it is open and so is its root. */
-int
-acc_buffer_check_open(BufferObject *self, const char *what)
-{
-    if (self->closed) {
-        PyErr_Format(PyExc_ValueError, "%s on a closed Buffer", what);
-        return -1;
-    }
-    if (self->root != NULL && self->root->closed) {
-        PyErr_Format(PyExc_ValueError, "%s on a view of a closed Buffer",
-                     what);
-        return -1;
-    }
-    return 0;
-}
-
-/* The Buffer whose books hold the memory (itself unless a view or a
- * wrapper of one of this module's Buffers). */
-BufferObject *
-acc_buffer_root(BufferObject *self)
-{
-    return self->root != NULL ? self->root : self;
-}
-
-
-int
-acc_buffer_check(acc_state *st, PyObject *obj)
-{
-    return PyObject_TypeCheck(obj, st->buffer_type);
-}
 
 static acc_state *
 buffer_state(PyObject *self)
 {
     return acc_state_from_type(Py_TYPE(self));
-}
-
-/* The end of a foreign wrapper's hold on the producer's tensor, once
- * the work recorded in its books has completed (memory.c's deferred
- * release calls it, on any thread, holding the GIL or not). */
-static void
-foreign_release(int device, uintptr_t keep)
-{
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *type, *value, *traceback;
-
-    (void)device;
-    /* This may run inside any call that allocates or frees, even one
-     * that has an exception set already: the producer's deleter (Python
-     * code, maybe) must not clear it. */
-    PyErr_Fetch(&type, &value, &traceback);
-    Py_DECREF((PyObject *)keep);
-    PyErr_Restore(type, value, traceback);
-    PyGILState_Release(gil);
-}
-
-/* Give the root's memory back once no call is using it; GIL held.  Owned
- * memory goes to the allocator (which waits for the recorded uses);
- * a foreign wrapper lets the producer's tensor go once its own recorded
- * uses have completed. */
-static void
-buffer_release(BufferObject *root)
-{
-    acc_block *block = root->block;
-    acc_uses *uses = root->uses;
-    PyObject *keep;
-
-    if (root->busy > 0) {
-        return;
-    }
-    if (uses != NULL) {
-        root->uses = NULL;
-        keep = root->keep;
-        root->keep = NULL;
-        if (keep != NULL) {
-            /* The reference moves to the deferred release. */
-            Py_BEGIN_ALLOW_THREADS
-            acc_defer_release(root->device, (uintptr_t)keep,
-                              foreign_release, uses);
-            Py_END_ALLOW_THREADS
-        }
-        acc_uses_clear(uses);
-        pthread_mutex_destroy(&uses->lock);
-        free(uses);
-    }
-    if (block == NULL) {
-        return;
-    }
-    root->block = NULL;
-    if (acc_free_try(block) == ACC_OK) {
-        return;     /* back in the cache, no driver call: keep the GIL */
-    }
-    Py_BEGIN_ALLOW_THREADS
-    acc_free(block);
-    Py_END_ALLOW_THREADS
-}
-
-/* Streams ---------------------------------------------------------------- */
-
-int
-acc_parse_stream(acc_state *st, PyObject *obj, int device, const char *what,
-                 acc_stream **out)
-{
-    acc_error err;
-
-    if (obj == NULL || obj == Py_None) {
-        if (acc_stream_for(device, 1, out, &err) != ACC_OK) {
-            acc_raise(st, &err);
-            return -1;
-        }
-        return 0;
-    }
-    if (!PyObject_TypeCheck(obj, st->stream_type)) {
-        PyErr_Format(PyExc_TypeError, "%s: stream must be an "
-                     "accelerator.Stream or None, got %s", what,
-                     acc_type_name_in(st, obj));
-        return -1;
-    }
-    *out = acc_stream_of(obj);
-    return 0;
-}
-
-/* Buffer() ---------------------------------------------------------------- */
-
-/* Raise the error for an int outside long long, worded by memory.c with
- * the value as passed: a size (what names it) or, for what NULL, a fill
- * value.  Returns -1. */
-static int
-int_error(acc_state *st, PyObject *obj, int negative, const char *what)
-{
-    PyObject *text = acc_int_text(obj);
-    const char *utf8 = text != NULL ? PyUnicode_AsUTF8AndSize(text, NULL)
-                                    : NULL;
-    acc_error err;
-
-    if (utf8 != NULL) {
-        if (what != NULL) {
-            (void)acc_check_nbytes_text(utf8, negative, what, &err);
-        }
-        else {
-            (void)acc_check_fill_text(utf8, &err);
-        }
-        acc_raise(st, &err);
-    }
-    Py_XDECREF(text);
-    return -1;
-}
-
-/* acc_parse_nbytes for an exact int. */
-static int
-nbytes_of_int(acc_state *st, PyObject *obj, const char *what,
-              size_t *nbytes)
-{
-    long long value;
-    int overflow;
-    acc_error err;
-
-    value = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (value == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow > 0) {
-        /* Beyond any device, but a size: the driver reports out of
-         * memory for the size asked. */
-        unsigned long long big = PyLong_AsUnsignedLongLong(obj);
-
-        if (!(big == (unsigned long long)-1 && PyErr_Occurred())
-            && big <= SIZE_MAX) {
-            *nbytes = (size_t)big;
-            return 0;
-        }
-        PyErr_Clear();
-    }
-    if (overflow) {
-        return int_error(st, obj, overflow < 0, what);
-    }
-    if (acc_check_nbytes(value, what, &err) != ACC_OK) {
-        acc_raise(st, &err);
-        return -1;
-    }
-    *nbytes = (size_t)value;
-    return 0;
-}
-
-int
-acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
-                 size_t *nbytes)
-{
-    PyObject *num;
-    int rc;
-
-    if (!acc_is_index(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: nbytes must be an int, got "
-                     "%.100s", what, acc_type_name(obj));
-        return -1;
-    }
-    num = PyNumber_Index(obj);
-    if (num == NULL) {
-        char expected[120];
-
-        snprintf(expected, sizeof(expected), "%s: nbytes must be an int",
-                 what);
-        return acc_index_failed(obj, expected);
-    }
-    rc = nbytes_of_int(st, num, what, nbytes);
-    Py_DECREF(num);
-    return rc;
-}
-
-PyObject *
-acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr, size_t nbytes,
-                   PyObject *stream, BufferObject *root, PyObject *owner)
-{
-    BufferObject *self = (BufferObject *)acc_alloc(st->buffer_type);
-
-    if (self == NULL) {
-        return NULL;
-    }
-    self->device = device;
-    self->ptr = ptr;
-    self->nbytes = nbytes;
-    self->stream = Py_NewRef(stream);
-    self->root = (BufferObject *)Py_XNewRef((PyObject *)root);
-    self->owner = Py_XNewRef(owner);
-    return (PyObject *)self;
 }
 
 /* The Buffer around a block; steals the block (freed on failure). */
@@ -314,9 +92,10 @@ buffer_new_cached(PyTypeObject *cls, PyObject *args)
 static PyObject *
 buffer_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"nbytes", "device", "stream", NULL};
+    static const char *const names[] = {"nbytes", "device", "stream", NULL};
+    static const acc_params params = {"Buffer()", names, 0, 1, 2};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *nbytes_arg, *device_arg = Py_None, *stream_arg = Py_None;
+    PyObject *values[3] = {NULL, Py_None, Py_None};
     PyObject *self;
     acc_stream *s;
     acc_block *block = NULL;
@@ -331,16 +110,15 @@ buffer_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
             return self;
         }
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$O:Buffer", keywords,
-                                     &nbytes_arg, &device_arg, &stream_arg)
-        || acc_parse_nbytes(st, nbytes_arg, "Buffer()", &nbytes) < 0) {
+    if (acc_parse_tuple(args, kwargs, &params, values) < 0
+        || acc_parse_nbytes(st, values[0], "Buffer()", &nbytes) < 0) {
         return NULL;
     }
     acc_ensure_probed();
     if (acc_require_usable(st) < 0
-        || acc_resolve_device(st, device_arg, 1, &index) < 0
+        || acc_resolve_device(st, values[1], 1, &index) < 0
         || acc_check_index(st, index) < 0
-        || acc_parse_stream(st, stream_arg, (int)index, "Buffer()", &s) < 0) {
+        || acc_parse_stream(st, values[2], (int)index, "Buffer()", &s) < 0) {
         return NULL;
     }
     if (acc_check_allocation_capture(s, &err) != ACC_OK) {
@@ -392,7 +170,7 @@ buffer_dealloc(BufferObject *self)
     /* Never waits for the device: the allocator defers the free behind
      * the work queued on the block's streams. */
     self->busy = 0;
-    buffer_release(self);
+    acc_buffer_release(self);
     buffer_clear(self);
     acc_object_free((PyObject *)self);
     Py_DECREF(tp);
@@ -471,18 +249,6 @@ buffer_length(BufferObject *self)
 
 /* Copies and fills ---------------------------------------------------------- */
 
-acc_status
-acc_buffer_record(BufferObject *root, acc_stream *s, acc_error *err)
-{
-    if (root->block != NULL) {
-        return acc_block_record_stream(root->block, s, err);
-    }
-    if (root->uses != NULL) {
-        return acc_uses_record(root->uses, s, err);
-    }
-    return ACC_OK;   /* closed, or empty */
-}
-
 /* Note that s queued work on the memory of root (record_stream, close
  * with a stream); GIL held, root not closed. */
 static int
@@ -501,24 +267,6 @@ buffer_note_stream(acc_state *st, BufferObject *root, acc_stream *s)
         return -1;
     }
     return 0;
-}
-
-/* Start and end of a call that uses root's memory without the GIL. */
-void
-acc_buffer_enter(BufferObject *root)
-{
-    root->busy++;
-    Py_INCREF((PyObject *)root);
-}
-
-void
-acc_buffer_leave(BufferObject *root)
-{
-    root->busy--;
-    if (root->closed && root->busy == 0) {
-        buffer_release(root);
-    }
-    Py_DECREF((PyObject *)root);
 }
 
 
@@ -683,20 +431,25 @@ static PyObject *
 buffer_transfer(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
                 PyObject *kwnames, int to_self)
 {
-    static const char *const from_kw[] = {"src", "stream", NULL};
-    static const char *const to_kw[] = {"dst", "stream", NULL};
-    const char *what = to_self ? "Buffer.copy_from()" : "Buffer.copy_to()";
+    static const char *const from_names[] = {"src", "stream", NULL};
+    static const char *const to_names[] = {"dst", "stream", NULL};
+    static const acc_params from = {"Buffer.copy_from()", from_names, 1, 1,
+                                    1};
+    static const acc_params to = {"Buffer.copy_to()", to_names, 1, 1, 1};
+    const acc_params *params = to_self ? &from : &to;
+    const char *what = params->what;
     acc_state *st = buffer_state((PyObject *)self);
-    PyObject *other, *stream_arg = Py_None;
+    PyObject *values[2] = {NULL, Py_None};
+    PyObject *other;
     acc_stream *s;
     int rc;
 
-    if (acc_parse_args(args, nargs, kwnames, to_self ? from_kw : to_kw, 1,
-                       what, &other, &stream_arg) < 0
+    if (acc_parse_args(args, nargs, kwnames, params, values) < 0
         || acc_buffer_check_open(self, what) < 0
-        || acc_parse_stream(st, stream_arg, self->device, what, &s) < 0) {
+        || acc_parse_stream(st, values[1], self->device, what, &s) < 0) {
         return NULL;
     }
+    other = values[0];
     if (acc_buffer_check(st, other)) {
         rc = copy_buffers(st, self, (BufferObject *)other, to_self, s, what);
     }
@@ -731,9 +484,11 @@ static PyObject *
 buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
             PyObject *kwnames)
 {
-    static const char *const keywords[] = {"value", "stream", NULL};
+    static const char *const names[] = {"value", "stream", NULL};
+    static const acc_params params = {"Buffer.fill()", names, 1, 1, 1};
     acc_state *st = buffer_state((PyObject *)self);
-    PyObject *value_arg, *stream_arg = Py_None;
+    PyObject *values[2] = {NULL, Py_None};
+    PyObject *value_arg, *stream_arg;
     BufferObject *root = acc_buffer_root(self);
     long long value;
     int overflow;
@@ -741,10 +496,11 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
     acc_error err;
     acc_status status;
 
-    if (acc_parse_args(args, nargs, kwnames, keywords, 1, "Buffer.fill()",
-                       &value_arg, &stream_arg) < 0) {
+    if (acc_parse_args(args, nargs, kwnames, &params, values) < 0) {
         return NULL;
     }
+    value_arg = values[0];
+    stream_arg = values[1];
     if (!acc_is_index(value_arg)) {
         PyErr_Format(PyExc_TypeError, "Buffer.fill(): value must be an int "
                      "in 0..255, got %.100s", acc_type_name(value_arg));
@@ -757,7 +513,7 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     if (overflow) {
-        int_error(st, value_arg, overflow < 0, NULL);
+        acc_int_error(st, value_arg, overflow < 0, NULL);
         return NULL;
     }
     if (acc_buffer_check_open(self, "Buffer.fill()") < 0
@@ -813,13 +569,12 @@ static PyObject *
 buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
              PyObject *kwnames)
 {
-    static const char *const keywords[] = {"stream", NULL};
+    static const char *const names[] = {"stream", NULL};
+    static const acc_params params = {"Buffer.close()", names, 0, 0, 1};
     acc_state *st = buffer_state((PyObject *)self);
     PyObject *stream_arg = Py_None;
 
-    /* stream by position or by keyword, as the signature says. */
-    if (acc_parse_args(args, nargs, kwnames, keywords, nargs > 0 ? 1 : 0,
-                       "Buffer.close()", &stream_arg) < 0) {
+    if (acc_parse_args(args, nargs, kwnames, &params, &stream_arg) < 0) {
         return NULL;
     }
     if (stream_arg != Py_None) {
@@ -853,7 +608,7 @@ buffer_close(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
          * the uses): let go at once. */
         Py_CLEAR(self->keep);
     }
-    buffer_release(self);   /* deferred while a call uses the memory */
+    acc_buffer_release(self);   /* deferred while a call uses the memory */
     Py_RETURN_NONE;
 }
 
@@ -1017,48 +772,3 @@ PyType_Spec acc_buffer_spec = {
     .slots = buffer_slots,
 };
 
-/* Arguments ------------------------------------------------------------------ */
-
-int
-acc_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-               const char *const *names, int npositional, const char *what,
-               ...)
-{
-    PyObject **out[8];
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
-    int count = 0;
-    va_list ap;
-
-    va_start(ap, what);
-    while (names[count] != NULL && count < 8) {
-        out[count] = va_arg(ap, PyObject **);
-        count++;
-    }
-    va_end(ap);
-    if (nargs != npositional) {
-        PyErr_Format(PyExc_TypeError, "%s takes %d positional argument%s "
-                     "(%zd given)", what, npositional,
-                     npositional == 1 ? "" : "s", nargs);
-        return -1;
-    }
-    for (int i = 0; i < npositional; i++) {
-        *out[i] = args[i];
-    }
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GetItem(kwnames, k);
-        int found = 0;
-
-        for (int i = npositional; i < count && !found; i++) {
-            if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0) {
-                *out[i] = args[nargs + k];
-                found = 1;
-            }
-        }
-        if (!found) {
-            PyErr_Format(PyExc_TypeError, "%s got an unexpected keyword "
-                         "argument '%U'", what, key);
-            return -1;
-        }
-    }
-    return 0;
-}

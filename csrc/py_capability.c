@@ -90,7 +90,7 @@ get_device_capability(PyObject *module, PyObject *const *args,
     const acc_device_properties *p;
     int device;
 
-    if (acc_optional_device(st, args, nargs, "get_device_capability",
+    if (acc_optional_device(st, args, nargs, "get_device_capability()",
                             &device) < 0
         || acc_device_facts(st, device, &p) < 0) {
         return NULL;

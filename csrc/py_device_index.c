@@ -22,28 +22,18 @@ typedef struct {
 static PyObject *
 device_index_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
+    static const char *const names[] = {"device", NULL};
+    static const acc_params params = {"device_index()", names, 1, 1, 1};
     DeviceIndexObject *self;
-    PyObject *idx;
+    PyObject *idx = NULL;
     long long value = -1;
     int overflow = 0;
 
-    if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
-        PyErr_SetString(PyExc_TypeError,
-                        "device_index() takes no keyword arguments");
-        return NULL;
-    }
-    if (PyTuple_Size(args) != 1) {
-        PyErr_Format(PyExc_TypeError, PyTuple_Size(args) == 0
-                     ? "device_index() missing 1 required positional "
-                       "argument: 'device' (an int device index or None)"
-                     : "device_index() takes 1 positional argument (an int "
-                       "device index or None) but %zd were given",
-                     PyTuple_Size(args));
+    if (acc_parse_tuple(args, kwargs, &params, &idx) < 0) {
         return NULL;
     }
     /* Checked here rather than at enter: the object then holds only an
      * exact int or None, which cannot form a cycle (no GC needed). */
-    idx = PyTuple_GetItem(args, 0);
     if (idx == Py_None) {
         idx = Py_NewRef(idx);
     }

@@ -261,16 +261,20 @@ parse_dlpack_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                   const char *what, int device_type, int device_id,
                   dl_args *out)
 {
-    static const char *const keywords[] = {"stream", "max_version",
-                                           "dl_device", "copy", NULL};
-    PyObject *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    static const char *const names[] = {"stream", "max_version",
+                                        "dl_device", "copy", NULL};
+    const acc_params params = {what, names, 0, 0, 0};
+    PyObject *values[4] = {Py_None, Py_None, Py_None, Py_None};
+    PyObject *max_version, *dl_device, *copy;
     long long a, b;
 
-    out->stream = Py_None;
-    if (acc_parse_args(args, nargs, kwnames, keywords, 0, what, &out->stream,
-                       &max_version, &dl_device, &copy) < 0) {
+    if (acc_parse_args(args, nargs, kwnames, &params, values) < 0) {
         return -1;
     }
+    out->stream = values[0];
+    max_version = values[1];
+    dl_device = values[2];
+    copy = values[3];
     out->versioned = 0;
     if (max_version != Py_None) {
         if (int_pair(max_version, "max_version", &a, &b) < 0) {

@@ -3,22 +3,10 @@
  * ordering and timing, as torch.Event.  The driver event is created on
  * first record, on the recording stream's device.
  */
-#include "pyaccel.h"
+#include "pyobjects.h"
 
 #include <stdio.h>
 #include <string.h>
-
-typedef struct {
-    PyObject_HEAD
-    acc_event e;
-    PyObject *weakreflist;
-} EventObject;
-
-acc_event *
-acc_event_of(PyObject *event)
-{
-    return &((EventObject *)event)->e;
-}
 
 static int
 parse_flag(PyObject *obj, const char *name, int *value)
@@ -39,23 +27,23 @@ parse_flag(PyObject *obj, const char *name, int *value)
 static PyObject *
 event_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"device", "enable_timing", "blocking",
-                               "interprocess", NULL};
+    static const char *const names[] = {"device", "enable_timing",
+                                        "blocking", "interprocess", NULL};
+    static const acc_params params = {"Event()", names, 0, 0, 1};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *device = Py_None;
-    PyObject *timing_arg = NULL, *blocking_arg = NULL, *ipc_arg = NULL;
+    PyObject *values[4] = {Py_None, NULL, NULL, NULL};
+    PyObject *device;
     int timing, blocking, ipc;
     long long index;
     EventObject *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOO:Event", keywords,
-                                     &device, &timing_arg, &blocking_arg,
-                                     &ipc_arg)
-        || parse_flag(timing_arg, "enable_timing", &timing) < 0
-        || parse_flag(blocking_arg, "blocking", &blocking) < 0
-        || parse_flag(ipc_arg, "interprocess", &ipc) < 0) {
+    if (acc_parse_tuple(args, kwargs, &params, values) < 0
+        || parse_flag(values[1], "enable_timing", &timing) < 0
+        || parse_flag(values[2], "blocking", &blocking) < 0
+        || parse_flag(values[3], "interprocess", &ipc) < 0) {
         return NULL;
     }
+    device = values[0];
     if (ipc) {
         /* torch accepts and ignores this flag; a silent no-op has bitten
          * users who relied on it, so refuse. */
@@ -109,68 +97,32 @@ static int
 stream_arg(acc_state *st, PyObject *stream, const char *what,
            acc_stream **out)
 {
-    acc_error err;
-
-    if (stream == NULL || stream == Py_None) {
-        if (acc_require_usable(st) < 0) {
-            return -1;
-        }
-        if (acc_stream_for(acc_current_device(), 1, out, &err) != ACC_OK) {
-            acc_raise(st, &err);
-            return -1;
-        }
-        return 0;
+    if (stream != NULL && stream != Py_None) {
+        return acc_parse_stream(st, stream, -1, what, out);
     }
-    if (!PyObject_TypeCheck(stream, st->stream_type)) {
-        PyErr_Format(PyExc_TypeError, "%s expected an accelerator.Stream "
-                     "or None, got %s", what,
-                     acc_type_name_in(st, stream));
+    if (acc_require_usable(st) < 0) {
         return -1;
     }
-    *out = acc_stream_of(stream);
-    return 0;
+    return acc_parse_stream(st, NULL, acc_current_device(), what, out);
 }
 
-static int
-one_optional_arg(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                 const char *name, const char *what, PyObject **value)
-{
-    *value = NULL;
-    if (kwnames != NULL && PyTuple_Size(kwnames) > 0) {
-        if (PyTuple_Size(kwnames) == 1 && nargs == 0
-            && PyUnicode_CompareWithASCIIString(
-                   PyTuple_GetItem(kwnames, 0), name) == 0) {
-            *value = args[0];
-            return 0;
-        }
-        PyErr_Format(PyExc_TypeError, "%s takes one optional argument, %s",
-                     what, name);
-        return -1;
-    }
-    if (nargs > 1) {
-        PyErr_Format(PyExc_TypeError, "%s takes at most 1 argument (%zd "
-                     "given)", what, nargs);
-        return -1;
-    }
-    if (nargs == 1) {
-        *value = args[0];
-    }
-    return 0;
-}
+/* The parameter of record() and wait(). */
+static const char *const stream_names[] = {"stream", NULL};
 
 static PyObject *
 event_record(EventObject *self, PyObject *const *args, Py_ssize_t nargs,
              PyObject *kwnames)
 {
+    static const acc_params params = {"Event.record()", stream_names, 0, 0,
+                                      1};
     acc_state *st = event_state(self);
-    PyObject *stream;
+    PyObject *stream = NULL;
     acc_stream *s;
     acc_error err;
     acc_status status;
 
-    if (one_optional_arg(args, nargs, kwnames, "stream", "Event.record()",
-                         &stream) < 0
-        || stream_arg(st, stream, "Event.record()", &s) < 0) {
+    if (acc_parse_args(args, nargs, kwnames, &params, &stream) < 0
+        || stream_arg(st, stream, params.what, &s) < 0) {
         return NULL;
     }
     if (!acc_event_made(&self->e)) {
@@ -193,14 +145,15 @@ static PyObject *
 event_wait(EventObject *self, PyObject *const *args, Py_ssize_t nargs,
            PyObject *kwnames)
 {
+    static const acc_params params = {"Event.wait()", stream_names, 0, 0,
+                                      1};
     acc_state *st = event_state(self);
-    PyObject *stream;
+    PyObject *stream = NULL;
     acc_stream *s;
     acc_error err;
 
-    if (one_optional_arg(args, nargs, kwnames, "stream", "Event.wait()",
-                         &stream) < 0
-        || stream_arg(st, stream, "Event.wait()", &s) < 0) {
+    if (acc_parse_args(args, nargs, kwnames, &params, &stream) < 0
+        || stream_arg(st, stream, params.what, &s) < 0) {
         return NULL;
     }
     if (acc_stream_wait_event(s, &self->e, &err) != ACC_OK) {

@@ -56,15 +56,18 @@ graph_state(GraphObject *self)
 static PyObject *
 graph_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"keep_graph", "pool", NULL};
+    static const char *const names[] = {"keep_graph", "pool", NULL};
+    static const acc_params params = {"Graph()", names, 0, 0, 1};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *keep = Py_False, *pool = Py_None;
+    PyObject *values[2] = {Py_False, Py_None};
+    PyObject *keep, *pool;
     GraphObject *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$O:Graph", keywords,
-                                     &keep, &pool)) {
+    if (acc_parse_tuple(args, kwargs, &params, values) < 0) {
         return NULL;
     }
+    keep = values[0];
+    pool = values[1];
     if (!PyBool_Check(keep)) {
         PyErr_Format(PyExc_TypeError, "Graph() argument keep_graph must be "
                      "a bool, not %.100s", acc_type_name(keep));
@@ -142,6 +145,9 @@ static PyObject *
 graph_capture_begin(GraphObject *self, PyObject *const *args,
                     Py_ssize_t nargs, PyObject *kwnames)
 {
+    static const char *const names[] = {"capture_error_mode", NULL};
+    static const acc_params params = {"Graph.capture_begin()", names, 0, 0,
+                                      1};
     acc_state *st = graph_state(self);
     PyObject *mode_arg = NULL;
     acc_stream *s;
@@ -149,30 +155,8 @@ graph_capture_begin(GraphObject *self, PyObject *const *args,
     acc_status status;
     int mode;
 
-    if (nargs > 1) {
-        PyErr_SetString(PyExc_TypeError, "capture_begin() takes at most 1 "
-                        "argument");
-        return NULL;
-    }
-    if (nargs == 1) {
-        mode_arg = args[0];
-    }
-    if (kwnames != NULL) {
-        for (Py_ssize_t i = 0; i < PyTuple_Size(kwnames); i++) {
-            PyObject *key = PyTuple_GetItem(kwnames, i);
-
-            if (mode_arg != NULL
-                || !PyUnicode_Check(key)
-                || PyUnicode_CompareWithASCIIString(
-                       key, "capture_error_mode") != 0) {
-                PyErr_Format(PyExc_TypeError, "capture_begin() got an "
-                             "unexpected keyword argument %R", key);
-                return NULL;
-            }
-            mode_arg = args[nargs + i];
-        }
-    }
-    if (parse_mode(mode_arg, &mode) < 0 || acc_require_usable(st) < 0) {
+    if (acc_parse_args(args, nargs, kwnames, &params, &mode_arg) < 0
+        || parse_mode(mode_arg, &mode) < 0 || acc_require_usable(st) < 0) {
         return NULL;
     }
     if (acc_current_stream(acc_current_device(), &s, &err) != ACC_OK) {

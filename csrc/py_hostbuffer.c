@@ -12,59 +12,13 @@
 /* A distinct address for empty buffers: the buffer protocol wants one. */
 static char empty_host_buffer[1];
 
-void *
-acc_host_ptr(HostBufferObject *h)
-{
-    return h->ptr;
-}
-
-int
-acc_host_check_open(HostBufferObject *h, const char *what)
-{
-    if (h->closed) {
-        PyErr_Format(PyExc_ValueError, "%s on a closed HostBuffer", what);
-        return -1;
-    }
-    return 0;
-}
-
-static void
-host_release(HostBufferObject *self)
-{
-    acc_host_block *h = self->h;
-
-    if (h == NULL || self->busy > 0) {
-        return;
-    }
-    self->h = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    acc_host_free(h);
-    Py_END_ALLOW_THREADS
-}
-
-void
-acc_host_enter(HostBufferObject *h)
-{
-    h->busy++;
-    Py_INCREF((PyObject *)h);
-}
-
-void
-acc_host_leave(HostBufferObject *h)
-{
-    h->busy--;
-    if (h->closed && h->busy == 0) {
-        host_release(h);
-    }
-    Py_DECREF((PyObject *)h);
-}
-
 static PyObject *
 host_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"nbytes", "device", NULL};
+    static const char *const names[] = {"nbytes", "device", NULL};
+    static const acc_params params = {"HostBuffer()", names, 0, 1, 2};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *nbytes_arg, *device_arg = Py_None;
+    PyObject *values[2] = {NULL, Py_None};
     HostBufferObject *self;
     acc_host_block *h = NULL;
     long long index;
@@ -72,14 +26,13 @@ host_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     acc_error err;
     acc_status status;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:HostBuffer",
-                                     keywords, &nbytes_arg, &device_arg)
-        || acc_parse_nbytes(st, nbytes_arg, "HostBuffer()", &nbytes) < 0) {
+    if (acc_parse_tuple(args, kwargs, &params, values) < 0
+        || acc_parse_nbytes(st, values[0], "HostBuffer()", &nbytes) < 0) {
         return NULL;
     }
     acc_ensure_probed();
     if (acc_require_usable(st) < 0
-        || acc_resolve_device(st, device_arg, 1, &index) < 0
+        || acc_resolve_device(st, values[1], 1, &index) < 0
         || acc_check_index(st, index) < 0) {
         return NULL;
     }
@@ -112,7 +65,7 @@ host_dealloc(HostBufferObject *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     self->busy = 0;
-    host_release(self);
+    acc_host_release(self);
     acc_object_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -204,7 +157,7 @@ host_close(HostBufferObject *self, PyObject *unused)
         return NULL;
     }
     self->closed = 1;
-    host_release(self);
+    acc_host_release(self);
     Py_RETURN_NONE;
 }
 

@@ -112,7 +112,7 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     acc_error err;
     int device;
 
-    if (acc_optional_device(st, args, nargs, "memory_stats", &device) < 0) {
+    if (acc_optional_device(st, args, nargs, "memory_stats()", &device) < 0) {
         return NULL;
     }
     if (!acc_allocator_used()) {
@@ -150,7 +150,7 @@ PyDoc_STRVAR(reset_peak_doc,
 static PyObject *
 reset_peak(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    return on_device(module, args, nargs, "reset_peak_memory_stats",
+    return on_device(module, args, nargs, "reset_peak_memory_stats()",
                      acc_reset_peak_memory_stats);
 }
 
@@ -161,7 +161,7 @@ PyDoc_STRVAR(reset_accumulated_doc,
 static PyObject *
 reset_accumulated(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    return on_device(module, args, nargs, "reset_accumulated_memory_stats",
+    return on_device(module, args, nargs, "reset_accumulated_memory_stats()",
                      acc_reset_accumulated_memory_stats);
 }
 
@@ -173,25 +173,28 @@ PyDoc_STRVAR(set_fraction_doc,
 static PyObject *
 set_fraction(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    static const char *const names[] = {"fraction", "device", NULL};
+    static const acc_params params = {"set_per_process_memory_fraction()",
+                                      names, 2, 1, 2};
+    PyObject *values[2] = {NULL, Py_None};
     acc_state *st = acc_module_state(module);
     acc_error err;
     acc_status status;
     double fraction;
     int device;
 
-    if (nargs < 1 || nargs > 2) {
-        PyErr_Format(PyExc_TypeError, "set_per_process_memory_fraction() "
-                     "takes 1 or 2 arguments (%zd given)", nargs);
+    if (acc_parse_args(args, nargs, NULL, &params, values) < 0) {
         return NULL;
     }
-    if (!PyFloat_Check(args[0])) {
+    if (!PyFloat_Check(values[0])) {
         PyErr_Format(PyExc_TypeError, "Invalid type for fraction argument, "
-                     "must be `float`, got %.100s", acc_type_name(args[0]));
+                     "must be `float`, got %.100s", acc_type_name(values[0]));
         return NULL;
     }
-    fraction = PyFloat_AsDouble(args[0]);
-    if (acc_optional_device(st, args + 1, nargs - 1,
-                            "set_per_process_memory_fraction", &device) < 0) {
+    fraction = PyFloat_AsDouble(values[0]);
+    if (acc_optional_device(st, values + 1, 1,
+                            "set_per_process_memory_fraction()", &device)
+        < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -213,7 +216,7 @@ device_index_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int device;
 
     if (acc_optional_device(acc_module_state(module), args, nargs,
-                            "_device_index_of", &device) < 0) {
+                            "_device_index_of()", &device) < 0) {
         return NULL;
     }
     return PyLong_FromLong(device);

@@ -6,153 +6,11 @@
  * stream points back at its live Python object (borrowed), so that
  * current_stream() returns the same object every time while it lives.
  */
-#include "pyaccel.h"
+#include "pyobjects.h"
 
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
-
-typedef struct {
-    PyObject_HEAD
-    acc_stream *s;
-    PyObject *owner;        /* keeps a foreign stream's owner alive */
-    PyObject *weakreflist;
-    acc_state *state;       /* of the module that made it (its type's) */
-} StreamObject;
-
-acc_stream *
-acc_stream_of(PyObject *stream)
-{
-    return ((StreamObject *)stream)->s;
-}
-
-/*
- * Which object a module instance hands out for a core stream.  The core
- * stream is process-global (a thread's current stream outlives any one
- * module), but objects belong to one module instance: after a re-import
- * or in a subinterpreter each instance must hand out its own.  The core
- * stream's back-pointer serves the instance that claimed it first (the
- * fast path); any other instance keeps its object in its stream_wrappers
- * map.  Both are borrowed: each object removes itself as it dies.
- */
-static PyObject *
-wrapper_key(const acc_stream *s)
-{
-    return PyLong_FromVoidPtr((void *)s);
-}
-
-static int
-remember_wrapper(acc_state *st, acc_stream *s, StreamObject *self)
-{
-    PyObject *key, *value;
-    int rc;
-
-    if (s->wrapper == NULL) {
-        s->wrapper = self;
-        s->wrapper_owner = st->instance;
-        return 0;
-    }
-    key = wrapper_key(s);
-    value = PyLong_FromVoidPtr(self);
-    rc = key != NULL && value != NULL
-             ? PyDict_SetItem(st->stream_wrappers, key, value)
-             : -1;
-    Py_XDECREF(key);
-    Py_XDECREF(value);
-    return rc;
-}
-
-/* This instance's object for s (borrowed), or NULL; never fails. */
-static PyObject *
-known_wrapper(acc_state *st, const acc_stream *s)
-{
-    PyObject *key, *value;
-
-    if (s->wrapper != NULL && s->wrapper_owner == st->instance) {
-        return (PyObject *)s->wrapper;
-    }
-    if (st->stream_wrappers == NULL
-        || PyDict_Size(st->stream_wrappers) == 0) {
-        return NULL;
-    }
-    key = wrapper_key(s);
-    if (key == NULL) {
-        PyErr_Clear(); /* then a new object is made, or fails likewise */
-        return NULL;
-    }
-    value = PyDict_GetItem(st->stream_wrappers, key);
-    Py_DECREF(key);
-    return value != NULL ? (PyObject *)PyLong_AsVoidPtr(value) : NULL;
-}
-
-/* In dealloc: may run with an exception set, must not disturb it. */
-static void
-forget_wrapper(StreamObject *self)
-{
-    acc_stream *s = self->s;
-    acc_state *st = self->state;
-    PyObject *key, *value;
-
-    if (s->wrapper == self) {
-        s->wrapper = NULL;
-        return;
-    }
-    if (st == NULL || st->stream_wrappers == NULL
-        || PyDict_Size(st->stream_wrappers) == 0) {
-        return;
-    }
-    key = wrapper_key(s);
-    if (key == NULL) {
-        return;
-    }
-    value = PyDict_GetItem(st->stream_wrappers, key);
-    if (value != NULL && PyLong_AsVoidPtr(value) == (void *)self) {
-        (void)PyDict_DelItem(st->stream_wrappers, key);
-    }
-    Py_DECREF(key);
-}
-
-/* A new object of cls around s; takes a new reference to s. */
-static PyObject *
-stream_wrap(PyTypeObject *cls, acc_stream *s, PyObject *owner)
-{
-    StreamObject *self = (StreamObject *)acc_alloc(cls);
-
-    if (self == NULL) {
-        return NULL;
-    }
-    acc_stream_incref(s);
-    self->s = s;
-    self->owner = Py_XNewRef(owner);
-    self->state = acc_state_from_type(cls);
-    if (!(s->flags & ACC_STREAM_DEFAULT)
-        && remember_wrapper(self->state, s, self) < 0) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
-PyObject *
-acc_stream_object(acc_state *st, acc_stream *s)
-{
-    PyObject **slot, *known;
-
-    if (s->flags & ACC_STREAM_DEFAULT) {
-        /* The module keeps default stream objects for good, so every
-         * current_stream() on a default stream is the same object. */
-        slot = &st->default_streams[s->device];
-        if (*slot == NULL) {
-            *slot = stream_wrap(st->stream_type, s, NULL);
-        }
-        return Py_XNewRef(*slot);
-    }
-    known = known_wrapper(st, s);
-    if (known != NULL) {
-        return Py_NewRef(known);
-    }
-    return stream_wrap(st->stream_type, s, NULL);
-}
 
 static int
 parse_priority(PyObject *obj, int *priority)
@@ -237,27 +95,28 @@ stream_from_id(PyTypeObject *cls, PyObject *stream_id,
 static PyObject *
 stream_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"device", "priority", "stream_id",
-                               "device_index", "device_type", NULL};
+    static const char *const names[] = {"device", "priority", "stream_id",
+                                        "device_index", "device_type", NULL};
+    static const acc_params params = {"Stream()", names, 0, 0, 1};
     acc_state *st = acc_state_from_type(cls);
-    PyObject *device = NULL, *priority_arg = NULL, *self;
-    PyObject *stream_id = NULL, *device_index = NULL, *device_type = NULL;
+    PyObject *values[5] = {NULL, NULL, NULL, NULL, NULL};
+    PyObject *device, *priority_arg, *self;
+    PyObject *stream_id, *device_index, *device_type;
     long long index;
     int priority;
     acc_stream *s = NULL;
     acc_error err;
     acc_status status;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOOO:Stream",
-                                     keywords, &device, &priority_arg,
-                                     &stream_id, &device_index,
-                                     &device_type)) {
+    if (acc_parse_tuple(args, kwargs, &params, values) < 0) {
         return NULL;
     }
+    device = values[0];
+    priority_arg = values[1];
     /* None, as the signature's defaults say, is leaving one out. */
-    stream_id = stream_id == Py_None ? NULL : stream_id;
-    device_index = device_index == Py_None ? NULL : device_index;
-    device_type = device_type == Py_None ? NULL : device_type;
+    stream_id = values[2] == Py_None ? NULL : values[2];
+    device_index = values[3] == Py_None ? NULL : values[3];
+    device_type = values[4] == Py_None ? NULL : values[4];
     if (stream_id != NULL || device_index != NULL || device_type != NULL) {
         if (device != NULL || priority_arg != NULL) {
             stream_id = NULL; /* the message says what goes together */
@@ -280,7 +139,7 @@ stream_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     if (status != ACC_OK) {
         return acc_raise(st, &err);
     }
-    self = stream_wrap(cls, s, NULL);
+    self = acc_stream_object_new(cls, s, NULL);
     acc_stream_decref(s);
     return self;
 }
@@ -311,7 +170,7 @@ stream_dealloc(StreamObject *self)
     }
     if (self->s != NULL) {
         if (!(self->s->flags & ACC_STREAM_DEFAULT)) {
-            forget_wrapper(self);
+            acc_stream_object_forget(self);
         }
         /* Destroying a stream with queued work is fine: the driver lets
          * the work finish and does not block. */
@@ -524,25 +383,17 @@ static PyObject *
 stream_record_event(StreamObject *self, PyObject *const *args,
                     Py_ssize_t nargs, PyObject *kwnames)
 {
+    static const char *const names[] = {"event", NULL};
+    static const acc_params params = {"Stream.record_event()", names, 0, 0,
+                                      1};
     acc_state *st = acc_state_from_type(Py_TYPE((PyObject *)self));
     PyObject *event = NULL;
     acc_event *e;
     acc_error err;
     acc_status status;
 
-    if (kwnames != NULL && PyTuple_Size(kwnames) == 1 && nargs == 0
-        && PyUnicode_CompareWithASCIIString(PyTuple_GetItem(kwnames, 0),
-                                            "event") == 0) {
-        event = args[0];
-    }
-    else if ((kwnames != NULL && PyTuple_Size(kwnames) != 0)
-             || nargs > 1) {
-        PyErr_SetString(PyExc_TypeError,
-                        "record_event() takes at most one argument, event");
+    if (acc_parse_args(args, nargs, kwnames, &params, &event) < 0) {
         return NULL;
-    }
-    else if (nargs == 1) {
-        event = args[0];
     }
     if (event == NULL || event == Py_None) {
         event = PyObject_CallNoArgs((PyObject *)st->event_type);
@@ -782,7 +633,7 @@ wrap_handle(PyTypeObject *cls, PyObject *obj, PyObject *device)
         Py_XDECREF(owner);
         return acc_raise(st, &err);
     }
-    self = stream_wrap(cls, s, owner);
+    self = acc_stream_object_new(cls, s, owner);
     acc_stream_decref(s);
     Py_XDECREF(owner);
     return self;
@@ -791,14 +642,15 @@ wrap_handle(PyTypeObject *cls, PyObject *obj, PyObject *device)
 static PyObject *
 stream_from_handle(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"handle", "device", NULL};
-    PyObject *obj, *device = Py_None;
+    static const char *const names[] = {"handle", "device", NULL};
+    static const acc_params params = {"Stream.from_handle()", names, 0, 1,
+                                      2};
+    PyObject *values[2] = {NULL, Py_None};
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:from_handle",
-                                     keywords, &obj, &device)) {
+    if (acc_parse_tuple(args, kwargs, &params, values) < 0) {
         return NULL;
     }
-    return wrap_handle(cls, obj, device);
+    return wrap_handle(cls, values[0], values[1]);
 }
 
 static PyObject *

@@ -1,14 +1,28 @@
 /*
- * pyaccel.h - what the files of the Python layer share: the module state,
- * the status -> exception mapping and device argument resolution.
+ * pyaccel.h - what the files of the Python layer share: the module state
+ * and the helpers below the type files (docs/python-layer.rst).
  *
- * The Python layer is _accelerator.c (the module and its functions) and
- * one file per type or family: py_device.c, py_device_index.c,
- * py_stream.c, py_event.c, py_buffer.c (Buffer), py_hostbuffer.c
- * (HostBuffer), py_dlpack.c (DLPack both ways), py_graph.c,
- * py_memory.c (accelerator.memory's functions) and py_capability.c
- * (get_device_capability).  Only these files include
- * Python.h.
+ * The Python layer, top to bottom (each file calls only those below it):
+ *
+ *   _accelerator.c      the module: its functions, state, exceptions and
+ *                       the registration of the types
+ *   py_device.c, py_device_index.c, py_stream.c, py_event.c,
+ *   py_buffer.c (Buffer), py_hostbuffer.c (HostBuffer), py_graph.c,
+ *   py_memory.c (accelerator.memory's functions), py_capability.c
+ *   (get_device_capability)
+ *                       one file per type or family of functions
+ *   py_dlpack.c         DLPack both ways: the methods Buffer and
+ *                       HostBuffer list, and from_dlpack
+ *   py_lifetime.c       the lifetime of Buffer and HostBuffer memory
+ *   py_stream_objects.c the one Stream object for each core stream
+ *   py_args.c           the one argument parser; device, stream and size
+ *                       arguments
+ *   py_helpers.c        state lookup, messages, errors -> exceptions,
+ *                       device checks and switching
+ *
+ * Headers: this one (state and helpers), pyobjects.h (the device, Stream
+ * and Event instances other files read) and pybuffer.h (Buffer and
+ * HostBuffer).  Only these files include Python.h.
  */
 #ifndef PYACCEL_H
 #define PYACCEL_H
@@ -50,13 +64,18 @@ typedef struct acc_state {
     PyObject *properties[ACC_MAX_DEVICES];      /* DeviceProperties */
 } acc_state;
 
-extern PyModuleDef acc_module_def;
+/* The module's name; its PyModuleDef names it by this very pointer, so
+ * that acc_state_from_type knows this module's types without reaching up
+ * to the module file. */
+extern const char acc_module_name[];
 
 static inline acc_state *
 acc_module_state(PyObject *module)
 {
     return (acc_state *)PyModule_GetState(module);
 }
+
+/* Helpers (py_helpers.c, and inline) ---------------------------------- */
 
 /* The name of obj's type, for error messages (the limited API has no
  * tp_name).  Points into a small per-thread ring of buffers, so a message
@@ -122,6 +141,9 @@ acc_ensure_probed(void)
  * that are not UTF-8 (a library path, a driver's name) show as \xNN. */
 PyObject *acc_text(const char *text, size_t size);
 
+/* acc_text(text), or None for NULL.  New reference. */
+PyObject *acc_text_or_none(const char *text);
+
 /* acc_current_stream (current != 0) or acc_default_stream, with the GIL
  * released the first time, when making the default stream may call the
  * driver (and hold the dispatcher's lock meanwhile). */
@@ -156,28 +178,35 @@ acc_raise_unmatched_exit(acc_state *st, const acc_error *err)
 }
 
 /* Raise the "no accelerator"/"forked" error if the backend is not usable;
- * return -1 then, else 0. */
-int acc_require_usable(acc_state *st);
+ * return -1 then, else 0.  Inline, as acc_require_ready: hot getters
+ * (current_stream(), set_stream()) call them on every call. */
+static inline int
+acc_require_usable(acc_state *st)
+{
+    acc_error err;
+
+    if (acc_check_usable(&err) != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The driver's initialisation the probe deferred (acc_require_ready's
+ * first call); -1 with an exception set. */
+int acc_require_ready_first(acc_state *st);
 
 /* acc_require_usable, then initialise the driver if the probe deferred it
  * (CUDA counted through NVML), with the GIL released: the first use may
  * take seconds.  -1 with an exception set. */
-int acc_require_ready(acc_state *st);
-
-/*
- * Resolve a device argument to an index, as torch's _get_device_index:
- * an int, a device string, an accelerator.device or any object with
- * .type and .index.  None (and a device without index) means the current
- * device when optional, else ValueError.  Range is not checked here
- * (each API has its own rule for negative indices); -1 with an error set.
- */
-int acc_resolve_device(acc_state *st, PyObject *obj, int optional,
-                       long long *index);
-
-/* A device argument of a function taking (device=None, /): the current
- * device when absent or None, range-checked; -1 with an error set. */
-int acc_optional_device(acc_state *st, PyObject *const *args,
-                        Py_ssize_t nargs, const char *name, int *device);
+static inline int
+acc_require_ready(acc_state *st)
+{
+    if (acc_initialized()) {
+        return acc_require_usable(st);
+    }
+    return acc_require_ready_first(st);
+}
 
 /* Check index against the device count (DeviceIndexError). */
 int acc_check_index(acc_state *st, long long index);
@@ -198,21 +227,102 @@ int acc_check_huge_index(acc_state *st, PyObject *value);
 /* Make device current, releasing the GIL when the driver has work. */
 int acc_switch_device(acc_state *st, int device);
 
-/* The Python object for a core stream: the cached default stream object,
- * the live wrapper, or a new wrapper.  New reference. */
-PyObject *acc_stream_object(acc_state *st, acc_stream *s);
-
 /* accelerator.device for (type, index); index -1 means None. */
 PyObject *acc_device_new(acc_state *st, const char *type, int index);
-
-/* The core stream of a Stream object (type already checked). */
-acc_stream *acc_stream_of(PyObject *stream);
-/* The core event of an Event object (type already checked). */
-acc_event *acc_event_of(PyObject *event);
 
 /* Call accelerator._aio.<name>(obj): the asyncio support, written in
  * Python (Event/Stream __await__ and the *_async methods).  New reference. */
 PyObject *acc_call_aio(const char *name, PyObject *obj);
+
+/* Arguments (py_args.c) ------------------------------------------------ */
+
+#define ACC_MAX_PARAMS 8
+
+/* A callable's parameters, as its signature line says: names[0..positional)
+ * may come by position (the first posonly only so), the others only by
+ * keyword; names[0..required) must be given. */
+typedef struct acc_params {
+    const char *what;           /* the callable, for messages: "Buffer()" */
+    const char *const *names;   /* NULL-terminated, ACC_MAX_PARAMS at most */
+    int posonly;
+    int required;
+    int positional;
+} acc_params;
+
+/* The one argument parser: puts each argument given into values[i] (the
+ * slot of names[i], borrowed) and leaves the others as the caller set
+ * them (their defaults).  0, or -1 with a TypeError that says what was
+ * wrong and what the callable takes.  acc_parse_args serves a vectorcall
+ * (METH_FASTCALL, with or without METH_KEYWORDS: kwnames NULL),
+ * acc_parse_tuple tp_new's tuple and dict; the common case of both,
+ * positional arguments only, is inline. */
+int acc_parse_args_all(PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames, const acc_params *p,
+                       PyObject **values);
+int acc_parse_tuple_all(PyObject *args, PyObject *kwargs,
+                        const acc_params *p, PyObject **values);
+
+static inline int
+acc_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               const acc_params *p, PyObject **values)
+{
+    if (kwnames == NULL && nargs >= p->required && nargs <= p->positional) {
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            values[i] = args[i];
+        }
+        return 0;
+    }
+    return acc_parse_args_all(args, nargs, kwnames, p, values);
+}
+
+static inline int
+acc_parse_tuple(PyObject *args, PyObject *kwargs, const acc_params *p,
+                PyObject **values)
+{
+    Py_ssize_t nargs = PyTuple_Size(args);
+
+    if (kwargs == NULL && nargs >= p->required && nargs <= p->positional) {
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            values[i] = PyTuple_GetItem(args, i);
+        }
+        return 0;
+    }
+    return acc_parse_tuple_all(args, kwargs, p, values);
+}
+
+/*
+ * Resolve a device argument to an index, as torch's _get_device_index:
+ * an int, a device string, an accelerator.device or any object with
+ * .type and .index.  None (and a device without index) means the current
+ * device when optional, else ValueError.  Range is not checked here
+ * (each API has its own rule for negative indices); -1 with an error set.
+ */
+int acc_resolve_device(acc_state *st, PyObject *obj, int optional,
+                       long long *index);
+
+/* A device argument of a function taking (device=None, /): the current
+ * device when absent or None, range-checked.  what names the function
+ * ("synchronize()"); -1 with an error set. */
+int acc_optional_device(acc_state *st, PyObject *const *args,
+                        Py_ssize_t nargs, const char *what, int *device);
+
+/* "type" or "type:index" into a new str and an index (-1: none). */
+int acc_parse_device_string(PyObject *text, PyObject **type, int *index);
+/* A device index: None, or an int in [-1, INT_MAX]; -1 means None. */
+int acc_parse_device_index(PyObject *obj, int *index);
+
+/* A stream argument: None (or NULL) means the current stream of device
+ * (not read otherwise). */
+int acc_parse_stream(acc_state *st, PyObject *obj, int device,
+                     const char *what, acc_stream **out);
+/* An nbytes argument: an int >= 0 (TypeError, ValueError). */
+int acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
+                     size_t *nbytes);
+/* Raise the error for an int outside long long, worded by the core with
+ * the value as passed: a size (what names it) or, for what NULL, a fill
+ * value.  Returns -1. */
+int acc_int_error(acc_state *st, PyObject *obj, int negative,
+                  const char *what);
 
 /* The allocator's statistics and controls (py_memory.c). */
 extern PyMethodDef acc_memory_methods[];

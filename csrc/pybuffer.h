@@ -1,11 +1,12 @@
 /*
- * pybuffer.h - what py_buffer.c (Buffer, HostBuffer) and py_dlpack.c
- * (DLPack both ways) share.
+ * pybuffer.h - what py_buffer.c (Buffer), py_hostbuffer.c (HostBuffer),
+ * py_dlpack.c (DLPack both ways) and py_lifetime.c (the books of their
+ * memory) share.
  */
 #ifndef PYBUFFER_H
 #define PYBUFFER_H
 
-#include "pyaccel.h"
+#include "pyobjects.h"
 
 typedef struct BufferObject {
     PyObject_HEAD
@@ -43,24 +44,19 @@ typedef struct HostBufferObject {
     PyObject *weakreflist;
 } HostBufferObject;
 
-/* Parse a vectorcall: names[0..npositional) are required and positional,
- * the rest optional and keyword-only; one PyObject ** per name follows
- * (left unchanged when not given).  0, or -1 with TypeError. */
-int acc_parse_args(PyObject *const *args, Py_ssize_t nargs,
-                   PyObject *kwnames, const char *const *names,
-                   int npositional, const char *what, ...);
+/* obj is a Buffer of this module instance. */
+static inline int
+acc_buffer_check(acc_state *st, PyObject *obj)
+{
+    return PyObject_TypeCheck(obj, st->buffer_type);
+}
 
-/* A stream argument: None means the current stream of device. */
-int acc_parse_stream(acc_state *st, PyObject *obj, int device,
-                     const char *what, acc_stream **out);
-/* An nbytes argument: an int >= 0 (TypeError, ValueError). */
-int acc_parse_nbytes(acc_state *st, PyObject *obj, const char *what,
-                     size_t *nbytes);
-int acc_buffer_check(acc_state *st, PyObject *obj);
+/* The lifetime of the memory (py_lifetime.c) -------------------------- */
+
 /* The memory is usable (open, and its root too); ValueError if not. */
 int acc_buffer_check_open(BufferObject *self, const char *what);
 /* A Buffer object on memory it does not own: a view (root) or foreign
- * memory (owner). */
+ * memory (owner), whose books are the root's or its own. */
 PyObject *acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr,
                              size_t nbytes, PyObject *stream,
                              BufferObject *root, PyObject *owner);
@@ -71,6 +67,8 @@ int acc_host_check_open(HostBufferObject *h, const char *what);
  * GIL; leave frees it when it was closed meanwhile. */
 void acc_host_enter(HostBufferObject *h);
 void acc_host_leave(HostBufferObject *h);
+/* Free a closed HostBuffer's memory unless a call still uses it. */
+void acc_host_release(HostBufferObject *h);
 
 /* The lifetime model (docs/memory.rst, "Lifetime") for a Buffer, its
  * views and wrappers: root is the Buffer whose books hold the memory
@@ -82,6 +80,8 @@ void acc_buffer_enter(BufferObject *root);
 void acc_buffer_leave(BufferObject *root);
 acc_status acc_buffer_record(BufferObject *root, acc_stream *s,
                              acc_error *err);
+/* Give the root's memory back once no call is using it; GIL held. */
+void acc_buffer_release(BufferObject *root);
 
 /* DLPack methods of Buffer and HostBuffer (py_dlpack.c). */
 PyObject *acc_buffer_dlpack(PyObject *self, PyObject *const *args,

@@ -31,7 +31,7 @@ def test_pyaccel_h_names_every_python_layer_file() -> None:
     named = set(re.findall(r"\b(_accelerator\.c|py_\w+\.c)\b",
                            header_comment(CSRC / "pyaccel.h")))
     including = {p.name for p in CSRC.glob("*.c")
-                 if re.search(r'^#include "(pyaccel|pybuffer)\.h"',
+                 if re.search(r'^#include "(pyaccel|pybuffer|pyobjects)\.h"',
                               p.read_text(), re.MULTILINE)}
     assert including, "no file includes pyaccel.h"
     assert named == including

@@ -429,9 +429,11 @@ CASES: list[tuple[str, Callable[[], Any], type, str, bool]] = [
     ("stream.record_event(stream)", lambda: stream().record_event(
         stream()), TE, r"got (accelerator\.)?Stream", False),
     ("stream.record_event(ev=)", lambda: stream().record_event(
-        ev=acc.Event()), TE, r"takes at most one argument, event", False),
+        ev=acc.Event()), TE, r"'ev' is an invalid keyword: "
+     r"Stream\.record_event\(\) takes one optional argument, event", False),
     ("stream.record_event(e, e)", lambda: stream().record_event(
-        acc.Event(), acc.Event()), TE, r"at most one argument", False),
+        acc.Event(), acc.Event()), TE, r"at most 1 argument \(2 given\)",
+     False),
     ("stream(0).record_event(event of device 1)",
      lambda: stream(0).record_event(recorded(1)), VE,
      r"Event device index 1 does not match recording stream's device "
@@ -534,6 +536,37 @@ CASES: list[tuple[str, Callable[[], Any], type, str, bool]] = [
     ("Event.record(Stream())", lambda: acc.Event.record(stream()), TE,
      r"descriptor 'record' for 'accelerator\.Event' objects doesn't apply",
      False),
+    # The one argument parser (csrc/py_args.c): every call words a wrong
+    # count or keyword the same way, saying what the callable takes.
+    ("Buffer(4, nbytes=4)", lambda: acc.Buffer(4, nbytes=4), TE,
+     r"^Buffer\(\) got an unexpected keyword argument 'nbytes': nbytes was "
+     r"given by position already \(Buffer\(\) takes at most 3 arguments\)$",
+     False),
+    ("buffer.fill()", lambda: acc.Buffer(4).fill(), TE,
+     r"^Buffer\.fill\(\) missing 1 required positional argument: 'value'$",
+     False),
+    ("buffer.copy_to(dst=)", lambda: acc.Buffer(4).copy_to(
+        dst=acc.Buffer(4)), TE, r"'dst' is an invalid keyword: "
+     r"Buffer\.copy_to\(\) takes the keyword stream\)$", False),
+    ("buffer.__dlpack__(foo=)", lambda: acc.Buffer(4).__dlpack__(foo=1), TE,
+     r"'foo' is an invalid keyword: Buffer\.__dlpack__\(\) takes the "
+     r"keywords stream, max_version, dl_device and copy\)$", False),
+    ("buffer.__dlpack__(None)", lambda: acc.Buffer(4).__dlpack__(None), TE,
+     r"^Buffer\.__dlpack__\(\) takes no positional arguments \(1 given\)$",
+     False),
+    ("HostBuffer()", lambda: acc.HostBuffer(), TE,
+     r"^HostBuffer\(\) missing required argument 'nbytes' \(pos 1\)$",
+     False),
+    ("Graph(x=)", lambda: acc.Graph(x=1), TE,
+     r"'x' is an invalid keyword: Graph\(\) takes the keywords keep_graph "
+     r"and pool\)$", False),
+    ("device_index(device=)", lambda: acc.device_index(device=0), TE,
+     r"^device_index\(\) takes no keyword arguments \(got 'device'\)$",
+     False),
+    ("memory fraction, three arguments", lambda: getattr(
+        acc.memory, "_set_per_process_memory_fraction")(0.5, 0, 1), TE,
+     r"set_per_process_memory_fraction\(\) takes at most 2 arguments "
+     r"\(3 given\)$", False),
 ]
 
 if not CUDA_ONLY:

@@ -1,0 +1,197 @@
+/*
+ * py_lifetime.c - the lifetime model (docs/memory.rst, "Lifetime") of
+ * the memory behind Buffer, its views and DLPack wrappers, and HostBuffer:
+ * which object's books hold the memory (the root), calls that use it
+ * without the GIL holding it open (enter/leave), the stream uses recorded
+ * in the books, and the release once nothing uses it.
+ *
+ * py_buffer.c, py_hostbuffer.c and py_dlpack.c all keep these books, so
+ * they live here, below the three (docs/python-layer.rst), rather than in
+ * one of them that the others would call.
+ */
+#include "pybuffer.h"
+
+#include <stdlib.h>
+
+/* Buffer ----------------------------------------------------------------- */
+
+/* A Buffer's memory is usable: it is open and so is its root. */
+int
+acc_buffer_check_open(BufferObject *self, const char *what)
+{
+    if (self->closed) {
+        PyErr_Format(PyExc_ValueError, "%s on a closed Buffer", what);
+        return -1;
+    }
+    if (self->root != NULL && self->root->closed) {
+        PyErr_Format(PyExc_ValueError, "%s on a view of a closed Buffer",
+                     what);
+        return -1;
+    }
+    return 0;
+}
+
+/* The Buffer whose books hold the memory (itself unless a view or a
+ * wrapper of one of this module's Buffers). */
+BufferObject *
+acc_buffer_root(BufferObject *self)
+{
+    return self->root != NULL ? self->root : self;
+}
+
+/* The end of a foreign wrapper's hold on the producer's tensor, once
+ * the work recorded in its books has completed (memory.c's deferred
+ * release calls it, on any thread, holding the GIL or not). */
+static void
+foreign_release(int device, uintptr_t keep)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *traceback;
+
+    (void)device;
+    /* This may run inside any call that allocates or frees, even one
+     * that has an exception set already: the producer's deleter (Python
+     * code, maybe) must not clear it. */
+    PyErr_Fetch(&type, &value, &traceback);
+    Py_DECREF((PyObject *)keep);
+    PyErr_Restore(type, value, traceback);
+    PyGILState_Release(gil);
+}
+
+/* Give the root's memory back once no call is using it; GIL held.  Owned
+ * memory goes to the allocator (which waits for the recorded uses);
+ * a foreign wrapper lets the producer's tensor go once its own recorded
+ * uses have completed. */
+void
+acc_buffer_release(BufferObject *root)
+{
+    acc_block *block = root->block;
+    acc_uses *uses = root->uses;
+    PyObject *keep;
+
+    if (root->busy > 0) {
+        return;
+    }
+    if (uses != NULL) {
+        root->uses = NULL;
+        keep = root->keep;
+        root->keep = NULL;
+        if (keep != NULL) {
+            /* The reference moves to the deferred release. */
+            Py_BEGIN_ALLOW_THREADS
+            acc_defer_release(root->device, (uintptr_t)keep,
+                              foreign_release, uses);
+            Py_END_ALLOW_THREADS
+        }
+        acc_uses_clear(uses);
+        pthread_mutex_destroy(&uses->lock);
+        free(uses);
+    }
+    if (block == NULL) {
+        return;
+    }
+    root->block = NULL;
+    if (acc_free_try(block) == ACC_OK) {
+        return;     /* back in the cache, no driver call: keep the GIL */
+    }
+    Py_BEGIN_ALLOW_THREADS
+    acc_free(block);
+    Py_END_ALLOW_THREADS
+}
+
+acc_status
+acc_buffer_record(BufferObject *root, acc_stream *s, acc_error *err)
+{
+    if (root->block != NULL) {
+        return acc_block_record_stream(root->block, s, err);
+    }
+    if (root->uses != NULL) {
+        return acc_uses_record(root->uses, s, err);
+    }
+    return ACC_OK;   /* closed, or empty */
+}
+
+/* Start and end of a call that uses root's memory without the GIL. */
+void
+acc_buffer_enter(BufferObject *root)
+{
+    root->busy++;
+    Py_INCREF((PyObject *)root);
+}
+
+void
+acc_buffer_leave(BufferObject *root)
+{
+    root->busy--;
+    if (root->closed && root->busy == 0) {
+        acc_buffer_release(root);
+    }
+    Py_DECREF((PyObject *)root);
+}
+
+PyObject *
+acc_buffer_new_raw(acc_state *st, int device, uintptr_t ptr, size_t nbytes,
+                   PyObject *stream, BufferObject *root, PyObject *owner)
+{
+    BufferObject *self = (BufferObject *)acc_alloc(st->buffer_type);
+
+    if (self == NULL) {
+        return NULL;
+    }
+    self->device = device;
+    self->ptr = ptr;
+    self->nbytes = nbytes;
+    self->stream = Py_NewRef(stream);
+    self->root = (BufferObject *)Py_XNewRef((PyObject *)root);
+    self->owner = Py_XNewRef(owner);
+    return (PyObject *)self;
+}
+
+/* HostBuffer ------------------------------------------------------------- */
+
+void *
+acc_host_ptr(HostBufferObject *h)
+{
+    return h->ptr;
+}
+
+int
+acc_host_check_open(HostBufferObject *h, const char *what)
+{
+    if (h->closed) {
+        PyErr_Format(PyExc_ValueError, "%s on a closed HostBuffer", what);
+        return -1;
+    }
+    return 0;
+}
+
+void
+acc_host_release(HostBufferObject *self)
+{
+    acc_host_block *h = self->h;
+
+    if (h == NULL || self->busy > 0) {
+        return;
+    }
+    self->h = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    acc_host_free(h);
+    Py_END_ALLOW_THREADS
+}
+
+void
+acc_host_enter(HostBufferObject *h)
+{
+    h->busy++;
+    Py_INCREF((PyObject *)h);
+}
+
+void
+acc_host_leave(HostBufferObject *h)
+{
+    h->busy--;
+    if (h->closed && h->busy == 0) {
+        acc_host_release(h);
+    }
+    Py_DECREF((PyObject *)h);
+}
