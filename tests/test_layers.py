@@ -1,9 +1,12 @@
-"""The Python layer is one-way (docs/python-layer.rst): no file of it calls
-into the module file, no two of its files call each other, and all its
-files parse a call's arguments with the one parser in py_args.c.
+"""The layers are one-way.  The Python layer (docs/python-layer.rst): no
+file of it calls into the module file, no two of its files call each
+other, and all its files parse a call's arguments with the one parser in
+py_args.c.  The core (docs/internals.rst): no loop among its files; what
+would call upward goes through the lifecycle hooks.
 
-Read from the sources, as text: which file defines each function or
-object that is not static, and which other files name it.
+Read from the sources, as text (which file defines each function or
+object that is not static, and which other files name it), and from the
+objects of the in-place build.
 """
 from __future__ import annotations
 
@@ -19,10 +22,19 @@ CSRC = REPO / "csrc"
 MODULE = "_accelerator.c"
 
 
-def layer_files() -> dict[str, str]:
-    """The Python layer's C files, comments and strings blanked out."""
+def in_python_layer(name: str) -> bool:
+    """Whether a C file (or its object) is of the Python layer."""
+    stem = name.rsplit(".", 1)[0]
+    return stem == MODULE[:-2] or stem.startswith("py_")
+
+
+def layer_files(python: bool = True) -> dict[str, str]:
+    """The C files of the Python layer (else of the core, backends
+    apart), comments and strings blanked out."""
     files = {}
-    for path in sorted([CSRC / MODULE, *CSRC.glob("py_*.c")]):
+    for path in sorted(CSRC.glob("*.c")):
+        if in_python_layer(path.name) != python:
+            continue
         text = path.read_text()
         text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
         text = re.sub(r'"(\\.|[^"\\\n])*"', '""', text)
@@ -49,9 +61,9 @@ def exported(text: str) -> set[str]:
     return names
 
 
-def calls() -> dict[str, set[str]]:
-    """file -> the other layer files whose names it uses."""
-    files = layer_files()
+def calls(python: bool = True) -> dict[str, set[str]]:
+    """file -> the other files of its layer whose names it uses."""
+    files = layer_files(python)
     defined = {name: exported(text) for name, text in files.items()}
     graph: dict[str, set[str]] = {}
     for name, text in files.items():
@@ -61,16 +73,15 @@ def calls() -> dict[str, set[str]]:
     return graph
 
 
-def linked_calls() -> dict[str, set[str]]:
-    """file -> the other layer files whose symbols its object file uses,
+def linked_calls(python: bool = True) -> dict[str, set[str]]:
+    """file -> the other files of its layer whose symbols its object uses,
     from the objects of the last in-place build: these see what the
     sources hide in macros and inline functions (a method table's
     DLPack entries, the parser's inline path)."""
     if shutil.which("nm") is None:
         pytest.skip("nm (binutils) is not installed")
     objects = sorted(REPO.glob("build/temp.*/csrc/*.o"))
-    layer = {o.name: o for o in objects
-             if o.name == "_accelerator.o" or o.name.startswith("py_")}
+    layer = {o.name: o for o in objects if in_python_layer(o.name) == python}
     if not layer:
         pytest.skip("no in-place build (setup.py build_ext --inplace) "
                     "left its objects in build/")
@@ -150,3 +161,24 @@ def test_one_argument_parser() -> None:
         if name != "py_args.c":
             assert not re.search(r"PyTuple_\w+\(kwnames", text), \
                 f"{name} reads kwnames itself: use acc_parse_args"
+
+
+def test_the_core_reader_sees_the_calls_it_must() -> None:
+    """The core's check can fail: streams use the registry, the allocator
+    uses the books of uses."""
+    graph = calls(python=False)
+    assert "registry.c" in graph["stream.c"]
+    assert "uses.c" in graph["allocator.c"]
+
+
+def test_no_loop_among_the_core_files() -> None:
+    loop = find_loop(calls(python=False))
+    assert loop is None, "a loop in the core: " + " -> ".join(loop or []) \
+        + " (a call upward belongs in a lifecycle hook, hooks.c)"
+
+
+def test_no_loop_among_the_core_objects() -> None:
+    graph = linked_calls(python=False)
+    assert "registry.o" in graph["stream.o"]
+    loop = find_loop(graph)
+    assert loop is None, "a loop in the core: " + " -> ".join(loop or [])
