@@ -411,8 +411,9 @@ acc_status acc_free_try(acc_block *b);
  * queued on the other device's current stream, and later work there waits
  * for it (torch's copy_). */
 acc_status acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err);
-acc_status acc_memset(acc_stream *s, uintptr_t dst, long long value,
-                      size_t nbytes, acc_error *err);
+/* acc_memset: dst is memory of `device`, which s must be on. */
+acc_status acc_memset(acc_stream *s, int device, uintptr_t dst,
+                      long long value, size_t nbytes, acc_error *err);
 /* ACC_ERR_INVALID_ARGUMENT for a negative size (what names the size). */
 acc_status acc_check_nbytes(long long nbytes, const char *what,
                             acc_error *err);

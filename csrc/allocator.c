@@ -1065,11 +1065,9 @@ acc_malloc(int device, size_t nbytes, acc_stream *stream, acc_block **out,
     if (!acc_has_memory()) {
         return acc_error_unsupported("device memory", err);
     }
-    if (stream->device != device) {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                      "the stream is on device %d, expected a stream of "
-                      "device %d (the buffer's)", stream->device, device);
-        return ACC_ERR_INVALID_ARGUMENT;
+    st = acc_check_stream_of_buffer(stream, device, err);
+    if (st != ACC_OK) {
+        return st;
     }
     if (nbytes == 0) {
         /* Every allocation settles the frees, an empty one too. */

@@ -39,6 +39,10 @@ void acc_error_select(const char *backend);
 acc_status acc_error_unsupported(const char *what, acc_error *err);
 /* ACC_ERR_HOST_MEMORY: malloc failed. */
 acc_status acc_error_host_memory(acc_error *err);
+/* ACC_ERR_INVALID_ARGUMENT unless stream s is on `device`, the device of
+ * the memory it is to work on. */
+acc_status acc_check_stream_of_buffer(const acc_stream *s, int device,
+                                      acc_error *err);
 
 /* Lifecycle hooks (hooks.c) --------------------------------------------- */
 

@@ -150,3 +150,15 @@ acc_error_host_memory(acc_error *err)
     acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
     return ACC_ERR_HOST_MEMORY;
 }
+
+acc_status
+acc_check_stream_of_buffer(const acc_stream *s, int device, acc_error *err)
+{
+    if (s->device == device) {
+        return ACC_OK;
+    }
+    acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the stream is on device "
+                  "%d, expected a stream of device %d (the buffer's)",
+                  s->device, device);
+    return ACC_ERR_INVALID_ARGUMENT;
+}

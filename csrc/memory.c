@@ -181,12 +181,15 @@ acc_check_fill_text(const char *value, acc_error *err)
 }
 
 acc_status
-acc_memset(acc_stream *s, uintptr_t dst, long long value, size_t nbytes,
-           acc_error *err)
+acc_memset(acc_stream *s, int device, uintptr_t dst, long long value,
+           size_t nbytes, acc_error *err)
 {
     const acc_backend *b = memory_backend(err);
 
     if (b == NULL) {
+        return err->status;
+    }
+    if (acc_check_stream_of_buffer(s, device, err) != ACC_OK) {
         return err->status;
     }
     if (value < 0 || value > 255) {

@@ -521,15 +521,10 @@ buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
                             &s) < 0) {
         return NULL;
     }
-    if (s->device != self->device) {
-        PyErr_Format(PyExc_ValueError, "Buffer.fill(): the stream is on "
-                     "device %d, expected a stream of device %d (the "
-                     "buffer's)", s->device, self->device);
-        return NULL;
-    }
     acc_buffer_enter(root);
     Py_BEGIN_ALLOW_THREADS
-    status = acc_memset(s, self->ptr, value, self->nbytes, &err);
+    status = acc_memset(s, self->device, self->ptr, value, self->nbytes,
+                        &err);
     if (status == ACC_OK && self->nbytes > 0) {
         status = acc_buffer_record(root, s, &err);
     }
