@@ -11,6 +11,7 @@
 #define ACCEL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -206,9 +207,22 @@ const acc_backend_info *acc_backend_info_at(int i);
 acc_status acc_get_device_properties(int device,
                                      const acc_device_properties **out,
                                      acc_error *err);
+/* Nonzero once probed with a backend selected, and not forked since
+ * (registry.c writes it; read here so that the usual answer of
+ * acc_check_usable is one load, in every file that asks). */
+extern atomic_int acc_core_usable;
+/* Why the core cannot be used (ACC_OK if it can after all). */
+acc_status acc_unusable(acc_error *err);
 /* Fail with ACC_ERR_NO_ACCELERATOR (reasons listed) or ACC_ERR_FORKED.
  * Calls no driver function: questions (the current device) use it. */
-acc_status acc_check_usable(acc_error *err);
+static inline acc_status
+acc_check_usable(acc_error *err)
+{
+    if (atomic_load_explicit(&acc_core_usable, memory_order_acquire)) {
+        return ACC_OK;
+    }
+    return acc_unusable(err);
+}
 /* Nonzero once the selected backend's driver is initialised for use (at
  * probe, or at the first use when the probe deferred it).  A child forked
  * before that may use the driver itself. */

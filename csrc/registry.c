@@ -42,7 +42,6 @@ static struct {
     int probing_backend;       /* 1 + the backend whose probe runs, or 0 */
     atomic_int probed;         /* acc_probe() has completed */
     int forked;                /* we are a child forked after init */
-    atomic_int usable;         /* probed, selected, not forked */
     const acc_backend *selected;
     acc_backend_info *selected_info;
     int device_count;
@@ -189,7 +188,7 @@ after_fork_in_child(void)
         return;
     }
     g.forked = 1;
-    atomic_store_explicit(&g.usable, 0, memory_order_relaxed);
+    atomic_store_explicit(&acc_core_usable, 0, memory_order_relaxed);
     g.probing = 0;
     g.probing_backend = 0;
     g.initializing = 0;
@@ -551,7 +550,7 @@ probe_once(void)
     }
     else {
         atexit(shutdown_selected);
-        atomic_store_explicit(&g.usable, 1, memory_order_release);
+        atomic_store_explicit(&acc_core_usable, 1, memory_order_release);
     }
     atomic_store_explicit(&g.probed, 1, memory_order_release);
 }
@@ -672,13 +671,15 @@ acc_backend_info_at(int i)
 int
 acc_usable(void)
 {
-    return atomic_load_explicit(&g.usable, memory_order_acquire);
+    return atomic_load_explicit(&acc_core_usable, memory_order_acquire);
 }
+
+atomic_int acc_core_usable;
 
 /* Why the core cannot be used: acc_check_usable's message, apart so that
  * its usual answer stays a few instructions. */
-__attribute__((cold, noinline)) static acc_status
-unusable(acc_error *err)
+__attribute__((cold, noinline)) acc_status
+acc_unusable(acc_error *err)
 {
     if (g.forked) {
         if (g.selected != NULL) {
@@ -740,11 +741,3 @@ unusable(acc_error *err)
     return ACC_OK;
 }
 
-acc_status
-acc_check_usable(acc_error *err)
-{
-    if (!g.forked && g.selected != NULL) {
-        return ACC_OK;
-    }
-    return unusable(err);
-}
