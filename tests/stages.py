@@ -185,14 +185,14 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
     # together: the behaviour suite, and the tests of configurations,
     # processes, headers and tools around it.
     inst("cuda", "the behaviour suite on the CUDA double", behaviour,
-         budget=270)
+         budget=330)
     inst("cuda-around", "the rest of the suite on the CUDA double: "
          "configurations, fork, processes, exit, headers, the plugin",
          ["tests", "--ignore=tests/behaviour"], budget=420)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
-         "mode)", behaviour, xpu, budget=270)
+         "mode)", behaviour, xpu, budget=330)
     inst("xpu-intercept", "the behaviour suite on Level Zero (the loader's "
-         "intercept mode)", behaviour, intercept, budget=270)
+         "intercept mode)", behaviour, intercept, budget=330)
     inst("xpu-validation", "the behaviour suite on Level Zero under the "
          "loader's validation layer", behaviour,
          {**xpu, "ZE_ENABLE_VALIDATION_LAYER": "1",
