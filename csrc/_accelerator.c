@@ -600,6 +600,10 @@ PyDoc_STRVAR(accelerator_error_doc,
 PyDoc_STRVAR(oom_error_doc,
 "The device ran out of memory (an AcceleratorError).");
 
+PyDoc_STRVAR(build_error_doc,
+"Device code that the driver failed to build (an AcceleratorError).\n"
+"log is the driver's build log (a str), or None when it gave none.");
+
 PyDoc_STRVAR(index_error_doc,
 "A device index outside [0, device_count()).  It is an IndexError, a\n"
 "ValueError (a bad argument) and a RuntimeError (what torch raises).");
@@ -668,7 +672,9 @@ module_exec(PyObject *module)
         || add_type(module, &acc_buffer_spec, NULL, &st->buffer_type) < 0
         || add_type(module, &acc_host_buffer_spec, NULL,
                     &st->host_buffer_type) < 0
-        || add_type(module, &acc_graph_spec, NULL, &st->graph_type) < 0) {
+        || add_type(module, &acc_graph_spec, NULL, &st->graph_type) < 0
+        || add_type(module, &acc_module_spec, NULL, &st->module_type) < 0
+        || add_type(module, &acc_kernel_spec, NULL, &st->kernel_type) < 0) {
         return -1;
     }
     st->properties_type = PyStructSequence_NewType(&properties_desc);
@@ -685,6 +691,12 @@ module_exec(PyObject *module)
     st->OutOfMemoryError = new_error(module, "accelerator.OutOfMemoryError",
                                      oom_error_doc, st->AcceleratorError);
     if (st->OutOfMemoryError == NULL) {
+        return -1;
+    }
+    st->BuildError = new_error(module, "accelerator.BuildError",
+                               build_error_doc, st->AcceleratorError);
+    if (st->BuildError == NULL
+        || PyObject_SetAttrString(st->BuildError, "log", Py_None) < 0) {
         return -1;
     }
     bases = PyTuple_Pack(3, PyExc_IndexError, PyExc_ValueError,
@@ -712,7 +724,8 @@ module_exec(PyObject *module)
     if (PyModule_AddFunctions(module, acc_capability_methods) < 0) {
         return -1;
     }
-    if (PyModule_AddFunctions(module, acc_memory_methods) < 0) {
+    if (PyModule_AddFunctions(module, acc_memory_methods) < 0
+        || PyModule_AddFunctions(module, acc_kernel_methods) < 0) {
         return -1;
     }
     return PyModule_AddIntConstant(module, "MAX_DEVICES", ACC_MAX_DEVICES);
@@ -734,6 +747,9 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->graph_type);
     Py_VISIT(st->AcceleratorError);
     Py_VISIT(st->OutOfMemoryError);
+    Py_VISIT(st->BuildError);
+    Py_VISIT(st->module_type);
+    Py_VISIT(st->kernel_type);
     Py_VISIT(st->DeviceIndexError);
     Py_VISIT(st->accelerator);
     Py_VISIT(st->device_cache);
@@ -760,6 +776,9 @@ module_clear(PyObject *module)
     Py_CLEAR(st->graph_type);
     Py_CLEAR(st->AcceleratorError);
     Py_CLEAR(st->OutOfMemoryError);
+    Py_CLEAR(st->BuildError);
+    Py_CLEAR(st->module_type);
+    Py_CLEAR(st->kernel_type);
     Py_CLEAR(st->DeviceIndexError);
     Py_CLEAR(st->str_type);
     Py_CLEAR(st->str_index);

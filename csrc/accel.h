@@ -34,6 +34,8 @@ typedef enum acc_status {
     ACC_ERR_HOST_MEMORY,      /* malloc failed -> MemoryError */
     ACC_ERR_STATE,            /* object not in a state for this -> RuntimeError */
     ACC_ERR_FORKED,           /* used in a child forked after init */
+    ACC_ERR_BUILD,            /* device code failed to build -> BuildError */
+    ACC_ERR_NOT_FOUND,        /* no such name (a kernel) -> KeyError */
 } acc_status;
 
 /* Filled on failure.  Strings are static (or copied into message). */
@@ -575,6 +577,132 @@ void acc_graph_drop(acc_graph *g);
  * refused because of an active capture (s captures; or a global-mode
  * capture is active anywhere; or this thread began a thread-local one). */
 acc_status acc_check_allocation_capture(acc_stream *s, acc_error *err);
+/* The same test for any operation: ACC_ERR_STATE "cannot <what> while a
+ * graph captures (...): <advice>" where it must be refused. */
+acc_status acc_check_capture_allows(acc_stream *s, const char *what,
+                                    const char *advice, acc_error *err);
+
+/* Kernels (kernel.c) ----------------------------------------------------- */
+
+/* The formats of device code (Module(format=)); ACC_FORMAT_NONE: recognise
+ * it from the bytes (acc_code_format_of). */
+typedef enum acc_code_format {
+    ACC_FORMAT_NONE = 0,
+    ACC_FORMAT_PTX,          /* NVIDIA PTX text */
+    ACC_FORMAT_CUBIN,        /* CUDA device ELF */
+    ACC_FORMAT_FATBIN,       /* CUDA fat binary */
+    ACC_FORMAT_SPIRV,        /* SPIR-V binary (magic 0x07230203) */
+    ACC_FORMAT_OPENCL_C,     /* OpenCL C source, built by the driver */
+    ACC_FORMAT_HSACO,        /* AMD code object (ELF) */
+    ACC_FORMAT_NATIVE,       /* the device's own binary, as its driver
+                              * takes it (the test doubles: a host shared
+                              * object, docs/kernels.rst) */
+    ACC_FORMAT_COUNT,
+} acc_code_format;
+
+#define ACC_FORMAT_BIT(f) (1u << (f))
+
+/* The format's name as users write it ("ptx", "opencl-c"), or NULL. */
+const char *acc_code_format_name(acc_code_format f);
+/* The format named name, or ACC_FORMAT_NONE when there is none. */
+acc_code_format acc_code_format_named(const char *name);
+
+/* What a parameter of a kernel is, where the driver (or the code) tells. */
+typedef enum acc_param_kind {
+    ACC_PARAM_UNKNOWN = 0,
+    ACC_PARAM_POINTER,       /* a device address (global memory) */
+    ACC_PARAM_INT,           /* a signed integer of params[i].size bytes */
+    ACC_PARAM_UINT,          /* an unsigned integer */
+    ACC_PARAM_FLOAT,         /* a floating-point number (4 or 8 bytes) */
+    ACC_PARAM_OTHER,         /* anything else passed by value (a struct) */
+} acc_param_kind;
+
+#define ACC_MAX_KERNEL_PARAMS 256
+
+typedef struct acc_param {
+    size_t size;             /* bytes; 0 when unknown */
+    acc_param_kind kind;
+} acc_param;
+
+/* What the driver tells of one kernel on its device; -1 (0 for the
+ * limits) where it cannot tell. */
+typedef struct acc_kernel_info {
+    int max_threads_per_block;   /* this kernel's limit on block threads */
+    int max_block[3];            /* the device's per-dimension block limit */
+    long long max_grid[3];       /* the device's per-dimension grid limit */
+    long long shared_bytes;      /* static shared (local) memory */
+    long long local_bytes;       /* private memory per thread */
+    int registers;               /* registers per thread */
+    long long max_shared_bytes;  /* shared_mem a launch may ask for */
+    int nparams;                 /* user parameters; -1 when unknown */
+    acc_param params[ACC_MAX_KERNEL_PARAMS]; /* [0, nparams) */
+} acc_kernel_info;
+
+/* One launch argument: size bytes at value, passed by value.  A memory
+ * argument (device >= 0, or ACC_ARG_HOST) is a uintptr_t address. */
+typedef struct acc_kernel_arg {
+    const void *value;
+    size_t size;
+    int device;              /* the memory's device; -1: not memory */
+    unsigned flags;          /* ACC_ARG_* */
+} acc_kernel_arg;
+
+enum {
+    ACC_ARG_MEMORY = 1u << 0, /* an address of device or page-locked host
+                               * memory (a Buffer, a HostBuffer) */
+    ACC_ARG_HOST = 1u << 1,   /* page-locked host memory (any device) */
+};
+
+/* A launch (backend.h launch): grid[i] blocks of block[i] threads in
+ * each of three dimensions (unused ones 1). */
+typedef struct acc_launch_config {
+    unsigned grid[3];
+    unsigned block[3];
+    size_t shared_mem;       /* dynamic shared (local) memory, bytes */
+    int nargs;
+    const acc_kernel_arg *args;
+} acc_launch_config;
+
+/* Loaded device code on one device, reference counted; its kernels
+ * belong to it and live as long as it does. */
+typedef struct acc_module acc_module;
+typedef struct acc_kernel acc_kernel;
+
+/* The format of code (format ACC_FORMAT_NONE: recognised from its
+ * bytes), checked against what the selected backend loads. */
+acc_status acc_code_format_resolve(const void *code, size_t size,
+                                   acc_code_format *format, acc_error *err);
+/* Load code of format (already resolved) on device with the driver's
+ * build options (NULL: none).  On ACC_ERR_BUILD *log holds the driver's
+ * build log (malloc'd; the caller frees), else NULL.  May block (the
+ * driver compiles): call without the GIL. */
+acc_status acc_module_load(int device, acc_code_format format,
+                           const void *code, size_t size,
+                           const char *options, acc_module **out,
+                           char **log, acc_error *err);
+int acc_module_device(const acc_module *m);
+acc_code_format acc_module_format(const acc_module *m);
+void acc_module_incref(acc_module *m);
+/* Drop a reference; the last one unloads the module and its kernels once
+ * the launches that use them have completed (never blocks). */
+void acc_module_release(acc_module *m);
+/* The kernel `name` of m (borrowed: it lives as long as m), made on
+ * first request.  ACC_ERR_NOT_FOUND, naming the module's kernels where
+ * the driver tells them, when m has none of that name.  May block. */
+acc_status acc_kernel_get(acc_module *m, const char *name, acc_kernel **out,
+                          acc_error *err);
+const char *acc_kernel_name(const acc_kernel *k);
+const acc_kernel_info *acc_kernel_info_of(const acc_kernel *k);
+/* Queue one launch of k on s (a stream of the kernel's device): grid[i]
+ * blocks of block[i] threads per dimension, checked here (positive,
+ * within the kernel's and the device's limits), as are the arguments
+ * against what the driver tells of the parameters.  Records the launch
+ * as a use of the module; the caller records the uses of memory
+ * arguments.  May block briefly. */
+acc_status acc_launch(acc_kernel *k, const long long grid[3],
+                      const long long block[3], size_t shared_mem,
+                      const acc_kernel_arg *args, int nargs, acc_stream *s,
+                      acc_error *err);
 
 #ifdef __cplusplus
 }

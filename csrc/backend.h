@@ -82,6 +82,11 @@ struct acc_backend {
     int dlpack_device_type;  /* DLDeviceType: kDLCUDA 2, kDLOpenCL 4,
                               * kDLOneAPI 14 */
     unsigned caps;           /* ACC_CAP_* (accel.h) */
+    /* ACC_FORMAT_BIT()s of the code formats module_load takes (0 without
+     * kernels).  Recognising code (format=None), an ELF image is the
+     * first of cubin, hsaco and native that the backend takes, and text
+     * that is not PTX is OpenCL C. */
+    unsigned code_formats;
     /* OPTIONAL.  Why a backend without the graph slots has no graphs:
      * accelerator.Graph's error says it after "does not support graphs: ".
      * NULL where the backend has graphs. */
@@ -300,6 +305,58 @@ struct acc_backend {
      * not change the calling thread's current device. */
     acc_status (*pointer_info)(uintptr_t ptr, acc_pointer_info *info,
                                acc_error *err);
+
+    /* Kernels ------------------------------------------------------------ */
+
+    /* OPTIONAL, as a group: module_load, module_unload, kernel_get,
+     * kernel_release and launch, all five or none (NULL: Module() reports
+     * "backend X does not support kernels").  code_formats (above) lists
+     * the formats module_load takes; the dispatcher passes no other.
+     *
+     * Load code (size bytes) of format on device, built with the driver's
+     * options (NULL: none); *module is the backend's own object.  When the
+     * driver refuses to build it: ACC_ERR_BUILD, with the driver's build
+     * log in *log (malloc'd; NULL when it has none) and the driver's code
+     * in err.  Code the driver cannot read (not of the format): the
+     * driver's error as ACC_ERR_DRIVER.  May block while the driver
+     * compiles. */
+    acc_status (*module_load)(int device, acc_code_format format,
+                              const void *code, size_t size,
+                              const char *options, void **module,
+                              char **log, acc_error *err);
+
+    /* Release module (kernel_release has run for each of its kernels).
+     * No launch that uses it is still queued.  Cannot fail visibly. */
+    void (*module_unload)(int device, void *module);
+
+    /* The kernel `name` of module: *kernel is the backend's object, *info
+     * what the driver tells of it (the dispatcher set every field to
+     * "unknown" first).  ACC_ERR_NOT_FOUND (no message needed) when the
+     * module has no such kernel. */
+    acc_status (*kernel_get)(int device, void *module, const char *name,
+                             void **kernel, acc_kernel_info *info,
+                             acc_error *err);
+
+    /* Release a kernel of kernel_get.  No launch of it is still queued.
+     * Cannot fail visibly. */
+    void (*kernel_release)(int device, void *kernel);
+
+    /* Queue one launch of kernel on s (of the kernel's device) in stream
+     * order, with c checked against the kernel's info: dimensions within
+     * the limits it gave, nargs equal to nparams and each argument's size
+     * equal to its parameter's where those are known.  Memory arguments
+     * are addresses of this backend's memory (mem_alloc, host_alloc).
+     * The same kernel may be launched from several threads at once; the
+     * backend serialises what the driver keeps per kernel (its arguments).
+     * Captured like any work when s captures. */
+    acc_status (*launch)(acc_stream *s, void *kernel,
+                         const acc_launch_config *c, acc_error *err);
+
+    /* OPTIONAL (NULL: the error for a missing kernel names none).  The
+     * names of module's kernels, separated by ", ", into names (cut at
+     * size). */
+    acc_status (*kernel_names)(int device, void *module, char *names,
+                               size_t size, acc_error *err);
 
     /* Graphs ------------------------------------------------------------- */
 

@@ -24,6 +24,9 @@
     X(graph_launch) X(graph_destroy)
 #define MEMORY_SLOTS(X) X(mem_alloc) X(mem_free) X(mem_copy) X(mem_fill)
 #define HOST_SLOTS(X) X(host_alloc) X(host_free)
+#define KERNEL_SLOTS(X)                                                    \
+    X(module_load) X(module_unload) X(kernel_get) X(kernel_release)        \
+    X(launch)
 
 #define MAX_GROUP 5
 
@@ -74,6 +77,7 @@ acc_backend_incomplete(const acc_backend *b, char *why, size_t size)
         {"device memory", 4, {MEMORY_SLOTS(NAME)}, {MEMORY_SLOTS(FILLED)}},
         {"page-locked host memory", 2, {HOST_SLOTS(NAME)},
          {HOST_SLOTS(FILLED)}},
+        {"kernel", 5, {KERNEL_SLOTS(NAME)}, {KERNEL_SLOTS(FILLED)}},
     };
 #undef NAME
 #undef FILLED
@@ -81,6 +85,12 @@ acc_backend_incomplete(const acc_backend *b, char *why, size_t size)
         if (group_incomplete(&groups[i], why, size) != NULL) {
             return why;
         }
+    }
+    if ((b->module_load != NULL) != (b->code_formats != 0)) {
+        snprintf(why, size, "%s", b->module_load != NULL
+                 ? "it has kernels but no code_formats"
+                 : "it has code_formats but no kernels");
+        return why;
     }
     return NULL;
 }

@@ -85,7 +85,8 @@ unregister_capture(const acc_graph *g)
 }
 
 acc_status
-acc_check_allocation_capture(acc_stream *s, acc_error *err)
+acc_check_capture_allows(acc_stream *s, const char *what,
+                         const char *advice, acc_error *err)
 {
     acc_status st = ACC_OK;
 
@@ -102,16 +103,23 @@ acc_check_allocation_capture(acc_stream *s, acc_error *err)
                 && pthread_equal(captures.items[i].thread,
                                  pthread_self()))) {
             acc_error_set(err, ACC_ERR_STATE,
-                          "cannot allocate device memory while a graph "
-                          "captures (capture_error_mode='%s'): allocate "
-                          "the buffers before capture_begin() (there is "
-                          "no graph-private memory pool)",
-                          mode_names[mode]);
+                          "cannot %s while a graph captures "
+                          "(capture_error_mode='%s'): %s", what,
+                          mode_names[mode], advice);
             st = ACC_ERR_STATE;
         }
     }
     pthread_mutex_unlock(&captures.lock);
     return st;
+}
+
+acc_status
+acc_check_allocation_capture(acc_stream *s, acc_error *err)
+{
+    return acc_check_capture_allows(s, "allocate device memory",
+                                    "allocate the buffers before "
+                                    "capture_begin() (there is no "
+                                    "graph-private memory pool)", err);
 }
 
 void

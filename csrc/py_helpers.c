@@ -190,6 +190,10 @@ acc_raise(acc_state *st, const acc_error *err)
         return PyErr_NoMemory();
     case ACC_ERR_OUT_OF_MEMORY:
         return driver_error(st, st->OutOfMemoryError, err);
+    case ACC_ERR_BUILD:
+        return driver_error(st, st->BuildError, err);
+    case ACC_ERR_NOT_FOUND:
+        return raise_with_message(PyExc_KeyError, err);
     case ACC_ERR_NO_ACCELERATOR:
     case ACC_ERR_DRIVER:
     case ACC_ERR_STATE:

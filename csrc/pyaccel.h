@@ -52,8 +52,11 @@ typedef struct acc_state {
     PyTypeObject *buffer_type;
     PyTypeObject *host_buffer_type;
     PyTypeObject *graph_type;
+    PyTypeObject *module_type;
+    PyTypeObject *kernel_type;
     PyObject *AcceleratorError;
     PyObject *OutOfMemoryError;
+    PyObject *BuildError;
     PyObject *DeviceIndexError;
     PyObject *str_type;            /* "type" */
     PyObject *str_index;           /* "index" */
@@ -334,5 +337,9 @@ extern PyType_Spec acc_stream_spec;
 extern PyType_Spec acc_event_spec;
 extern PyType_Spec acc_device_index_spec;
 extern PyType_Spec acc_graph_spec;
+/* Module, Kernel and launch() (py_kernel.c). */
+extern PyType_Spec acc_module_spec;
+extern PyType_Spec acc_kernel_spec;
+extern PyMethodDef acc_kernel_methods[];
 
 #endif /* PYACCEL_H */

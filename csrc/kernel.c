@@ -1,0 +1,584 @@
+/*
+ * kernel.c - the dispatcher's half of kernels: which format device code
+ * is, modules and their kernels (made once per name, released together
+ * once no launch uses them), and the checks a launch passes before the
+ * backend queues it (docs/kernels.rst).
+ *
+ * Plain C, no Python objects.  The top of the core: it uses the books of
+ * uses (uses.c), the deferred release (memory.c) and the capture registry
+ * (graph.c); nothing in the core calls it.
+ */
+#include "core.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct acc_kernel {
+    struct acc_kernel *next;
+    acc_module *module;      /* borrowed: the module owns its kernels */
+    void *native;
+    acc_kernel_info info;
+    char name[];
+};
+
+struct acc_module {
+    _Atomic int refcount;
+    const acc_backend *backend;
+    int device;
+    acc_code_format format;
+    void *native;
+    acc_uses uses;           /* the launches that use it (uses.c) */
+    pthread_mutex_t lock;    /* guards kernels */
+    acc_kernel *kernels;
+};
+
+/* Formats ------------------------------------------------------------------ */
+
+static const char *const format_names[ACC_FORMAT_COUNT] = {
+    [ACC_FORMAT_PTX] = "ptx",
+    [ACC_FORMAT_CUBIN] = "cubin",
+    [ACC_FORMAT_FATBIN] = "fatbin",
+    [ACC_FORMAT_SPIRV] = "spirv",
+    [ACC_FORMAT_OPENCL_C] = "opencl-c",
+    [ACC_FORMAT_HSACO] = "hsaco",
+    [ACC_FORMAT_NATIVE] = "native",
+};
+
+const char *
+acc_code_format_name(acc_code_format f)
+{
+    if (f <= ACC_FORMAT_NONE || f >= ACC_FORMAT_COUNT) {
+        return NULL;
+    }
+    return format_names[f];
+}
+
+acc_code_format
+acc_code_format_named(const char *name)
+{
+    for (int f = ACC_FORMAT_NONE + 1; f < ACC_FORMAT_COUNT; f++) {
+        if (strcmp(format_names[f], name) == 0) {
+            return (acc_code_format)f;
+        }
+    }
+    return ACC_FORMAT_NONE;
+}
+
+/* The formats of mask, as "ptx, cubin, native". */
+static void
+format_list(unsigned mask, char *text, size_t size)
+{
+    size_t used = 0;
+
+    text[0] = '\0';
+    for (int f = ACC_FORMAT_NONE + 1; f < ACC_FORMAT_COUNT && used < size;
+         f++) {
+        if (mask & ACC_FORMAT_BIT(f)) {
+            used += (size_t)snprintf(text + used, size - used, "%s%s",
+                                     used > 0 ? ", " : "", format_names[f]);
+        }
+    }
+}
+
+#define SPIRV_MAGIC 0x07230203u
+#define FATBIN_MAGIC 0xBA55ED50u
+
+static unsigned
+word_at(const unsigned char *p, int big_endian)
+{
+    if (big_endian) {
+        return (unsigned)p[0] << 24 | (unsigned)p[1] << 16
+               | (unsigned)p[2] << 8 | p[3];
+    }
+    return (unsigned)p[3] << 24 | (unsigned)p[2] << 16 | (unsigned)p[1] << 8
+           | p[0];
+}
+
+static int
+is_spirv(const unsigned char *p, size_t size)
+{
+    return size >= 20 && (size % 4) == 0
+           && (word_at(p, 0) == SPIRV_MAGIC || word_at(p, 1) == SPIRV_MAGIC);
+}
+
+static int
+is_elf(const unsigned char *p, size_t size)
+{
+    return size >= 16 && memcmp(p, "\177ELF", 4) == 0;
+}
+
+/* Text: no NUL before the end (a final one is allowed). */
+static int
+is_text(const unsigned char *p, size_t size)
+{
+    const void *nul = memchr(p, '\0', size);
+
+    return nul == NULL || (const unsigned char *)nul == p + size - 1;
+}
+
+/* PTX text declares its version and at least one entry or function. */
+static int
+looks_like_ptx(const unsigned char *p, size_t size)
+{
+    size_t n = size < 65536 ? size : 65536;
+    char *text = malloc(n + 1);
+    int found;
+
+    if (text == NULL) {
+        return 0;
+    }
+    memcpy(text, p, n);
+    text[n] = '\0';
+    found = strstr(text, ".version") != NULL
+            && (strstr(text, ".entry") != NULL
+                || strstr(text, ".func") != NULL);
+    free(text);
+    return found;
+}
+
+/* What the bytes are, where the backend (mask) could load them. */
+static acc_code_format
+recognise(const unsigned char *p, size_t size, unsigned mask)
+{
+    if (is_spirv(p, size)) {
+        return ACC_FORMAT_SPIRV;
+    }
+    if (is_elf(p, size)) {
+        static const acc_code_format elf[] = {
+            ACC_FORMAT_CUBIN, ACC_FORMAT_HSACO, ACC_FORMAT_NATIVE};
+
+        for (size_t i = 0; i < sizeof(elf) / sizeof(elf[0]); i++) {
+            if (mask & ACC_FORMAT_BIT(elf[i])) {
+                return elf[i];
+            }
+        }
+        return ACC_FORMAT_NATIVE;
+    }
+    if (size >= 4 && word_at(p, 0) == FATBIN_MAGIC) {
+        return ACC_FORMAT_FATBIN;
+    }
+    if (is_text(p, size)) {
+        return looks_like_ptx(p, size) ? ACC_FORMAT_PTX
+                                       : ACC_FORMAT_OPENCL_C;
+    }
+    return ACC_FORMAT_NONE;
+}
+
+/* The selected backend when it has kernels; else a failure in err. */
+static const acc_backend *
+kernel_backend(acc_error *err)
+{
+    const acc_backend *b;
+
+    if (acc_ready(err) != ACC_OK) {
+        return NULL;
+    }
+    b = acc_selected_backend();
+    if (b->module_load == NULL) {
+        acc_error_unsupported("kernels", err);
+        return NULL;
+    }
+    return b;
+}
+
+acc_status
+acc_code_format_resolve(const void *code, size_t size,
+                        acc_code_format *format, acc_error *err)
+{
+    const acc_backend *b = kernel_backend(err);
+    const unsigned char *p = code;
+    acc_code_format f = *format;
+    char takes[128];
+
+    if (b == NULL) {
+        return err->status;
+    }
+    format_list(b->code_formats, takes, sizeof(takes));
+    if (size == 0) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is empty, "
+                      "expected device code (%s)", takes);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (f == ACC_FORMAT_NONE) {
+        f = recognise(p, size, b->code_formats);
+        if (f == ACC_FORMAT_NONE) {
+            acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "cannot tell the "
+                          "code's format (not SPIR-V, ELF, a fat binary or "
+                          "text); pass format= (backend %s loads %s)",
+                          b->name, takes);
+            return ACC_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if (!(b->code_formats & ACC_FORMAT_BIT(f))) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "backend %s cannot "
+                      "load %s code (is it a module for another backend?); "
+                      "it loads %s", b->name, format_names[f], takes);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if ((f == ACC_FORMAT_SPIRV && !is_spirv(p, size))
+        || ((f == ACC_FORMAT_CUBIN || f == ACC_FORMAT_HSACO)
+            && !is_elf(p, size))
+        || ((f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
+            && !is_text(p, size))) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is not %s "
+                      "(%s)", format_names[f],
+                      f == ACC_FORMAT_SPIRV ? "no SPIR-V magic number "
+                                              "0x07230203 at its start"
+                      : (f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
+                          ? "it holds a NUL byte before its end"
+                          : "no ELF header at its start");
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    *format = f;
+    return ACC_OK;
+}
+
+/* Modules ------------------------------------------------------------------ */
+
+static void
+info_unknown(acc_kernel_info *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->max_threads_per_block = -1;
+    info->shared_bytes = -1;
+    info->local_bytes = -1;
+    info->registers = -1;
+    info->max_shared_bytes = -1;
+    info->nparams = -1;
+}
+
+acc_status
+acc_module_load(int device, acc_code_format format, const void *code,
+                size_t size, const char *options, acc_module **out,
+                char **log, acc_error *err)
+{
+    const acc_backend *b = kernel_backend(err);
+    acc_stream *s;
+    acc_module *m;
+    acc_status st;
+
+    *log = NULL;
+    if (b == NULL) {
+        return err->status;
+    }
+    if (acc_check_device_ready(device, err) != ACC_OK
+        || acc_current_stream(device, &s, err) != ACC_OK
+        || acc_check_capture_allows(s, "load a module",
+                                    "load modules before capture_begin()",
+                                    err) != ACC_OK) {
+        return err->status;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return acc_error_host_memory(err);
+    }
+    st = b->module_load(device, format, code, size, options, &m->native,
+                        log, err);
+    if (st != ACC_OK) {
+        free(m);
+        return st;
+    }
+    atomic_init(&m->refcount, 1);
+    m->backend = b;
+    m->device = device;
+    m->format = format;
+    acc_uses_init(&m->uses);
+    pthread_mutex_init(&m->lock, NULL);
+    *out = m;
+    return ACC_OK;
+}
+
+int
+acc_module_device(const acc_module *m)
+{
+    return m->device;
+}
+
+acc_code_format
+acc_module_format(const acc_module *m)
+{
+    return m->format;
+}
+
+void
+acc_module_incref(acc_module *m)
+{
+    atomic_fetch_add_explicit(&m->refcount, 1, memory_order_relaxed);
+}
+
+/* The deferred release's callback: no launch of the module is queued. */
+static void
+module_unload(int device, uintptr_t ptr)
+{
+    acc_module *m = (acc_module *)ptr;
+    acc_kernel *k = m->kernels;
+
+    while (k != NULL) {
+        acc_kernel *next = k->next;
+
+        m->backend->kernel_release(device, k->native);
+        free(k);
+        k = next;
+    }
+    m->backend->module_unload(device, m->native);
+    acc_uses_clear(&m->uses);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+void
+acc_module_release(acc_module *m)
+{
+    if (atomic_fetch_sub_explicit(&m->refcount, 1, memory_order_acq_rel)
+        != 1) {
+        return;
+    }
+    acc_defer_release(m->device, (uintptr_t)m, module_unload, &m->uses);
+}
+
+/* Kernels ------------------------------------------------------------------ */
+
+static acc_kernel *
+find_kernel(acc_module *m, const char *name)
+{
+    for (acc_kernel *k = m->kernels; k != NULL; k = k->next) {
+        if (strcmp(k->name, name) == 0) {
+            return k;
+        }
+    }
+    return NULL;
+}
+
+static acc_status
+kernel_not_found(acc_module *m, const char *name, acc_error *err)
+{
+    char names[256] = "";
+    acc_error ignored;
+
+    if (m->backend->kernel_names != NULL
+        && m->backend->kernel_names(m->device, m->native, names,
+                                    sizeof(names), &ignored) != ACC_OK) {
+        names[0] = '\0';
+    }
+    acc_error_set(err, ACC_ERR_NOT_FOUND, "the module has no kernel named "
+                  "'%.200s'%s%s%s", name,
+                  names[0] != '\0' ? " (its kernels: " : "", names,
+                  names[0] != '\0' ? ")" : "");
+    return ACC_ERR_NOT_FOUND;
+}
+
+acc_status
+acc_kernel_get(acc_module *m, const char *name, acc_kernel **out,
+               acc_error *err)
+{
+    const acc_backend *b = m->backend;
+    size_t length = strlen(name);
+    acc_kernel *k, *found;
+    acc_status st;
+
+    if (acc_ready(err) != ACC_OK) {
+        return err->status;
+    }
+    pthread_mutex_lock(&m->lock);
+    found = find_kernel(m, name);
+    pthread_mutex_unlock(&m->lock);
+    if (found != NULL) {
+        *out = found;
+        return ACC_OK;
+    }
+    if (length == 0) {
+        return kernel_not_found(m, name, err);
+    }
+    k = calloc(1, sizeof(*k) + length + 1);
+    if (k == NULL) {
+        return acc_error_host_memory(err);
+    }
+    memcpy(k->name, name, length + 1);
+    k->module = m;
+    info_unknown(&k->info);
+    st = b->kernel_get(m->device, m->native, name, &k->native, &k->info,
+                       err);
+    if (st != ACC_OK) {
+        free(k);
+        return st == ACC_ERR_NOT_FOUND ? kernel_not_found(m, name, err) : st;
+    }
+    if (k->info.nparams > ACC_MAX_KERNEL_PARAMS) {
+        k->info.nparams = -1;
+    }
+    pthread_mutex_lock(&m->lock);
+    found = find_kernel(m, name);
+    if (found == NULL) {
+        k->next = m->kernels;
+        m->kernels = k;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (found != NULL) {   /* another thread made it meanwhile */
+        b->kernel_release(m->device, k->native);
+        free(k);
+        k = found;
+    }
+    *out = k;
+    return ACC_OK;
+}
+
+const char *
+acc_kernel_name(const acc_kernel *k)
+{
+    return k->name;
+}
+
+const acc_kernel_info *
+acc_kernel_info_of(const acc_kernel *k)
+{
+    return &k->info;
+}
+
+/* Launches ----------------------------------------------------------------- */
+
+static const char *const dim_names[3] = {"x", "y", "z"};
+
+static acc_status
+invalid(acc_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static acc_status
+invalid(acc_error *err, const char *fmt, ...)
+{
+    char text[sizeof(err->message)];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "%s", text);
+    return ACC_ERR_INVALID_ARGUMENT;
+}
+
+/* grid and block against the kernel's and the device's limits. */
+static acc_status
+check_geometry(const acc_kernel_info *info, const long long grid[3],
+               const long long block[3], acc_error *err)
+{
+    long long threads = 1;
+
+    for (int i = 0; i < 3; i++) {
+        if (grid[i] < 1 || block[i] < 1) {
+            const char *what = grid[i] < 1 ? "grid" : "block";
+
+            return invalid(err, "%s[%d] (%s) is %lld, expected a positive "
+                           "number of %s", what, i, dim_names[i],
+                           grid[i] < 1 ? grid[i] : block[i],
+                           grid[i] < 1 ? "blocks" : "threads");
+        }
+        if (grid[i] > UINT_MAX || block[i] > UINT_MAX
+            || (info->max_grid[i] > 0 && grid[i] > info->max_grid[i])) {
+            long long limit = info->max_grid[i] > 0 ? info->max_grid[i]
+                                                    : (long long)UINT_MAX;
+
+            if (grid[i] > limit) {
+                return invalid(err, "grid[%d] (%s) is %lld blocks, beyond "
+                               "the device's limit of %lld", i,
+                               dim_names[i], grid[i], limit);
+            }
+        }
+        if (block[i] > UINT_MAX
+            || (info->max_block[i] > 0 && block[i] > info->max_block[i])) {
+            return invalid(err, "block[%d] (%s) is %lld threads, beyond "
+                           "the device's limit of %d", i, dim_names[i],
+                           block[i], info->max_block[i]);
+        }
+        threads *= block[i];
+    }
+    if (info->max_threads_per_block > 0
+        && threads > info->max_threads_per_block) {
+        return invalid(err, "the block has %lld threads, beyond the "
+                       "kernel's limit of %d per block", threads,
+                       info->max_threads_per_block);
+    }
+    return ACC_OK;
+}
+
+static acc_status
+check_args(const acc_kernel *k, const acc_kernel_arg *args, int nargs,
+           int device, acc_error *err)
+{
+    const acc_kernel_info *info = &k->info;
+
+    if (info->nparams >= 0 && nargs != info->nparams) {
+        return invalid(err, "kernel '%.200s' takes %d argument%s, got %d",
+                       k->name, info->nparams,
+                       info->nparams == 1 ? "" : "s", nargs);
+    }
+    for (int i = 0; i < nargs; i++) {
+        const acc_kernel_arg *a = &args[i];
+        int memory = (a->flags & ACC_ARG_MEMORY) != 0;
+
+        if (memory && !(a->flags & ACC_ARG_HOST) && a->device != device) {
+            return invalid(err, "argument %d is memory of device %d, "
+                           "expected memory of device %d (the kernel's)",
+                           i, a->device, device);
+        }
+        if (info->nparams < 0) {
+            continue;
+        }
+        if (memory && info->params[i].kind != ACC_PARAM_UNKNOWN
+            && info->params[i].kind != ACC_PARAM_POINTER) {
+            return invalid(err, "argument %d is memory, but parameter %d "
+                           "of kernel '%.200s' is not a pointer (it takes "
+                           "%zu bytes by value)", i, i, k->name,
+                           info->params[i].size);
+        }
+        if (info->params[i].size != 0 && a->size != info->params[i].size) {
+            return invalid(err, "argument %d has %zu bytes, expected %zu "
+                           "(parameter %d of kernel '%.200s')", i, a->size,
+                           info->params[i].size, i, k->name);
+        }
+    }
+    return ACC_OK;
+}
+
+acc_status
+acc_launch(acc_kernel *k, const long long grid[3], const long long block[3],
+           size_t shared_mem, const acc_kernel_arg *args, int nargs,
+           acc_stream *s, acc_error *err)
+{
+    acc_module *m = k->module;
+    const acc_kernel_info *info = &k->info;
+    acc_launch_config c;
+    acc_status st;
+
+    if (acc_ready(err) != ACC_OK) {
+        return err->status;
+    }
+    if (s->device != m->device) {
+        return invalid(err, "the stream is on device %d, expected a stream "
+                       "of device %d (the kernel's module's)", s->device,
+                       m->device);
+    }
+    if (check_geometry(info, grid, block, err) != ACC_OK
+        || check_args(k, args, nargs, m->device, err) != ACC_OK) {
+        return err->status;
+    }
+    if (info->max_shared_bytes >= 0
+        && shared_mem > (unsigned long long)info->max_shared_bytes) {
+        return invalid(err, "shared_mem is %zu bytes, beyond the %lld the "
+                       "kernel may ask for on its device", shared_mem,
+                       info->max_shared_bytes);
+    }
+    for (int i = 0; i < 3; i++) {
+        c.grid[i] = (unsigned)grid[i];
+        c.block[i] = (unsigned)block[i];
+    }
+    c.shared_mem = shared_mem;
+    c.nargs = nargs;
+    c.args = args;
+    st = m->backend->launch(s, k->native, &c, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    return acc_uses_record(&m->uses, s, err);
+}

@@ -1,0 +1,1037 @@
+/*
+ * py_kernel.c - accelerator.Module (device code loaded on one device),
+ * accelerator.Kernel (one of its entry points) and accelerator.launch()
+ * (docs/kernels.rst).  The core (kernel.c) checks formats, geometry and
+ * arguments and words those errors; this file turns Python objects into
+ * bytes and addresses, and keeps the books of the memory a launch uses
+ * (py_lifetime.c).
+ */
+#include "pybuffer.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    acc_module *m;            /* NULL only while being made */
+    int device;
+    PyObject *kernels;        /* {name: Kernel} */
+} ModuleObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *module;         /* the Module (keeps the kernel alive) */
+    acc_kernel *k;            /* borrowed from the module's */
+} KernelObject;
+
+static acc_state *
+kernel_state(PyObject *self)
+{
+    return acc_state_from_type(Py_TYPE(self));
+}
+
+/* Module ------------------------------------------------------------------- */
+
+/* The entry of a dict of code for the selected backend (its device type,
+ * or the alias users write for it): borrowed. */
+static PyObject *
+code_for_backend(PyObject *code)
+{
+    const char *types[2] = {acc_device_type(), acc_device_type_alias()};
+    PyObject *keys;
+
+    for (int i = 0; i < 2; i++) {
+        PyObject *entry;
+
+        if (types[i] == NULL) {
+            continue;
+        }
+        entry = PyDict_GetItemString(code, types[i]);
+        if (entry != NULL) {
+            return entry;
+        }
+    }
+    keys = PyDict_Keys(code);
+    if (keys != NULL) {
+        PyErr_Format(PyExc_ValueError, "Module(): the code has no entry for "
+                     "device type '%s' (the selected backend); its keys are "
+                     "%R", acc_device_type(), keys);
+        Py_DECREF(keys);
+    }
+    return NULL;
+}
+
+/* The format argument: None or one of the names; -1 with an error. */
+static int
+parse_format(PyObject *obj, acc_code_format *format)
+{
+    const char *name;
+
+    *format = ACC_FORMAT_NONE;
+    if (obj == Py_None) {
+        return 0;
+    }
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "Module(): format must be a str or "
+                     "None, not %.100s", acc_type_name(obj));
+        return -1;
+    }
+    name = PyUnicode_AsUTF8AndSize(obj, NULL);
+    if (name == NULL) {
+        return -1;
+    }
+    *format = acc_code_format_named(name);
+    if (*format == ACC_FORMAT_NONE) {
+        PyErr_Format(PyExc_ValueError, "Module(): unknown format %R, "
+                     "expected one of 'ptx', 'cubin', 'fatbin', 'spirv', "
+                     "'opencl-c', 'hsaco', 'native' or None (recognise it)",
+                     obj);
+        return -1;
+    }
+    return 0;
+}
+
+/* The options argument (None, a str, or a list or tuple of str) as one
+ * space-separated str, or None; NULL with an error. */
+static PyObject *
+parse_options(PyObject *obj)
+{
+    PyObject *sep, *joined;
+
+    if (obj == Py_None) {
+        return Py_NewRef(Py_None);
+    }
+    if (PyUnicode_Check(obj)) {
+        return Py_NewRef(obj);
+    }
+    if (!PyList_Check(obj) && !PyTuple_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "Module(): options must be a str, a "
+                     "list or tuple of str, or None, not %.100s",
+                     acc_type_name(obj));
+        return NULL;
+    }
+    sep = PyUnicode_FromString(" ");
+    if (sep == NULL) {
+        return NULL;
+    }
+    joined = PyUnicode_Join(sep, obj);
+    Py_DECREF(sep);
+    if (joined == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "Module(): options must hold only "
+                        "str");
+    }
+    return joined;
+}
+
+/* The code argument as bytes (a str is taken as UTF-8 text); NULL with an
+ * error. */
+static PyObject *
+code_bytes(PyObject *code)
+{
+    if (PyUnicode_Check(code)) {
+        return PyUnicode_AsUTF8String(code);
+    }
+    if (PyBytes_Check(code)) {
+        return Py_NewRef(code);
+    }
+    if (PyObject_CheckBuffer(code)) {
+        return PyBytes_FromObject(code);
+    }
+    PyErr_Format(PyExc_TypeError, "Module(): code must be bytes, a str, or "
+                 "a dict from device type to code, not %.100s",
+                 acc_type_name(code));
+    return NULL;
+}
+
+/* Raise BuildError for err with the driver's log (may be NULL). */
+static void
+raise_build_error(acc_state *st, const acc_error *err, const char *log)
+{
+    acc_error full = *err;
+    PyObject *type, *value, *tb, *text;
+
+    if (log != NULL && log[0] != '\0') {
+        size_t used = strlen(full.message);
+
+        PyOS_snprintf(full.message + used, sizeof(full.message) - used,
+                      "; the build log says:\n%s", log);
+        full.message[sizeof(full.message) - 1] = '\0';
+        full.message[acc_utf8_whole(full.message,
+                                    strlen(full.message))] = '\0';
+    }
+    acc_raise(st, &full);
+    if (log == NULL) {
+        return;
+    }
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    text = acc_text(log, 0);
+    if (text == NULL || PyObject_SetAttrString(value, "log", text) < 0) {
+        Py_XDECREF(text);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return;
+    }
+    Py_DECREF(text);
+    PyErr_Restore(type, value, tb);
+}
+
+/* Load code (a Module() argument, not a dict) and wrap it. */
+static PyObject *
+module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
+            PyObject *options_arg, PyObject *device_arg)
+{
+    acc_state *st = acc_state_from_type(cls);
+    acc_code_format format;
+    PyObject *bytes = NULL, *options = NULL;
+    const char *options_text = NULL;
+    long long device;
+    ModuleObject *self;
+    acc_module *m = NULL;
+    char *log = NULL;
+    acc_error err;
+    acc_status status;
+
+    acc_ensure_probed();
+    if (parse_format(format_arg, &format) < 0
+        || acc_resolve_device(st, device_arg, 1, &device) < 0
+        || acc_require_ready(st) < 0 || acc_check_index(st, device) < 0) {
+        return NULL;
+    }
+    if (PyDict_Check(code)) {
+        code = code_for_backend(code);
+        if (code == NULL) {
+            return NULL;
+        }
+    }
+    bytes = code_bytes(code);
+    options = bytes != NULL ? parse_options(options_arg) : NULL;
+    if (options == NULL) {
+        Py_XDECREF(bytes);
+        return NULL;
+    }
+    if (options != Py_None) {
+        options_text = PyUnicode_AsUTF8AndSize(options, NULL);
+        if (options_text == NULL) {
+            goto fail;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_code_format_resolve(PyBytes_AsString(bytes),
+                                     (size_t)PyBytes_Size(bytes), &format,
+                                     &err);
+    if (status == ACC_OK) {
+        status = acc_module_load((int)device, format,
+                                 PyBytes_AsString(bytes),
+                                 (size_t)PyBytes_Size(bytes), options_text,
+                                 &m, &log, &err);
+    }
+    Py_END_ALLOW_THREADS
+    if (status == ACC_ERR_BUILD) {
+        raise_build_error(st, &err, log);
+        free(log);
+        goto fail;
+    }
+    free(log);
+    if (status != ACC_OK) {
+        acc_raise(st, &err);
+        goto fail;
+    }
+    Py_CLEAR(bytes);
+    Py_CLEAR(options);
+    self = (ModuleObject *)acc_alloc(cls);
+    if (self == NULL) {
+        acc_module_release(m);
+        return NULL;
+    }
+    self->m = m;
+    self->device = (int)device;
+    self->kernels = PyDict_New();
+    if (self->kernels == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+
+fail:
+    Py_XDECREF(bytes);
+    Py_XDECREF(options);
+    return NULL;
+}
+
+static const char *const module_names[] = {
+    "code", "format", "options", "device", NULL};
+
+static PyObject *
+module_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static const acc_params params = {"Module()", module_names, 0, 1, 1};
+    PyObject *values[4] = {NULL, Py_None, Py_None, Py_None};
+
+    if (acc_parse_tuple(args, kwargs, &params, values) < 0) {
+        return NULL;
+    }
+    return module_make(cls, values[0], values[1], values[2], values[3]);
+}
+
+/* The format a file's suffix names, or None. */
+static PyObject *
+format_of_suffix(PyObject *path)
+{
+    static const char *const suffixes[][2] = {
+        {".ptx", "ptx"}, {".cubin", "cubin"}, {".fatbin", "fatbin"},
+        {".spv", "spirv"}, {".cl", "opencl-c"}, {".hsaco", "hsaco"},
+    };
+    PyObject *text = PyOS_FSPath(path);
+    const char *name;
+    Py_ssize_t length;
+
+    if (text == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_Check(text)) {   /* bytes: no suffix we know */
+        Py_DECREF(text);
+        return Py_NewRef(Py_None);
+    }
+    name = PyUnicode_AsUTF8AndSize(text, &length);
+    if (name == NULL) {
+        Py_DECREF(text);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+        size_t n = strlen(suffixes[i][0]);
+
+        if ((size_t)length >= n
+            && strcmp(name + length - (Py_ssize_t)n, suffixes[i][0]) == 0) {
+            Py_DECREF(text);
+            return PyUnicode_FromString(suffixes[i][1]);
+        }
+    }
+    Py_DECREF(text);
+    return Py_NewRef(Py_None);
+}
+
+static PyObject *
+module_from_file(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    static const char *const names[] = {
+        "path", "format", "options", "device", NULL};
+    static const acc_params params = {"Module.from_file()", names, 0, 1, 1};
+    PyObject *values[4] = {NULL, Py_None, Py_None, Py_None};
+    PyObject *io, *file, *code, *format, *module;
+
+    if (acc_parse_args(args, nargs, kwnames, &params, values) < 0) {
+        return NULL;
+    }
+    format = values[1] == Py_None ? format_of_suffix(values[0])
+                                  : Py_NewRef(values[1]);
+    if (format == NULL) {
+        return NULL;
+    }
+    io = PyImport_ImportModule("io");
+    file = io != NULL ? PyObject_CallMethod(io, "open", "Os", values[0],
+                                            "rb")
+                      : NULL;
+    Py_XDECREF(io);
+    if (file == NULL) {
+        Py_DECREF(format);
+        return NULL;
+    }
+    code = PyObject_CallMethod(file, "read", NULL);
+    Py_XDECREF(PyObject_CallMethod(file, "close", NULL));
+    Py_DECREF(file);
+    if (code == NULL || PyErr_Occurred()) {
+        Py_XDECREF(code);
+        Py_DECREF(format);
+        return NULL;
+    }
+    module = module_make((PyTypeObject *)cls, code, format, values[2],
+                         values[3]);
+    Py_DECREF(code);
+    Py_DECREF(format);
+    return module;
+}
+
+static PyObject *
+module_get_kernel(ModuleObject *self, PyObject *name)
+{
+    acc_state *st = kernel_state((PyObject *)self);
+    KernelObject *kernel;
+    const char *text;
+    acc_kernel *k;
+    acc_error err;
+    acc_status status;
+    int found;
+
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "get_kernel() expected the kernel's "
+                     "name as a str, got %.100s", acc_type_name(name));
+        return NULL;
+    }
+    found = PyDict_Contains(self->kernels, name);
+    if (found != 0) {
+        return found < 0 ? NULL
+                         : Py_NewRef(PyDict_GetItemWithError(self->kernels,
+                                                             name));
+    }
+    text = PyUnicode_AsUTF8AndSize(name, NULL);
+    if (text == NULL || acc_require_usable(st) < 0) {
+        return NULL;
+    }
+    if (strlen(text) != (size_t)PyUnicode_GetLength(name)
+        && memchr(text, '\0', strlen(text) + 1) != text + strlen(text)) {
+        PyErr_SetString(PyExc_ValueError, "get_kernel(): the name holds a "
+                        "NUL character");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_kernel_get(self->m, text, &k, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    kernel = (KernelObject *)acc_alloc(st->kernel_type);
+    if (kernel == NULL) {
+        return NULL;
+    }
+    kernel->module = Py_NewRef((PyObject *)self);
+    kernel->k = k;
+    if (PyDict_SetItem(self->kernels, name, (PyObject *)kernel) < 0) {
+        Py_DECREF(kernel);
+        return NULL;
+    }
+    return (PyObject *)kernel;
+}
+
+static PyObject *
+module_get_device(ModuleObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->device);
+}
+
+static PyObject *
+module_get_format(ModuleObject *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(acc_code_format_name(
+        acc_module_format(self->m)));
+}
+
+static PyObject *
+module_repr(ModuleObject *self)
+{
+    return PyUnicode_FromFormat("<accelerator.Module %s on %s:%d>",
+                                acc_code_format_name(
+                                    acc_module_format(self->m)),
+                                acc_device_type(), self->device);
+}
+
+static int
+module_traverse(ModuleObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE((PyObject *)self));
+    Py_VISIT(self->kernels);
+    return 0;
+}
+
+static int
+module_clear(ModuleObject *self)
+{
+    Py_CLEAR(self->kernels);
+    return 0;
+}
+
+static void
+module_dealloc(ModuleObject *self)
+{
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
+
+    PyObject_GC_UnTrack(self);
+    module_clear(self);
+    if (self->m != NULL) {
+        acc_module_release(self->m);
+    }
+    acc_object_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+PyDoc_STRVAR(module_doc,
+"Module(code, *, format=None, options=None, device=None)\n--\n\n"
+"Device code loaded on one device of the selected backend.\n\n"
+"code is bytes or a str, or a dict from device type to code (its entry\n"
+"for the selected backend is loaded).  format is 'ptx', 'cubin',\n"
+"'fatbin', 'spirv', 'opencl-c', 'hsaco', 'native', or None to recognise\n"
+"it (SPIR-V and ELF by their magic numbers, PTX text, else OpenCL C\n"
+"source).  options are the driver's build options (a str or a list of\n"
+"str).  device defaults to the current device.  A module the driver\n"
+"fails to build raises BuildError with its log.");
+
+PyDoc_STRVAR(from_file_doc,
+"from_file($type, path, *, format=None, options=None, device=None)\n--\n\n"
+"Module(code) with code read from path; format=None takes the format\n"
+"from the suffix (.ptx, .cubin, .fatbin, .spv, .cl, .hsaco) or else\n"
+"recognises it.");
+
+PyDoc_STRVAR(get_kernel_doc,
+"get_kernel($self, name, /)\n--\n\n"
+"The Kernel called name (KeyError, naming the module's kernels where\n"
+"the driver tells them, when the module has none).");
+
+static PyMethodDef module_methods[] = {
+    {"from_file", (PyCFunction)(void (*)(void))module_from_file,
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS, from_file_doc},
+    {"get_kernel", (PyCFunction)module_get_kernel, METH_O, get_kernel_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef module_getset[] = {
+    {"device", (getter)module_get_device, NULL,
+     "The index of the device the code is loaded on.", NULL},
+    {"format", (getter)module_get_format, NULL,
+     "The code's format ('ptx', 'opencl-c', ...).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot module_slots[] = {
+    {Py_tp_new, module_new},
+    {Py_tp_dealloc, module_dealloc},
+    {Py_tp_traverse, module_traverse},
+    {Py_tp_clear, module_clear},
+    {Py_tp_repr, module_repr},
+    {Py_tp_methods, module_methods},
+    {Py_tp_getset, module_getset},
+    {Py_tp_doc, (void *)module_doc},
+    {0, NULL},
+};
+
+PyType_Spec acc_module_spec = {
+    .name = "accelerator.Module",
+    .basicsize = sizeof(ModuleObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
+             | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = module_slots,
+};
+
+/* Kernel ------------------------------------------------------------------- */
+
+static PyObject *
+kernel_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
+{
+    (void)cls;
+    (void)args;
+    (void)kwargs;
+    PyErr_SetString(PyExc_TypeError, "cannot create accelerator.Kernel "
+                    "instances: use Module.get_kernel(name)");
+    return NULL;
+}
+
+static PyObject *
+kernel_get_name(KernelObject *self, void *closure)
+{
+    (void)closure;
+    return acc_text(acc_kernel_name(self->k), 0);
+}
+
+static PyObject *
+kernel_get_module(KernelObject *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->module);
+}
+
+/* n, or None when it is negative (unknown). */
+static PyObject *
+known(long long n)
+{
+    return n < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(n);
+}
+
+static PyObject *
+kernel_get_attributes(KernelObject *self, void *closure)
+{
+    const acc_kernel_info *info = acc_kernel_info_of(self->k);
+    int max_threads = info->max_threads_per_block;
+
+    (void)closure;
+    return Py_BuildValue(
+        "{s:N, s:N, s:N, s:N, s:N, s:N}",
+        "max_threads_per_block", known(max_threads > 0 ? max_threads : -1),
+        "shared_memory_bytes", known(info->shared_bytes),
+        "local_memory_bytes", known(info->local_bytes),
+        "registers", known(info->registers),
+        "max_dynamic_shared_memory_bytes", known(info->max_shared_bytes),
+        "num_args", known(info->nparams));
+}
+
+static PyObject *
+kernel_repr(KernelObject *self)
+{
+    return PyUnicode_FromFormat("<accelerator.Kernel '%s'>",
+                                acc_kernel_name(self->k));
+}
+
+static int
+kernel_traverse(KernelObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE((PyObject *)self));
+    Py_VISIT(self->module);
+    return 0;
+}
+
+static int
+kernel_clear(KernelObject *self)
+{
+    Py_CLEAR(self->module);
+    return 0;
+}
+
+static void
+kernel_dealloc(KernelObject *self)
+{
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
+
+    PyObject_GC_UnTrack(self);
+    kernel_clear(self);
+    acc_object_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyGetSetDef kernel_getset[] = {
+    {"name", (getter)kernel_get_name, NULL, "The kernel's name.", NULL},
+    {"module", (getter)kernel_get_module, NULL,
+     "The Module the kernel belongs to.", NULL},
+    {"attributes", (getter)kernel_get_attributes, NULL,
+     "What the driver tells of the kernel on its device, a dict:\n"
+     "max_threads_per_block, shared_memory_bytes (static),\n"
+     "local_memory_bytes (per thread), registers,\n"
+     "max_dynamic_shared_memory_bytes and num_args; None where the\n"
+     "driver cannot tell.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(kernel_doc,
+"One entry point of a Module, from Module.get_kernel(name); launch it\n"
+"with accelerator.launch().");
+
+static PyType_Slot kernel_slots[] = {
+    {Py_tp_new, kernel_new},
+    {Py_tp_dealloc, kernel_dealloc},
+    {Py_tp_traverse, kernel_traverse},
+    {Py_tp_clear, kernel_clear},
+    {Py_tp_repr, kernel_repr},
+    {Py_tp_getset, kernel_getset},
+    {Py_tp_doc, (void *)kernel_doc},
+    {0, NULL},
+};
+
+PyType_Spec acc_kernel_spec = {
+    .name = "accelerator.Kernel",
+    .basicsize = sizeof(KernelObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
+             | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = kernel_slots,
+};
+
+/* launch() ----------------------------------------------------------------- */
+
+/* A grid or block: an int or a sequence of one to three ints, padded with
+ * 1.  Out-of-range values are clamped to what the core then refuses,
+ * worded with the value. */
+static int
+parse_dims(PyObject *obj, const char *what, long long dims[3])
+{
+    PyObject *seq;
+    Py_ssize_t n;
+
+    dims[0] = dims[1] = dims[2] = 1;
+    if (acc_is_index(obj)) {
+        seq = PyTuple_Pack(1, obj);
+    }
+    else if (PyTuple_Check(obj) || PyList_Check(obj)) {
+        seq = PySequence_Tuple(obj);
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "launch(): %s must be an int or a "
+                     "tuple of 1 to 3 ints, not %.100s", what,
+                     acc_type_name(obj));
+        return -1;
+    }
+    if (seq == NULL) {
+        return -1;
+    }
+    n = PyTuple_Size(seq);
+    if (n < 1 || n > 3) {
+        PyErr_Format(PyExc_ValueError, "launch(): %s has %zd dimensions, "
+                     "expected 1 to 3", what, n);
+        Py_DECREF(seq);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GetItem(seq, i);
+        int overflow;
+
+        if (!acc_is_index(item)) {
+            PyErr_Format(PyExc_TypeError, "launch(): %s[%zd] must be an "
+                         "int, not %.100s", what, i, acc_type_name(item));
+            Py_DECREF(seq);
+            return -1;
+        }
+        dims[i] = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (dims[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return acc_index_failed(item, "launch(): expected an int");
+        }
+        if (overflow) {
+            dims[i] = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* By-value bytes of one argument; larger than inline ones are malloc'd. */
+typedef struct arg_store {
+    unsigned char inline_bytes[16];
+    unsigned char *heap;
+    uintptr_t address;
+} arg_store;
+
+/* A bare int or float packed as parameter i's known type. */
+static int
+pack_number(PyObject *obj, const acc_kernel_info *info, int i,
+            acc_kernel_arg *a, arg_store *store)
+{
+    const acc_param *p = i < info->nparams ? &info->params[i] : NULL;
+    unsigned char *out = store->inline_bytes;
+
+    if (p == NULL || p->size == 0 || p->kind == ACC_PARAM_UNKNOWN
+        || p->kind == ACC_PARAM_OTHER || p->kind == ACC_PARAM_POINTER) {
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a bare "
+                     "Python %.20s, whose size the driver cannot tell for "
+                     "this parameter; pass a sized scalar such as "
+                     "numpy.int32(...), numpy.float32(...) or "
+                     "ctypes.c_int64(...)", i, acc_type_name(obj));
+        return -1;
+    }
+    a->size = p->size;
+    a->value = out;
+    if (p->kind == ACC_PARAM_FLOAT) {
+        double value = PyFloat_AsDouble(obj);
+
+        if (value == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (p->size == 4) {
+            float f = (float)value;
+
+            memcpy(out, &f, 4);
+        }
+        else if (p->size == 8) {
+            memcpy(out, &value, 8);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "launch(): argument %d: parameter "
+                         "%d is a %zu-byte float; pass a sized scalar", i, i,
+                         p->size);
+            return -1;
+        }
+        return 0;
+    }
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a %.20s, "
+                     "but parameter %d is an integer", i, acc_type_name(obj),
+                     i);
+        return -1;
+    }
+    if (p->size > 8 || (p->size & (p->size - 1)) != 0) {
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d: parameter %d "
+                     "is a %zu-byte integer; pass a sized scalar", i, i,
+                     p->size);
+        return -1;
+    }
+    {
+        int overflow;
+        long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        unsigned long long bits;
+        int bits_n = (int)p->size * 8;
+        int fits;
+
+        if (value == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (p->kind == ACC_PARAM_UINT) {
+            bits = overflow > 0 ? PyLong_AsUnsignedLongLong(obj)
+                                : (unsigned long long)value;
+            if (overflow > 0 && bits == (unsigned long long)-1
+                && PyErr_Occurred()) {
+                PyErr_Clear();
+                fits = 0;
+            }
+            else {
+                fits = overflow >= 0 && (overflow > 0 || value >= 0)
+                       && (bits_n == 64 || bits >> bits_n == 0);
+            }
+        }
+        else {
+            long long lo = bits_n == 64 ? LLONG_MIN : -(1LL << (bits_n - 1));
+            long long hi = bits_n == 64 ? LLONG_MAX : (1LL << (bits_n - 1)) - 1;
+
+            fits = overflow == 0 && value >= lo && value <= hi;
+            bits = (unsigned long long)value;
+        }
+        if (!fits) {
+            PyErr_Format(PyExc_ValueError, "launch(): argument %d is %R, "
+                         "outside parameter %d's %s%d range", i, obj, i,
+                         p->kind == ACC_PARAM_UINT ? "uint" : "int",
+                         bits_n);
+            return -1;
+        }
+        memcpy(out, &bits, p->size);   /* little-endian hosts */
+    }
+    return 0;
+}
+
+/* One argument into a (bytes or an address) and, for memory, the object
+ * whose books get the launch's use.  -1 with an error. */
+static int
+parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
+          acc_kernel_arg *a, arg_store *store)
+{
+    Py_buffer view;
+
+    a->device = -1;
+    a->flags = 0;
+    if (acc_buffer_check(st, obj)) {
+        BufferObject *b = (BufferObject *)obj;
+
+        if (acc_buffer_check_open(b, "launch()") < 0) {
+            return -1;
+        }
+        store->address = b->ptr;
+        a->value = &store->address;
+        a->size = sizeof(uintptr_t);
+        a->device = b->device;
+        a->flags = ACC_ARG_MEMORY;
+        return 0;
+    }
+    if (PyObject_TypeCheck(obj, st->host_buffer_type)) {
+        HostBufferObject *h = (HostBufferObject *)obj;
+
+        if (acc_host_check_open(h, "launch()") < 0) {
+            return -1;
+        }
+        store->address = (uintptr_t)acc_host_ptr(h);
+        a->value = &store->address;
+        a->size = sizeof(uintptr_t);
+        a->flags = ACC_ARG_MEMORY | ACC_ARG_HOST;
+        return 0;
+    }
+    if (PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a bool; "
+                     "pass numpy.bool_(...) or ctypes.c_bool(...) for a "
+                     "1-byte flag", i);
+        return -1;
+    }
+    if (PyLong_Check(obj) || PyFloat_Check(obj)) {
+        return pack_number(obj, info, i, a, store);
+    }
+    if (!PyObject_CheckBuffer(obj)) {
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a %.100s; "
+                     "expected a Buffer, a HostBuffer or a sized scalar "
+                     "(numpy.float32(...), ctypes.c_int(...))", i,
+                     acc_type_name_in(st, obj));
+        return -1;
+    }
+    if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
+        return -1;
+    }
+    if (view.ndim != 0) {
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a %.100s "
+                     "of %d dimension%s (host memory); copy arrays into a "
+                     "Buffer, and pass scalars by value as "
+                     "numpy.float32(...) or ctypes.c_int(...)", i,
+                     acc_type_name(obj), view.ndim,
+                     view.ndim == 1 ? "" : "s");
+        PyBuffer_Release(&view);
+        return -1;
+    }
+    a->size = (size_t)view.len;
+    if (a->size <= sizeof(store->inline_bytes)) {
+        memcpy(store->inline_bytes, view.buf, a->size);
+        a->value = store->inline_bytes;
+    }
+    else {
+        store->heap = malloc(a->size);
+        if (store->heap == NULL) {
+            PyBuffer_Release(&view);
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(store->heap, view.buf, a->size);
+        a->value = store->heap;
+    }
+    PyBuffer_Release(&view);
+    return 0;
+}
+
+/* Enter (leave: !enter) every memory argument's lifetime. */
+static void
+hold_memory(acc_state *st, PyObject *const *objs, int n, int enter)
+{
+    for (int i = 0; i < n; i++) {
+        if (acc_buffer_check(st, objs[i])) {
+            BufferObject *root = acc_buffer_root((BufferObject *)objs[i]);
+
+            if (enter) {
+                acc_buffer_enter(root);
+            }
+            else {
+                acc_buffer_leave(root);
+            }
+        }
+        else if (PyObject_TypeCheck(objs[i], st->host_buffer_type)) {
+            if (enter) {
+                acc_host_enter((HostBufferObject *)objs[i]);
+            }
+            else {
+                acc_host_leave((HostBufferObject *)objs[i]);
+            }
+        }
+    }
+}
+
+/* What a launch's memory arguments need recorded, resolved with the GIL
+ * (roots and books), recorded without it. */
+typedef struct memory_use {
+    BufferObject *root;       /* or NULL */
+    acc_uses *host;           /* or NULL */
+} memory_use;
+
+static PyObject *
+launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+       PyObject *kwnames)
+{
+    static const char *const names[] = {"shared_mem", "stream", NULL};
+    static const acc_params params = {"launch()", names, 0, 0, 0};
+    acc_state *st = acc_module_state(module);
+    PyObject *values[2] = {NULL, Py_None};
+    long long grid[3], block[3];
+    size_t shared_mem = 0;
+    KernelObject *kernel;
+    const acc_kernel_info *info;
+    int n, device;
+    acc_kernel_arg *kargs = NULL;
+    arg_store *stores = NULL;
+    memory_use *uses = NULL;
+    acc_stream *s;
+    acc_error err;
+    acc_status status;
+    PyObject *result = NULL;
+
+    if (nargs < 3) {
+        PyErr_Format(PyExc_TypeError, "launch() takes at least 3 positional "
+                     "arguments (kernel, grid, block), got %zd", nargs);
+        return NULL;
+    }
+    if (kwnames != NULL
+        && acc_parse_args(args + nargs, 0, kwnames, &params, values) < 0) {
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], st->kernel_type)) {
+        PyErr_Format(PyExc_TypeError, "launch() expected an "
+                     "accelerator.Kernel first, got %.100s",
+                     acc_type_name_in(st, args[0]));
+        return NULL;
+    }
+    kernel = (KernelObject *)args[0];
+    info = acc_kernel_info_of(kernel->k);
+    device = ((ModuleObject *)kernel->module)->device;
+    if (parse_dims(args[1], "grid", grid) < 0
+        || parse_dims(args[2], "block", block) < 0
+        || (values[0] != NULL
+            && acc_parse_nbytes(st, values[0], "launch() shared_mem",
+                                &shared_mem) < 0)
+        || acc_require_usable(st) < 0
+        || acc_parse_stream(st, values[1], device, "launch()", &s) < 0) {
+        return NULL;
+    }
+    if (nargs - 3 > ACC_MAX_KERNEL_PARAMS) {
+        PyErr_Format(PyExc_ValueError, "launch(): %zd arguments, beyond the "
+                     "%d a kernel may take", nargs - 3,
+                     ACC_MAX_KERNEL_PARAMS);
+        return NULL;
+    }
+    n = (int)(nargs - 3);
+    kargs = PyMem_Calloc((size_t)n + 1, sizeof(*kargs));
+    stores = PyMem_Calloc((size_t)n + 1, sizeof(*stores));
+    uses = PyMem_Calloc((size_t)n + 1, sizeof(*uses));
+    if (kargs == NULL || stores == NULL || uses == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *obj = args[3 + i];
+
+        if (parse_arg(st, obj, info, i, &kargs[i], &stores[i]) < 0) {
+            goto done;
+        }
+        if (acc_buffer_check(st, obj)) {
+            uses[i].root = acc_buffer_root((BufferObject *)obj);
+        }
+        else if (kargs[i].flags & ACC_ARG_HOST) {
+            uses[i].host = acc_host_block_uses(((HostBufferObject *)obj)->h);
+        }
+    }
+    hold_memory(st, args + 3, n, 1);
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_launch(kernel->k, grid, block, shared_mem, kargs, n, s,
+                        &err);
+    for (int i = 0; i < n && status == ACC_OK; i++) {
+        if (uses[i].root != NULL) {
+            status = acc_buffer_record(uses[i].root, s, &err);
+        }
+        else if (uses[i].host != NULL) {
+            status = acc_uses_record(uses[i].host, s, &err);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    hold_memory(st, args + 3, n, 0);
+    if (status != ACC_OK) {
+        acc_raise(st, &err);
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+
+done:
+    if (stores != NULL) {
+        for (int i = 0; i < n; i++) {
+            free(stores[i].heap);
+        }
+    }
+    PyMem_Free(kargs);
+    PyMem_Free(stores);
+    PyMem_Free(uses);
+    return result;
+}
+
+PyDoc_STRVAR(launch_doc,
+"launch(kernel, grid, block, *args, shared_mem=0, stream=None)\n--\n\n"
+"Queue one launch of kernel on stream (default: the current stream of\n"
+"the kernel's device): grid blocks (work-groups) of block threads\n"
+"(work-items), each an int or a tuple of 1 to 3 ints.  A Buffer or\n"
+"HostBuffer (or a view) passes its address, and the launch is recorded\n"
+"as a use of its memory; numpy and ctypes scalars pass their bytes by\n"
+"value; a bare int or float only where the driver tells the\n"
+"parameter's type.  shared_mem bytes of dynamic shared (local) memory\n"
+"go to each block.  Captured into a Graph like any work.");
+
+PyMethodDef acc_kernel_methods[] = {
+    {"launch", (PyCFunction)(void (*)(void))launch,
+     METH_FASTCALL | METH_KEYWORDS, launch_doc},
+    {NULL, NULL, 0, NULL},
+};
