@@ -701,26 +701,36 @@ typedef struct arg_store {
     uintptr_t address;
 } arg_store;
 
-/* A bare int or float packed as parameter i's known type. */
+/* A bare int or float packed as parameter i, whose size the driver told:
+ * the Python type says integer or floating point (a float parameter, where
+ * the driver says so, takes an int too). */
 static int
 pack_number(PyObject *obj, const acc_kernel_info *info, int i,
             acc_kernel_arg *a, arg_store *store)
 {
     const acc_param *p = i < info->nparams ? &info->params[i] : NULL;
     unsigned char *out = store->inline_bytes;
+    int is_float = PyFloat_Check(obj);
 
-    if (p == NULL || p->size == 0 || p->kind == ACC_PARAM_UNKNOWN
-        || p->kind == ACC_PARAM_OTHER || p->kind == ACC_PARAM_POINTER) {
+    if (p == NULL || p->size == 0 || p->kind == ACC_PARAM_POINTER) {
         PyErr_Format(PyExc_TypeError, "launch(): argument %d is a bare "
-                     "Python %.20s, whose size the driver cannot tell for "
-                     "this parameter; pass a sized scalar such as "
-                     "numpy.int32(...), numpy.float32(...) or "
-                     "ctypes.c_int64(...)", i, acc_type_name(obj));
+                     "Python %.20s, but the driver does not tell %s; pass a "
+                     "sized scalar such as numpy.int32(...), "
+                     "numpy.float32(...) or ctypes.c_int64(...)", i,
+                     acc_type_name(obj),
+                     p != NULL && p->kind == ACC_PARAM_POINTER
+                         ? "a number for a pointer parameter (pass a Buffer)"
+                         : "the parameter's size");
         return -1;
     }
     a->size = p->size;
     a->value = out;
-    if (p->kind == ACC_PARAM_FLOAT) {
+    if (is_float && (p->kind == ACC_PARAM_INT || p->kind == ACC_PARAM_UINT)) {
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a float, "
+                     "but parameter %d is an integer", i, i);
+        return -1;
+    }
+    if (is_float || p->kind == ACC_PARAM_FLOAT) {
         double value = PyFloat_AsDouble(obj);
 
         if (value == -1.0 && PyErr_Occurred()) {
@@ -730,65 +740,64 @@ pack_number(PyObject *obj, const acc_kernel_info *info, int i,
             float f = (float)value;
 
             memcpy(out, &f, 4);
+            return 0;
         }
-        else if (p->size == 8) {
+        if (p->size == 8) {
             memcpy(out, &value, 8);
+            return 0;
         }
-        else {
-            PyErr_Format(PyExc_TypeError, "launch(): argument %d: parameter "
-                         "%d is a %zu-byte float; pass a sized scalar", i, i,
-                         p->size);
-            return -1;
-        }
-        return 0;
-    }
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a %.20s, "
-                     "but parameter %d is an integer", i, acc_type_name(obj),
-                     i);
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a float, "
+                     "but parameter %d has %zu bytes (floats have 4 or 8); "
+                     "pass a sized scalar", i, i, p->size);
         return -1;
     }
     if (p->size > 8 || (p->size & (p->size - 1)) != 0) {
-        PyErr_Format(PyExc_TypeError, "launch(): argument %d: parameter %d "
-                     "is a %zu-byte integer; pass a sized scalar", i, i,
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is an int, but "
+                     "parameter %d has %zu bytes; pass a sized scalar", i, i,
                      p->size);
         return -1;
     }
     {
+        int bits_n = (int)p->size * 8;
         int overflow;
         long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
-        unsigned long long bits;
-        int bits_n = (int)p->size * 8;
+        unsigned long long bits = (unsigned long long)value;
         int fits;
 
         if (value == -1 && PyErr_Occurred()) {
             return -1;
         }
-        if (p->kind == ACC_PARAM_UINT) {
-            bits = overflow > 0 ? PyLong_AsUnsignedLongLong(obj)
-                                : (unsigned long long)value;
-            if (overflow > 0 && bits == (unsigned long long)-1
-                && PyErr_Occurred()) {
+        if (overflow > 0) {   /* beyond long long: only a uint64 holds it */
+            bits = PyLong_AsUnsignedLongLong(obj);
+            if (bits == (unsigned long long)-1 && PyErr_Occurred()) {
                 PyErr_Clear();
                 fits = 0;
             }
             else {
-                fits = overflow >= 0 && (overflow > 0 || value >= 0)
-                       && (bits_n == 64 || bits >> bits_n == 0);
+                fits = bits_n == 64 && p->kind != ACC_PARAM_INT;
             }
         }
+        else if (overflow < 0) {
+            fits = 0;
+        }
+        else if (value < 0) {
+            fits = p->kind != ACC_PARAM_UINT
+                   && (bits_n == 64 || value >= -(1LL << (bits_n - 1)));
+        }
         else {
-            long long lo = bits_n == 64 ? LLONG_MIN : -(1LL << (bits_n - 1));
-            long long hi = bits_n == 64 ? LLONG_MAX : (1LL << (bits_n - 1)) - 1;
-
-            fits = overflow == 0 && value >= lo && value <= hi;
-            bits = (unsigned long long)value;
+            fits = bits_n == 64
+                   || (unsigned long long)value
+                          <= (p->kind == ACC_PARAM_INT
+                                  ? (1ULL << (bits_n - 1)) - 1
+                                  : (1ULL << bits_n) - 1);
         }
         if (!fits) {
             PyErr_Format(PyExc_ValueError, "launch(): argument %d is %R, "
-                         "outside parameter %d's %s%d range", i, obj, i,
-                         p->kind == ACC_PARAM_UINT ? "uint" : "int",
-                         bits_n);
+                         "outside what parameter %d holds (a %d-byte %s)",
+                         i, obj, i, (int)p->size,
+                         p->kind == ACC_PARAM_INT    ? "signed integer"
+                         : p->kind == ACC_PARAM_UINT ? "unsigned integer"
+                                                     : "integer");
             return -1;
         }
         memcpy(out, &bits, p->size);   /* little-endian hosts */

@@ -125,6 +125,10 @@ class DriverDouble:
     #: messages name it ("CUDA out of memory.")
     device_type = ""
     display_type = ""
+    #: the format of the test kernels this backend runs (kernel_code.py):
+    #: "native" (a double's host shared object), "opencl-c" (source the
+    #: driver builds); "" without kernels
+    kernel_format = ""
     #: what the backend's descriptor calls the units that
     #: multi_processor_count counts (the report's word for them)
     processor_label = ""
@@ -1112,6 +1116,7 @@ class OpenCLDouble(DriverDouble):
     """tests/drivers/build/libopencl_interposer.so over PoCL: a real
     OpenCL runtime on the CPU, with counters and faults on every call."""
 
+    kernel_format = "opencl-c"
     device_type = "opencl"
     display_type = "OpenCL"
     processor_label = "compute units"

@@ -1,0 +1,258 @@
+"""The test kernels, in each format the backends load, built on demand.
+
+Each kernel exists as OpenCL C source (built by the OpenCL driver) and as
+C for the drivers' test doubles' native format (tests/drivers/
+native_kernel.h: a host shared object, compiled here with the system
+compiler).  The same kernels serve PTX (``nvcc -ptx``) and SPIR-V
+(``clang-15`` then ``llvm-spirv-15``) builds for the tests that load the
+real formats.  Builds are cached per process in a temporary folder.
+
+The kernels (user arguments; every backend takes the same ones):
+  saxpy(y, x, a: float32, n: uint32)       y[i] = a * x[i] + y[i]
+  reduce_sum(x, out, n: uint32)            out[block] = the block's sum,
+                                           through shared_mem (block*4)
+  fill2d(out, width: uint32, height: uint32)  out[y*width+x] = y*1000+x
+  add_one(data, n: uint32)                 data[i] += 1 (uint32)
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DRIVERS = HERE / "drivers"
+
+OPENCL_C = r"""
+__kernel void saxpy(__global float *y, __global const float *x, float a,
+                    uint n)
+{
+    size_t i = get_global_id(0);
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}
+
+__kernel void reduce_sum(__global const float *x, __global float *out,
+                         uint n, __local float *scratch)
+{
+    size_t t = get_local_id(0), i = get_global_id(0);
+    scratch[t] = i < n ? x[i] : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (size_t step = get_local_size(0) / 2; step > 0; step /= 2) {
+        if (t < step) {
+            scratch[t] += scratch[t + step];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t == 0) {
+        out[get_group_id(0)] = scratch[0];
+    }
+}
+
+__kernel void fill2d(__global uint *out, uint width, uint height)
+{
+    size_t x = get_global_id(0), y = get_global_id(1);
+    if (x < width && y < height) {
+        out[y * width + x] = (uint)(y * 1000 + x);
+    }
+}
+
+__kernel void add_one(__global uint *data, uint n)
+{
+    size_t i = get_global_id(0);
+    if (i < n) {
+        data[i] += 1;
+    }
+}
+"""
+
+NATIVE_C = r"""
+#include "native_kernel.h"
+
+#define ARG(type, i) (*(type *)args[i])
+#define FOR_THREADS(b, t)                                                \
+    for (unsigned t = 0; t < (b)->block[0]; t++)
+
+static void
+saxpy(const native_block *b, void *const *args)
+{
+    float *y = ARG(float *, 0);
+    const float *x = ARG(const float *, 1);
+    float a = ARG(float, 2);
+    unsigned n = ARG(unsigned, 3);
+
+    FOR_THREADS(b, t) {
+        unsigned i = b->index[0] * b->block[0] + t;
+        if (i < n) {
+            y[i] = a * x[i] + y[i];
+        }
+    }
+}
+
+static void
+reduce_sum(const native_block *b, void *const *args)
+{
+    const float *x = ARG(const float *, 0);
+    float *out = ARG(float *, 1);
+    unsigned n = ARG(unsigned, 2);
+    float *scratch = b->shared;
+
+    FOR_THREADS(b, t) {
+        unsigned i = b->index[0] * b->block[0] + t;
+        scratch[t] = i < n ? x[i] : 0.0f;
+    }
+    for (unsigned step = b->block[0] / 2; step > 0; step /= 2) {
+        for (unsigned t = 0; t < step; t++) {
+            scratch[t] += scratch[t + step];
+        }
+    }
+    out[b->index[0]] = scratch[0];
+}
+
+static void
+fill2d(const native_block *b, void *const *args)
+{
+    unsigned *out = ARG(unsigned *, 0);
+    unsigned width = ARG(unsigned, 1), height = ARG(unsigned, 2);
+
+    for (unsigned ty = 0; ty < b->block[1]; ty++) {
+        for (unsigned tx = 0; tx < b->block[0]; tx++) {
+            unsigned x = b->index[0] * b->block[0] + tx;
+            unsigned y = b->index[1] * b->block[1] + ty;
+            if (x < width && y < height) {
+                out[y * width + x] = y * 1000 + x;
+            }
+        }
+    }
+}
+
+static void
+add_one(const native_block *b, void *const *args)
+{
+    unsigned *data = ARG(unsigned *, 0);
+    unsigned n = ARG(unsigned, 1);
+
+    FOR_THREADS(b, t) {
+        unsigned i = b->index[0] * b->block[0] + t;
+        if (i < n) {
+            data[i] += 1;
+        }
+    }
+}
+
+static const native_param saxpy_params[] = {
+    {NATIVE_PARAM_POINTER, 8}, {NATIVE_PARAM_POINTER, 8},
+    {NATIVE_PARAM_FLOAT, 4}, {NATIVE_PARAM_UINT, 4}};
+static const native_param reduce_params[] = {
+    {NATIVE_PARAM_POINTER, 8}, {NATIVE_PARAM_POINTER, 8},
+    {NATIVE_PARAM_UINT, 4}};
+static const native_param fill2d_params[] = {
+    {NATIVE_PARAM_POINTER, 8}, {NATIVE_PARAM_UINT, 4},
+    {NATIVE_PARAM_UINT, 4}};
+static const native_param add_one_params[] = {
+    {NATIVE_PARAM_POINTER, 8}, {NATIVE_PARAM_UINT, 4}};
+
+const native_kernel accelerator_native_kernels[] = {
+    {"saxpy", saxpy, 4, saxpy_params, 0, 0},
+    {"reduce_sum", reduce_sum, 3, reduce_params, 0, 0},
+    {"fill2d", fill2d, 3, fill2d_params, 0, 0},
+    {"add_one", add_one, 2, add_one_params, 0, 0},
+    {0, 0, 0, 0, 0, 0},
+};
+"""
+
+CUDA_C = r"""
+extern "C" __global__ void saxpy(float *y, const float *x, float a,
+                                 unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}
+
+extern "C" __global__ void add_one(unsigned *data, unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        data[i] += 1;
+    }
+}
+"""
+
+_CACHE = Path(tempfile.mkdtemp(prefix="accelerator-kernels-"))
+
+
+def _cached(name: str, text: str, build: list[str], suffix: str) -> bytes:
+    """Run build (with {src} and {out}) on text once per process."""
+    key = hashlib.sha256((name + text + " ".join(build)).encode()).hexdigest()
+    out = _CACHE / f"{key[:16]}{suffix}"
+    if not out.exists():
+        src = _CACHE / f"{key[:16]}.{name}"
+        src.write_text(text)
+        argv = [a.format(src=src, out=out, drivers=DRIVERS) for a in build]
+        subprocess.run(argv, check=True, capture_output=True, text=True,
+                       timeout=300)
+    return out.read_bytes()
+
+
+def native(source: str = NATIVE_C) -> bytes:
+    """A native module of the doubles: a host shared object (ELF)."""
+    cc = os.environ.get("CC", "cc")
+    return _cached("c", source, [cc, "-shared", "-fPIC", "-O1",
+                                 "-I{drivers}", "-o", "{out}", "{src}"],
+                   ".so")
+
+
+def native_path(source: str = NATIVE_C) -> Path:
+    """Where native(source) is, for Module.from_file()."""
+    native(source)
+    key = hashlib.sha256(
+        ("c" + source + " ".join([os.environ.get("CC", "cc"), "-shared",
+                                  "-fPIC", "-O1", "-I{drivers}", "-o",
+                                  "{out}", "{src}"])).encode()).hexdigest()
+    return _CACHE / f"{key[:16]}.so"
+
+
+def have(tool: str) -> bool:
+    """Whether a compiler the real formats need is on this machine."""
+    return shutil.which(tool) is not None or Path(tool).exists()
+
+
+NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
+
+
+def ptx(source: str = CUDA_C) -> bytes:
+    """PTX text from CUDA C++ (nvcc -ptx)."""
+    return _cached("cu", source, [NVCC, "-ptx", "-o", "{out}", "{src}"],
+                   ".ptx")
+
+
+def spirv(source: str = OPENCL_C) -> bytes:
+    """A SPIR-V module from OpenCL C (clang-15, then llvm-spirv-15)."""
+    bc = _cached("cl", source, ["clang-15", "-c", "-target", "spir64",
+                                "-O1", "-emit-llvm", "-cl-std=CL1.2",
+                                "-o", "{out}", "{src}"], ".bc")
+    key = hashlib.sha256(bc).hexdigest()[:16]
+    bc_path = _CACHE / f"{key}.in.bc"
+    out = _CACHE / f"{key}.spv"
+    if not out.exists():
+        bc_path.write_bytes(bc)
+        subprocess.run(["llvm-spirv-15", str(bc_path), "-o", str(out)],
+                       check=True, capture_output=True, timeout=300)
+    return out.read_bytes()
+
+
+@functools.lru_cache(maxsize=None)
+def for_format(fmt: str) -> bytes:
+    """The test kernels in fmt: 'opencl-c' or 'native'."""
+    if fmt == "opencl-c":
+        return OPENCL_C.encode()
+    if fmt == "native":
+        return native()
+    raise ValueError(f"no test kernels in format {fmt!r}")
