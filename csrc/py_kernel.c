@@ -615,8 +615,9 @@ static PyGetSetDef kernel_getset[] = {
 };
 
 PyDoc_STRVAR(kernel_doc,
+"Kernel()\n--\n\n"
 "One entry point of a Module, from Module.get_kernel(name); launch it\n"
-"with accelerator.launch().");
+"with accelerator.launch().  Not made directly.");
 
 static PyType_Slot kernel_slots[] = {
     {Py_tp_new, kernel_new},
