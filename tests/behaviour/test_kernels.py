@@ -26,8 +26,20 @@ SUFFIX = {"opencl-c": ".cl", "native": ".so"}
 @pytest.fixture(scope="module")
 def code() -> bytes:
     fmt = fake_drivers.under_test().kernel_format
-    assert fmt, "the backend under test names no kernel_format"
+    if not fmt:
+        pytest.skip("the backend under test has no kernels (its double "
+                    "class names no kernel_format)")
     return kernel_code.for_format(fmt)
+
+
+def test_a_backend_without_kernels_says_so(
+        facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    if facts.kernel_format:
+        pytest.skip("the backend has kernels")
+    with pytest.raises(NotImplementedError, match="does not support "
+                       "kernels"):
+        acc.Module(kernel_code.OPENCL_C)
 
 
 @pytest.fixture
