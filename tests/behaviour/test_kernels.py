@@ -442,7 +442,7 @@ def test_a_closed_buffer_is_refused(module: acc.Module) -> None:
 
 
 def test_code_of_another_backend_is_refused(
-        facts: type[fake_drivers.DriverDouble],
+        code: bytes, facts: type[fake_drivers.DriverDouble],
         driver: fake_drivers.DriverDouble) -> None:
     foreign = (kernel_code.OPENCL_C if facts.kernel_format != "opencl-c"
                else kernel_code.PTX_SAMPLE)
@@ -460,7 +460,7 @@ def test_code_of_another_backend_is_refused(
 
 
 def test_a_build_error_carries_the_driver_s_log(
-        facts: type[fake_drivers.DriverDouble],
+        code: bytes, facts: type[fake_drivers.DriverDouble],
         driver: fake_drivers.DriverDouble) -> None:
     broken = kernel_code.broken(facts.kernel_format)
     if broken is None:
