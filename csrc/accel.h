@@ -538,6 +538,20 @@ enum {
     ACC_CAPTURE_RELAXED = 2,
 };
 
+/* What a graph keeps alive for the work it captured (graph.c's callers
+ * above it: a captured launch's module).  replayed: the graph's work was
+ * queued again on s; release: the graph lets go. */
+typedef struct acc_keeper {
+    void (*replayed)(void *obj, acc_stream *s);
+    void (*release)(void *obj);
+} acc_keeper;
+
+typedef struct acc_kept {
+    struct acc_kept *next;
+    void *obj;
+    const acc_keeper *keeper;
+} acc_kept;
+
 /* One captured sequence of work, as torch.accelerator.Graph.  Zeroed
  * (acc_graph_init) is empty.  Not thread-safe: the caller serialises the
  * calls on one graph. */
@@ -551,6 +565,7 @@ typedef struct acc_graph {
     int captured;            /* capture_end succeeded, until reset */
     void *graph;             /* the backend's captured graph, or NULL */
     void *exec;              /* the backend's executable, or NULL */
+    acc_kept *kept;          /* what its captured work needs alive */
 } acc_graph;
 
 void acc_graph_init(acc_graph *g, int keep_graph);
@@ -577,6 +592,12 @@ void acc_graph_drop(acc_graph *g);
  * refused because of an active capture (s captures; or a global-mode
  * capture is active anywhere; or this thread began a thread-local one). */
 acc_status acc_check_allocation_capture(acc_stream *s, acc_error *err);
+/* When s is being captured (into the graph whose capture began on s),
+ * the graph keeps obj until it is released, telling keeper of each
+ * replay: *kept = 1 (the graph owns the caller's reference on obj);
+ * otherwise *kept = 0.  ACC_ERR_HOST_MEMORY when it cannot. */
+acc_status acc_graph_keep(acc_stream *s, void *obj, const acc_keeper *keeper,
+                          int *kept, acc_error *err);
 /* The same test for any operation: ACC_ERR_STATE "cannot <what> while a
  * graph captures (...): <advice>" where it must be refused. */
 acc_status acc_check_capture_allows(acc_stream *s, const char *what,

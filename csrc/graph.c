@@ -8,6 +8,7 @@
 #include "core.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_CAPTURES 64
@@ -120,6 +121,63 @@ acc_check_allocation_capture(acc_stream *s, acc_error *err)
                                     "allocate the buffers before "
                                     "capture_begin() (there is no "
                                     "graph-private memory pool)", err);
+}
+
+acc_status
+acc_graph_keep(acc_stream *s, void *obj, const acc_keeper *keeper, int *kept,
+               acc_error *err)
+{
+    acc_kept *entry;
+    acc_status st = ACC_OK;
+
+    *kept = 0;
+    if (__atomic_load_n(&captures.n, __ATOMIC_ACQUIRE) == 0) {
+        return ACC_OK; /* the common case, without the lock */
+    }
+    pthread_mutex_lock(&captures.lock);
+    for (int i = 0; i < captures.n; i++) {
+        acc_graph *g;
+
+        if (captures.items[i].s != s) {
+            continue;
+        }
+        entry = malloc(sizeof(*entry));
+        if (entry == NULL) {
+            st = acc_error_host_memory(err);
+            break;
+        }
+        /* The register holds the graph's address while it captures; its
+         * list of kept objects changes only under the register's lock
+         * until capture_end unregisters it. */
+        g = (acc_graph *)captures.items[i].owner;
+        entry->obj = obj;
+        entry->keeper = keeper;
+        entry->next = g->kept;
+        g->kept = entry;
+        *kept = 1;
+        break;
+    }
+    pthread_mutex_unlock(&captures.lock);
+    return st;
+}
+
+/* Let go of what g kept (release: tell the keepers; a forked child only
+ * forgets). */
+static void
+release_kept(acc_graph *g, int tell)
+{
+    acc_kept *k = g->kept;
+
+    g->kept = NULL;
+    while (k != NULL) {
+        acc_kept *next = k->next;
+
+        if (tell) {
+            k->keeper->release(k->obj);
+        }
+        free(k);
+        k = next;
+    }
 }
 
 void
@@ -262,10 +320,13 @@ acc_graph_replay(acc_graph *g, acc_error *err)
         }
     }
     st = acc_current_stream(g->device, &s, err);
-    if (st != ACC_OK) {
-        return st;
+    if (st == ACC_OK) {
+        st = g->backend->graph_launch(g->exec, s, err);
     }
-    return g->backend->graph_launch(g->exec, s, err);
+    for (acc_kept *k = g->kept; k != NULL && st == ACC_OK; k = k->next) {
+        k->keeper->replayed(k->obj, s);
+    }
+    return st;
 }
 
 /* Release what g holds; ACC_OK, or the capture could not be ended and g
@@ -291,6 +352,7 @@ release(acc_graph *g, acc_error *err)
     if (g->backend != NULL && (g->graph != NULL || g->exec != NULL)) {
         g->backend->graph_destroy(g->device, g->graph, g->exec);
     }
+    release_kept(g, 1);
     acc_graph_init(g, g->keep_graph);
     return ACC_OK;
 }
@@ -327,6 +389,7 @@ acc_graph_drop(acc_graph *g)
         if (g->capturing != NULL) {
             acc_stream_decref(g->capturing);
         }
+        release_kept(g, 0);
         acc_graph_init(g, g->keep_graph);
         return;
     }
@@ -337,6 +400,7 @@ acc_graph_drop(acc_graph *g)
         acc_trace("a graph dropped while its capture could not be ended: "
                   "%s", ignored.message);
         unregister_capture(g);
+        release_kept(g, 1);
         acc_graph_init(g, g->keep_graph);
     }
 }

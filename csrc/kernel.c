@@ -440,6 +440,47 @@ acc_kernel_info_of(const acc_kernel *k)
 
 /* Launches ---------------------------------------------------------------- */
 
+/* A graph that captured a launch keeps its module until the graph goes,
+ * and each replay is a use of it, so that the module outlives every
+ * replay still queued. */
+static void
+module_replayed(void *obj, acc_stream *s)
+{
+    acc_module *m = obj;
+    acc_error ignored;
+
+    if (acc_uses_record(&m->uses, s, &ignored) != ACC_OK) {
+        acc_trace("a replay's use of a module was not recorded: %s",
+                  ignored.message);
+    }
+}
+
+static void
+module_let_go(void *obj)
+{
+    acc_module_release(obj);
+}
+
+static const acc_keeper module_keeper = {
+    .replayed = module_replayed,
+    .release = module_let_go,
+};
+
+static acc_status
+keep_for_capture(acc_module *m, acc_stream *s, acc_error *err)
+{
+    int kept = 0;
+    acc_status st;
+
+    acc_module_incref(m);
+    st = acc_graph_keep(s, m, &module_keeper, &kept, err);
+    if (!kept) {
+        /* Not captured: the caller's reference stays the last. */
+        atomic_fetch_sub_explicit(&m->refcount, 1, memory_order_relaxed);
+    }
+    return st;
+}
+
 static const char *const dim_names[3] = {"x", "y", "z"};
 
 static acc_status
@@ -584,6 +625,10 @@ acc_launch(acc_kernel *k, const long long grid[3], const long long block[3],
     c.nargs = nargs;
     c.args = args;
     st = m->backend->launch(s, k->native, &c, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    st = keep_for_capture(m, s, err);
     if (st != ACC_OK) {
         return st;
     }

@@ -216,6 +216,37 @@ def test_a_graph_replays_a_captured_launch(
     assert (download(data, np.uint32, n) == 2).all()
 
 
+def test_a_graph_keeps_the_modules_it_launches(
+        code: bytes, facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    if not facts.has("graphs"):
+        pytest.skip(facts.lacks["graphs"])
+    n = 256
+    stream = acc.Stream(0)
+    data = upload(np.zeros(n, np.uint32), stream)
+    module = acc.Module(code)
+    kernel = module.get_kernel("add_one")
+    stream.synchronize()
+    graph = acc.Graph()
+    with stream:
+        graph.capture_begin()
+        acc.launch(kernel, blocks(n, 64), 64, data, np.uint32(n))
+        graph.capture_end()
+    module_ref = weakref.ref(module)
+    del module, kernel
+    assert module_ref() is None
+    acc.empty_cache()   # settles deferred releases: the graph holds it
+    gate = driver.stall(stream)
+    with stream:
+        graph.replay()
+    del graph           # the replay is queued: the module must wait
+    acc.empty_cache()
+    gate.open()
+    stream.synchronize()
+    acc.empty_cache()
+    assert (download(data, np.uint32, n) == 1).all()
+
+
 def test_threads_launch_one_kernel_at_once(module: acc.Module) -> None:
     n, rounds = 256, 20
     add_one = module.get_kernel("add_one")
