@@ -132,6 +132,10 @@ class DriverDouble:
     #: the driver tells each kernel parameter's size (a bare int or float
     #: then passes at that size; a mismatched size is refused)
     kernel_param_sizes = True
+    #: the driver tells each parameter's kind too (a pointer, a signed or
+    #: unsigned integer): a bare int outside the kind's range, or for a
+    #: pointer, is refused.  CUDA's cuFuncGetParamInfo tells sizes only.
+    kernel_param_kinds = True
     #: what the backend's descriptor calls the units that
     #: multi_processor_count counts (the report's word for them)
     processor_label = ""
@@ -470,6 +474,7 @@ class CudaDouble(DriverDouble):
                  "mem_fill": "cuMemsetD8Async"}
     env_devices = "FAKE_CUDA_DEVICES"
     kernel_format = "native"
+    kernel_param_kinds = False
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",
                   "graph_exec", "module", "kernel_misuse")
