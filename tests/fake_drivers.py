@@ -132,6 +132,10 @@ class DriverDouble:
     #: the driver tells each kernel parameter's size (a bare int or float
     #: then passes at that size; a mismatched size is refused)
     kernel_param_sizes = True
+    #: the driver tells each parameter's kind too (a pointer, a signed or
+    #: unsigned integer): a bare int outside the kind's range, or for a
+    #: pointer, is refused.  CUDA's cuFuncGetParamInfo tells sizes only.
+    kernel_param_kinds = True
     #: what the backend's descriptor calls the units that
     #: multi_processor_count counts (the report's word for them)
     processor_label = ""
@@ -455,6 +459,7 @@ class CudaDouble(DriverDouble):
     torch_device_type = 1
     dlpack_device_type = 2
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
+                    ("csrc/backends/cuda_api.h", "ACC_CUDA_OPTIONAL_FUNCTIONS"),
                     ("csrc/backends/nvml_api.h", "ACC_NVML_FUNCTIONS"))
     functions = {"stream_create": "cuStreamCreateWithPriority",
                  "event_create": "cuEventCreate",
@@ -468,9 +473,14 @@ class CudaDouble(DriverDouble):
                  "mem_alloc": "cuMemAlloc", "mem_free": "cuMemFree",
                  "mem_fill": "cuMemsetD8Async"}
     env_devices = "FAKE_CUDA_DEVICES"
+    kernel_format = "native"
+    kernel_param_kinds = False
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",
-                  "graph_exec")
+                  "graph_exec", "module", "kernel_misuse")
+    #: kernel_misuse: a module unloaded while a launch of it was queued,
+    #: or a launch run after its module's unload (double_kernels.h)
+    detectors = ("bad_access", "guard_damage", "kernel_misuse")
     fail_env = "FAKE_CUDA_FAIL"
     library_env = "ACCELERATOR_CUDA_LIBRARY"
     total_mem_env = "FAKE_CUDA_TOTAL_MEM"
@@ -597,6 +607,20 @@ class CudaDouble(DriverDouble):
              refused=(("graph_exec", 1),)),
         Site("cuGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
         Site("cuPointerGetAttribute", RAISE, "from_dlpack(capsule)"),
+        Site("cuModuleLoadDataEx", RAISE, "Module()"),
+        Site("cuModuleGetFunction", RAISE, "get_kernel()"),
+        Site("cuFuncGetAttribute", RAISE, "get_kernel()"),
+        Site("cuDeviceGetAttribute", RAISE, "get_kernel()",
+             note="the device's launch limits"),
+        Site("cuFuncGetParamInfo", RAISE, "get_kernel()"),
+        Site("cuLaunchKernel", RAISE, "launch()"),
+        Site("cuModuleUnload", SILENT, "drop a module",
+             refused=(("module", 1),)),
+        # Only for the names in get_kernel()'s KeyError.
+        Site("cuModuleGetFunctionCount", SILENT, "get_kernel(unknown name)"),
+        Site("cuModuleEnumerateFunctions", SILENT,
+             "get_kernel(unknown name)"),
+        Site("cuFuncGetName", SILENT, "get_kernel(unknown name)"),
     )
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
