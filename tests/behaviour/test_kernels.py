@@ -241,7 +241,7 @@ def test_a_graph_keeps_the_modules_it_launches(
     with stream:
         graph.replay()
     del graph           # the replay is queued: the module must wait
-    acc.empty_cache()
+    acc.Buffer(256).close()   # settles deferred releases without waiting
     gate.open()
     stream.synchronize()
     acc.empty_cache()
