@@ -34,8 +34,10 @@
  *       event (which wait blocking, not spinning).
  * Live kinds (fake_hip_live): "stream" (created, not destroyed; null
  * streams excluded), "event", "graph" (hipStreamEndCapture's, not
- * destroyed), "graph_exec", and double_memory.c's ("alloc",
- * "alloc_bytes", "host_alloc", "bad_access", "guard_damage").
+ * destroyed), "graph_exec", double_memory.c's ("alloc",
+ * "alloc_bytes", "host_alloc", "bad_access", "guard_damage") and
+ * double_kernels.c's ("module", "kernel_misuse").  fake_hip_reset_
+ * detectors zeroes bad_access, guard_damage and kernel_misuse.
  *
  * Environment, read once when the library is loaded:
  *   FAKE_HIP_DEVICES         device count, 0..64 (2); 0: hipInit returns
@@ -73,11 +75,19 @@
  *     again (after the executable's previous launch).  A stream joins a
  *     capture by waiting on an event recorded in it and must be joined
  *     back (hipErrorStreamCaptureUnjoined).  Queries, synchronizations,
- *     waits on events outside the capture, pageable copies and launches
- *     on a capturing stream are refused with
+ *     waits on events outside the capture, pageable copies and graph
+ *     launches on a capturing stream are refused with
  *     hipErrorStreamCaptureUnsupported and invalidate the capture, as
  *     hipDeviceSynchronize does to the device's global and thread-local
  *     captures.  The null stream cannot capture.
+ *   - Code objects are host shared objects (tests/drivers/
+ *     native_kernel.h), loaded and run by the shared kernel layer
+ *     (double_kernels.c): each launch runs every block in order on the
+ *     stream's worker.  An ELF of another machine (an hsaco for a real
+ *     GPU) is hipErrorNoBinaryForGpu at load; PTX and SPIR-V are no code
+ *     objects (hipErrorInvalidImage).  A launch on a capturing stream is
+ *     a node of the graph: every replay runs it again.  Device limits:
+ *     double_kernels.h's (DK_MAX_*); 48 KiB of shared memory per block.
  *   - After fork() in a child of an initialised parent, every function
  *     but hipGetErrorName/String and hipDriverGetVersion returns
  *     hipErrorNotInitialized: ROCm cannot be used in such a child.
