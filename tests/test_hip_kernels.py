@@ -189,3 +189,25 @@ print(json.dumps({"while_queued": while_queued,
     assert seen["after"] == [0, 1], seen
     assert seen["data"] == [1]
     assert seen["misuse"] == 0
+
+
+def test_a_truncated_code_object_is_refused_before_the_runtime_reads_it(
+) -> None:
+    """hipModuleLoadData takes no size: it reads as far as the ELF headers
+    say, so a cut image must not reach it (it read past the bytes)."""
+    seen = outcome("""
+errors = []
+for cut in (64, 1000, len(code) // 2, len(code) - 1):
+""" + "\n".join("    " + line for line in error_of(
+        "a.Module(code[:cut])").splitlines()) + """
+    errors.append(seen)
+loads = d.calls("hipModuleLoadData")
+print(json.dumps({"errors": errors, "loads": loads,
+                  "whole": str(a.Module(code))}))
+""")
+    for error in seen["errors"]:
+        assert error is not None and error["type"] == "ValueError", seen
+        assert "the code is a truncated or damaged ELF image" in \
+            error["text"], error
+    assert seen["loads"] == 0, "a cut image reached the runtime"
+    assert seen["whole"] == "<accelerator.Module hsaco on hip:0>"
