@@ -218,8 +218,12 @@ check_native(const unsigned char *image, size_t size)
 
         CHECK(dk_launch_new(add, grid, block, 0, args, false, &node)
               == DK_OK);
-        replay = dk_launch_copy(node);
+        dk_launch *exec = dk_launch_copy(node, false);
+
+        CHECK(exec != NULL);
+        replay = dk_launch_copy(exec, true);
         CHECK(replay != NULL);
+        dk_launch_free(exec);
         /* Unloading while a replay is queued is the misuse counted. */
         CHECK(dk_live("kernel_misuse") == 0);
         dk_module_unload(m0, "check");

@@ -1044,7 +1044,7 @@ dk_launch_new(const dk_kernel *k, const unsigned grid[3],
 }
 
 dk_launch *
-dk_launch_copy(const dk_launch *l)
+dk_launch_copy(const dk_launch *l, bool queued)
 {
     size_t bytes = dk_kernel_args_size(l->k);
     dk_launch *c = malloc(sizeof(*c));
@@ -1059,9 +1059,11 @@ dk_launch_copy(const dk_launch *l)
         return NULL;
     }
     memcpy(c->args, l->args, bytes);
-    c->queued = true;
+    c->queued = queued;
     atomic_fetch_add(&l->k->module->refs, 1);
-    atomic_fetch_add(&l->k->module->queued, 1);
+    if (queued) {
+        atomic_fetch_add(&l->k->module->queued, 1);
+    }
     return c;
 }
 

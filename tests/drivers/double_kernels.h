@@ -125,14 +125,15 @@ enum dk_result dk_check_geometry(const dk_kernel *k, const unsigned grid[3],
 /* A launch of k (checked with dk_check_geometry by the caller): args[i]
  * points at argument i's bytes (k->params[i].size of them; copied now).
  * queued: the launch is work on a stream (counted against unloading);
- * false for a graph's node, which dk_launch_copy() queues at each
- * replay.  DK_NO_BINARY for a kernel that is not native. */
+ * false for a graph's node, whose copies (dk_launch_copy) a replay
+ * queues.  DK_NO_BINARY for a kernel that is not native. */
 enum dk_result dk_launch_new(const dk_kernel *k, const unsigned grid[3],
                              const unsigned block[3], size_t shared,
                              void *const *args, bool queued,
                              dk_launch **out);
-/* A queued copy of l (a graph node's replay); NULL when out of memory. */
-dk_launch *dk_launch_copy(const dk_launch *l);
+/* A copy of l: a graph's node instantiated (queued false) or replayed
+ * (queued true); NULL when out of memory. */
+dk_launch *dk_launch_copy(const dk_launch *l, bool queued);
 /* Run by the stream worker: every block in order (z, y, x), device
  * addresses in pointer arguments resolved to the memory behind them (a
  * bad one reported as a bad access, and nothing runs), dynamic shared
