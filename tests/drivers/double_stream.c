@@ -141,33 +141,6 @@ ds_op_new(enum ds_op_kind kind, double ms, ds_mark *mark)
     return op;
 }
 
-static void
-node_unref(ds_node *n)
-{
-    if (n != NULL && atomic_fetch_sub(&n->refs, 1) == 1) {
-        dk_launch_free(n->launch);
-        free(n);
-    }
-}
-
-ds_op *
-ds_op_node_new(dk_launch *launch, const char *api)
-{
-    ds_node *n = calloc(1, sizeof(*n));
-    ds_op *op = n != NULL ? ds_op_new(DS_KERNEL, 0, NULL) : NULL;
-
-    if (op == NULL) {
-        free(n);
-        dk_launch_free(launch);
-        return NULL;
-    }
-    atomic_init(&n->refs, 1);
-    n->launch = launch;
-    op->node = n;
-    op->api = api;
-    return op;
-}
-
 void
 ds_op_free(ds_op *op)
 {
@@ -179,7 +152,6 @@ ds_op_free(ds_op *op)
     if (op->launch != NULL) {
         dk_launch_free(op->launch);
     }
-    node_unref(op->node);
     free(op);
 }
 
@@ -212,15 +184,9 @@ ds_op_list_copy(const ds_op *list, bool run, bool *ok)
         op->api = list->api;
         *tail = op;
         tail = &op->next;
-        if (list->node != NULL && run) {
-            op->launch = dk_launch_copy(list->node->launch);
-            if (op->launch == NULL) {
-                break;
-            }
-        }
-        else if (list->node != NULL) {
-            atomic_fetch_add(&list->node->refs, 1);
-            op->node = list->node;
+        if (list->launch != NULL
+            && (op->launch = dk_launch_copy(list->launch, run)) == NULL) {
+            break;
         }
     }
     if (list != NULL) {   /* out of memory */
@@ -283,10 +249,7 @@ op_run(ds_op *op)
         dm_op_run(&op->mem);
         break;
     case DS_KERNEL:
-        /* A graph's node never runs itself: replays run copies. */
-        if (op->launch != NULL) {
-            dk_launch_run(op->launch, op->api);
-        }
+        dk_launch_run(op->launch, op->api);
         break;
     }
 }

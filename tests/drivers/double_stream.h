@@ -35,14 +35,6 @@ enum ds_op_kind {
     DS_SLEEP, DS_GATE, DS_RECORD, DS_WAIT, DS_MEMORY, DS_KERNEL
 };
 
-/* A launch recorded in a graph (not queued: dk_launch_new's queued
- * false), shared by the graph and the executables made from it; each
- * replay runs a queued copy. */
-typedef struct ds_node {
-    atomic_int refs;
-    dk_launch *launch;
-} ds_node;
-
 typedef struct ds_op {
     struct ds_op *next;
     enum ds_op_kind kind;
@@ -50,11 +42,10 @@ typedef struct ds_op {
     int gate;       /* DS_GATE: a double_control gate */
     ds_mark *mark;  /* DS_RECORD, DS_WAIT: one reference, the op's */
     dm_op mem;      /* DS_MEMORY: a copy or fill */
-    /* DS_KERNEL: the launch that runs (queued, the op's) or, in a graph's
-     * list, the node it was recorded as (one reference, the op's); api
-     * names the launch in the kernel layer's reports. */
+    /* DS_KERNEL: the launch (the op's): queued where the op runs, a
+     * graph's node (not queued) in a graph's list; api names it in the
+     * kernel layer's reports. */
     dk_launch *launch;
-    ds_node *node;
     const char *api;
 } ds_op;
 
@@ -80,13 +71,10 @@ void ds_op_free(ds_op *op);
 /* Lists of ops linked by next (a captured graph's work). */
 void ds_op_list_free(ds_op *list);
 /* A copy of list, a graph's (marks and staging are not copied: a
- * captured copy has none).  run: the copy is to be queued (each kernel
- * node becomes a queued copy of its launch); else it is another graph's
- * list (sharing the nodes).  NULL and *ok false when out of memory. */
+ * captured copy has none).  run: the copy is to be queued (its launches
+ * queued ones); else it is another graph's list (its launches nodes).
+ * NULL and *ok false when out of memory. */
 ds_op *ds_op_list_copy(const ds_op *list, bool run, bool *ok);
-/* A graph's kernel op: a new node (one reference, the op's) holding
- * launch (taken over, also on failure); NULL when out of memory. */
-ds_op *ds_op_node_new(dk_launch *launch, const char *api);
 /* Frame one launch of a graph's ops (*ops, a copy): first wait for the
  * previous launch's end (*last), last complete a new end mark, which
  * replaces *last; false when out of memory (*ops unchanged). */

@@ -1571,11 +1571,8 @@ hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX,
             break;
         }
     }
-    if (rc == hipSuccess && capturing) {
-        op = ds_op_node_new(launch, "hipModuleLaunchKernel");
-    }
-    else if (rc == hipSuccess
-             && (op = ds_op_new(DS_KERNEL, 0, NULL)) != NULL) {
+    if (rc == hipSuccess
+        && (op = ds_op_new(DS_KERNEL, 0, NULL)) != NULL) {
         op->launch = launch;
         op->api = "hipModuleLaunchKernel";
     }
