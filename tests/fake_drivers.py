@@ -936,6 +936,9 @@ class HipDouble(DriverDouble):
     #: code objects: the double runs host shared objects (the native
     #: format) handed over as an hsaco is
     kernel_format = "native"
+    #: ROCm 5.2 has no call that tells a kernel's parameters
+    kernel_param_sizes = False
+    kernel_param_kinds = False
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }

@@ -107,24 +107,27 @@ print(json.dumps({"error": seen, "loads": d.calls("hipModuleLoadData")}))
 
 
 def test_an_hsaco_for_a_gpu_is_refused_by_the_runtime() -> None:
-    """An ELF of another machine (EM_AMDGPU, 224): recognised as hsaco,
-    and hipModuleLoadData finds no code the device runs."""
+    """An ELF of an AMD GPU (EM_AMDGPU, 224) is recognised as hsaco, and
+    hipModuleLoadData finds no code the device runs; a host object passed
+    as hsaco is the runtime's to judge, and runs."""
     seen = outcome("""
 elf = bytearray(code)
 elf[18:20] = (224).to_bytes(2, "little")
 """ + error_of("a.Module(bytes(elf))") + """
 recognised = seen
 """ + error_of('a.Module(bytes(elf), format="hsaco")') + """
+modules = d.live("module")
 print(json.dumps({"recognised": recognised, "hsaco": seen,
-                  "native": a.Module(code).format,
-                  "modules": d.live("module")}))
+                  "modules": modules, "host": a.Module(code).format,
+                  "host_as_hsaco": a.Module(code, format="hsaco")
+                  .get_kernel("add_one").name}))
 """)
     for error in (seen["recognised"], seen["hsaco"]):
         assert error["type"] == "AcceleratorError", error
         assert (error["api"], error["code"], error["name"]) == (
             "hipModuleLoadData", 209, "hipErrorNoBinaryForGpu"), error
-    # A host object is an hsaco too, as far as the format goes.
-    assert seen["native"] == "hsaco"
+    assert seen["host"] == "native"
+    assert seen["host_as_hsaco"] == "add_one"
     assert seen["modules"] == 0
 
 
@@ -210,4 +213,4 @@ print(json.dumps({"errors": errors, "loads": loads,
         assert "the code is a truncated or damaged ELF image" in \
             error["text"], error
     assert seen["loads"] == 0, "a cut image reached the runtime"
-    assert seen["whole"] == "<accelerator.Module hsaco on hip:0>"
+    assert seen["whole"] == "<accelerator.Module native on hip:0>"
