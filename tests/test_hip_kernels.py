@@ -17,6 +17,7 @@ import json
 import pytest
 
 import fake_drivers
+import kernel_code
 from test_config import run
 
 pytestmark = pytest.mark.skipif(
@@ -214,3 +215,26 @@ print(json.dumps({"errors": errors, "loads": loads,
             error["text"], error
     assert seen["loads"] == 0, "a cut image reached the runtime"
     assert seen["whole"] == "<accelerator.Module native on hip:0>"
+
+
+@pytest.mark.skipif(
+    not all(map(kernel_code.have, ("clang-15", "llvm-spirv-15",
+                                   kernel_code.NVCC))),
+    reason="needs clang-15, llvm-spirv-15 and nvcc to build the kernels")
+def test_the_double_takes_code_objects_only() -> None:
+    """PTX text and SPIR-V, which the shared kernel layer reads for the
+    other doubles, are no HIP code objects: hipErrorInvalidImage (200),
+    and no module is left (the backend never passes them: its formats are
+    hsaco and native)."""
+    seen = outcome("""
+runtime = ctypes.CDLL(str(fake_drivers.HIP_DOUBLE))
+results = {}
+for name, image in (("spirv", kernel_code.spirv()),
+                    ("ptx", kernel_code.ptx() + b"\\0")):
+    module = ctypes.c_void_p()
+    results[name] = [runtime.hipModuleLoadData(ctypes.byref(module), image),
+                     module.value]
+results["modules"] = d.live("module")
+print(json.dumps(results))
+""")
+    assert seen == {"spirv": [200, None], "ptx": [200, None], "modules": 0}
