@@ -796,7 +796,8 @@ hip_module_load(int device, acc_code_format format, const void *code,
     int previous;
     acc_status st;
 
-    /* The runtime reads the code object's size from its ELF header. */
+    /* The runtime reads the code object as far as its ELF headers say;
+     * the dispatcher checked that they stay within size. */
     (void)size;
     *log = NULL;
     if (options != NULL && options[0] != '\0') {
