@@ -112,6 +112,84 @@ is_elf(const unsigned char *p, size_t size)
     return size >= 20 && memcmp(p, "\177ELF", 4) == 0;
 }
 
+/* The n-byte (1..8) unsigned field at off of an ELF image whose byte
+ * order e_ident gives. */
+static unsigned long long
+elf_field(const unsigned char *p, size_t off, int n)
+{
+    unsigned long long v = 0;
+    int big = p[5] == 2;   /* EI_DATA: ELFDATA2MSB */
+
+    for (int i = 0; i < n; i++) {
+        v = v << 8 | p[off + (big ? (size_t)i : (size_t)(n - 1 - i))];
+    }
+    return v;
+}
+
+/* Whether [off, off + len) lies within size bytes. */
+static int
+within(unsigned long long off, unsigned long long len, size_t size)
+{
+    return off <= size && len <= size - off;
+}
+
+/* Whether every part that an ELF image's headers name (the program and
+ * section header tables, the segments and the sections with bytes) lies
+ * within its size bytes.  The loaders of cubins and hsacos
+ * (cuModuleLoadData, hipModuleLoadData) take no size and read what the
+ * headers say, so a truncated or damaged image must stop here. */
+static int
+elf_fits(const unsigned char *p, size_t size)
+{
+    /* Offsets of the fields, for ELFCLASS32 [0] and ELFCLASS64 [1]: the
+     * ELF header's e_phoff, e_shoff, e_phentsize (e_phnum, e_shentsize
+     * and e_shnum follow it, 2 bytes each); a program header's p_offset
+     * and p_filesz; a section header's sh_offset and sh_size. */
+    static const size_t phoff[2] = {28, 32}, shoff[2] = {32, 40},
+                        phentsize[2] = {42, 54}, p_offset[2] = {4, 8},
+                        p_filesz[2] = {16, 32}, sh_offset[2] = {16, 24},
+                        sh_size[2] = {20, 32};
+    static const unsigned long long ehdr[2] = {52, 64}, phdr[2] = {32, 56},
+                                    shdr[2] = {40, 64};
+    int c = p[4] == 2;     /* EI_CLASS: ELFCLASS64 */
+    int word = c ? 8 : 4;
+    unsigned long long ph, sh, phent, phnum, shent, shnum;
+
+    if (size < ehdr[c]) {
+        return 0;
+    }
+    ph = elf_field(p, phoff[c], word);
+    sh = elf_field(p, shoff[c], word);
+    phent = elf_field(p, phentsize[c], 2);
+    phnum = elf_field(p, phentsize[c] + 2, 2);
+    shent = elf_field(p, phentsize[c] + 4, 2);
+    shnum = elf_field(p, phentsize[c] + 6, 2);
+    if ((phnum > 0 && (phent < phdr[c] || !within(ph, phent * phnum, size)))
+        || (shnum > 0
+            && (shent < shdr[c] || !within(sh, shent * shnum, size)))) {
+        return 0;
+    }
+    for (unsigned long long i = 0; i < phnum; i++) {
+        size_t at = (size_t)(ph + i * phent);
+
+        if (!within(elf_field(p, at + p_offset[c], word),
+                    elf_field(p, at + p_filesz[c], word), size)) {
+            return 0;
+        }
+    }
+    for (unsigned long long i = 0; i < shnum; i++) {
+        size_t at = (size_t)(sh + i * shent);
+
+        /* SHT_NOBITS (8) sections occupy no bytes of the image. */
+        if (elf_field(p, at + 4, 4) != 8
+            && !within(elf_field(p, at + sh_offset[c], word),
+                       elf_field(p, at + sh_size[c], word), size)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Text: no NUL before the end (a final one is allowed). */
 static int
 is_text(const unsigned char *p, size_t size)
@@ -243,6 +321,12 @@ acc_code_format_resolve(const void *code, size_t size,
                       : (f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
                           ? "it holds a NUL byte before its end"
                           : "no ELF header at its start");
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (is_elf(p, size) && !elf_fits(p, size)) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is a "
+                      "truncated or damaged ELF image: its headers name "
+                      "parts beyond its %zu bytes", size);
         return ACC_ERR_INVALID_ARGUMENT;
     }
     *format = f;

@@ -933,6 +933,12 @@ class HipDouble(DriverDouble):
     device_type_aliases = ("cuda",)
     torch_device_type = 6
     dlpack_device_type = 10
+    #: code objects: the double runs host shared objects (the native
+    #: format) handed over as an hsaco is
+    kernel_format = "native"
+    #: ROCm 5.2 has no call that tells a kernel's parameters
+    kernel_param_sizes = False
+    kernel_param_kinds = False
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }
@@ -950,7 +956,10 @@ class HipDouble(DriverDouble):
                  "mem_fill": "hipMemsetD8Async"}
     env_devices = "FAKE_HIP_DEVICES"
     live_kinds = ("stream", "event", "alloc", "host_alloc", "bad_access",
-                  "guard_damage", "graph", "graph_exec")
+                  "guard_damage", "graph", "graph_exec", "module",
+                  "kernel_misuse")
+    #: kernel_misuse: a module unloaded while a launch of it was queued
+    detectors = ("bad_access", "guard_damage", "kernel_misuse")
     capture_errors = {"refused": "hipErrorStreamCaptureUnsupported",
                       "invalidated": "hipErrorStreamCaptureInvalidated",
                       "wrong_thread": "hipErrorStreamCaptureWrongThread",
@@ -1054,6 +1063,14 @@ class HipDouble(DriverDouble):
         Site("hipGraphExecDestroy", SILENT, "drop a graph",
              refused=(("graph_exec", 1),)),
         Site("hipGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
+        Site("hipModuleLoadData", RAISE, "Module()"),
+        Site("hipModuleGetFunction", RAISE, "get_kernel()"),
+        Site("hipFuncGetAttribute", RAISE, "get_kernel()"),
+        # The device's launch limits are read once per process.
+        Site("hipDeviceGetAttribute", FRESH, "get_kernel()"),
+        Site("hipModuleLaunchKernel", RAISE, "launch()"),
+        Site("hipModuleUnload", SILENT, "drop a module",
+             refused=(("module", 1),)),
     )
 
     def __init__(self, path: pathlib.Path = HIP_DOUBLE) -> None:

@@ -86,3 +86,34 @@ print(json.dumps({{"available": available, "backend": hip,
     # hipDriverGetVersion answers without a GPU: the report names ROCm.
     assert backend["driver_version"].startswith("5.")
 
+
+
+@pytest.mark.skipif(os.path.exists("/dev/kfd"),
+                    reason="an AMD GPU driver is present: modules load here")
+def test_without_an_amd_gpu_loading_a_module_fails_clearly() -> None:
+    """Module() names why there is no device (the runtime's hipInit
+    error); the runtime itself refuses hipModuleLoadData with the same
+    error, leaving no module."""
+    seen = run(f"""
+import ctypes, json, sys
+sys.path.insert(0, {str(fake_drivers.REPO / "tests")!r})
+import accelerator, kernel_code
+code = kernel_code.for_format("native")
+try:
+    accelerator.Module(code, format="hsaco")
+except accelerator.AcceleratorError as exc:
+    error = str(exc)
+lib = ctypes.CDLL({str(REAL_RUNTIME)!r})
+lib.hipGetErrorName.restype = ctypes.c_char_p
+module = ctypes.c_void_p()
+rc = lib.hipModuleLoadData(ctypes.byref(module), code)
+print(json.dumps({{"error": error, "code": rc,
+                   "name": lib.hipGetErrorName(rc).decode(),
+                   "module": module.value}}))
+""", ACCELERATOR_BACKEND="hip")
+    assert seen["code"] != 0, "the runtime loaded a module: is there a GPU?"
+    assert seen["module"] is None
+    assert "when none is available" in seen["error"], seen
+    assert f"hip: hipInit() failed: {seen['name']}" in seen["error"], seen
+    # ROCm 5.2 without a GPU: hipErrorInvalidDevice for both.
+    assert seen["name"] == "hipErrorInvalidDevice", seen

@@ -22,6 +22,11 @@
  *
  * Graphs come from stream capture (hipStreamBeginCapture, EndCapture,
  * hipGraphInstantiate, hipGraphLaunch), as the CUDA backend's.
+ *
+ * Kernels are code objects (hsaco; the test double's native objects are
+ * handed over the same way) loaded with hipModuleLoadData and launched
+ * with hipModuleLaunchKernel, captured like any work on a capturing
+ * stream.
  */
 #define _GNU_SOURCE
 #include "../backend.h"
@@ -53,6 +58,10 @@ static struct {
     /* Priority range per device, read once. */
     atomic_int have_range[ACC_MAX_DEVICES];
     int least[ACC_MAX_DEVICES], greatest[ACC_MAX_DEVICES];
+    /* Launch limits per device (block and grid per dimension), read
+     * once. */
+    atomic_int have_limits[ACC_MAX_DEVICES];
+    int max_block[ACC_MAX_DEVICES][3], max_grid[ACC_MAX_DEVICES][3];
 } hip;
 
 #undef HIP_FN_FIELD
@@ -766,6 +775,195 @@ hip_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                      err);
 }
 
+/* Kernels ---------------------------------------------------------------- */
+
+/*
+ * A code object is loaded as it is: nothing is compiled, so there is no
+ * build log, and ROCm 5.2's hipModuleLoadDataEx ignores its JIT options
+ * ("Options are not used"), so build options are refused rather than
+ * dropped.  The module is the runtime's hipModule_t and a kernel its
+ * hipFunction_t, which the module owns (nothing to release).  HIP 5.2 has
+ * no call that tells a kernel's parameters: nparams stays unknown, and
+ * arguments pass by the size the caller gives them.
+ */
+
+static acc_status
+hip_module_load(int device, acc_code_format format, const void *code,
+                size_t size, const char *options, void **module, char **log,
+                acc_error *err)
+{
+    hipModule_t m = NULL;
+    int previous;
+    acc_status st;
+
+    /* The runtime reads the code object as far as its ELF headers say;
+     * the dispatcher checked that they stay within size. */
+    (void)size;
+    *log = NULL;
+    if (options != NULL && options[0] != '\0') {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "the HIP runtime compiles nothing when it loads %s "
+                      "code (a finished code object), so it takes no build "
+                      "options; got '%.200s', expected options=None",
+                      acc_code_format_name(format), options);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    /* A module is loaded for the calling thread's current device. */
+    st = hip_enter(device, &previous, err);
+    if (st == ACC_OK) {
+        st = HIP(hipModuleLoadData, (&m, code));
+    }
+    st = hip_leave(previous, st, err);
+    if (st == ACC_OK) {
+        *module = m;
+    }
+    else if (m != NULL) {
+        /* Loaded, but restoring the caller's device failed: no leak. */
+        (void)hip.fn.hipModuleUnload(m);
+    }
+    return st;
+}
+
+static void
+hip_module_unload(int device, void *module)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+
+    (void)device;
+    if (HIP(hipModuleUnload, ((hipModule_t)module)) != ACC_OK) {
+        acc_trace("hip: %s", err->message);
+    }
+}
+
+/* device's block and grid limits per dimension, read once. */
+static acc_status
+hip_launch_limits(int device, acc_error *err)
+{
+    static const hipDeviceAttribute_t block[3] = {
+        hipDeviceAttributeMaxBlockDimX, hipDeviceAttributeMaxBlockDimY,
+        hipDeviceAttributeMaxBlockDimZ};
+    static const hipDeviceAttribute_t grid[3] = {
+        hipDeviceAttributeMaxGridDimX, hipDeviceAttributeMaxGridDimY,
+        hipDeviceAttributeMaxGridDimZ};
+    int id = hip.ids[device];
+    acc_status st = ACC_OK;
+
+    if (atomic_load_explicit(&hip.have_limits[device],
+                             memory_order_acquire)) {
+        return ACC_OK;
+    }
+    for (int i = 0; i < 3 && st == ACC_OK; i++) {
+        st = HIP(hipDeviceGetAttribute,
+                 (&hip.max_block[device][i], block[i], id));
+        if (st == ACC_OK) {
+            st = HIP(hipDeviceGetAttribute,
+                     (&hip.max_grid[device][i], grid[i], id));
+        }
+    }
+    if (st == ACC_OK) {
+        atomic_store_explicit(&hip.have_limits[device], 1,
+                              memory_order_release);
+    }
+    return st;
+}
+
+/* What the runtime tells of f (a kernel of device) into info. */
+static acc_status
+hip_function_info(int device, hipFunction_t f, acc_kernel_info *info,
+                  acc_error *err)
+{
+    int threads = 0, shared = 0, local = 0, registers = 0, dynamic = 0;
+    acc_status st = hip_launch_limits(device, err);
+
+#define HIP_FUNC_ATTRIBUTE(attr, dest)                      \
+    if (st == ACC_OK) {                                     \
+        st = HIP(hipFuncGetAttribute, (&dest, attr, f));    \
+    }
+    HIP_FUNC_ATTRIBUTE(HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, threads)
+    HIP_FUNC_ATTRIBUTE(HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, shared)
+    HIP_FUNC_ATTRIBUTE(HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, local)
+    HIP_FUNC_ATTRIBUTE(HIP_FUNC_ATTRIBUTE_NUM_REGS, registers)
+    /* What a launch may ask for on top of the static shared memory. */
+    HIP_FUNC_ATTRIBUTE(HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                       dynamic)
+#undef HIP_FUNC_ATTRIBUTE
+    if (st != ACC_OK) {
+        return st;
+    }
+    info->max_threads_per_block = threads;
+    info->shared_bytes = shared;
+    info->local_bytes = local;
+    info->registers = registers;
+    info->max_shared_bytes = dynamic;
+    for (int i = 0; i < 3; i++) {
+        info->max_block[i] = hip.max_block[device][i];
+        info->max_grid[i] = hip.max_grid[device][i];
+    }
+    return ACC_OK;
+}
+
+static acc_status
+hip_kernel_get(int device, void *module, const char *name, void **kernel,
+               acc_kernel_info *info, acc_error *err)
+{
+    hipFunction_t f = NULL;
+    hipError_t rc;
+    int previous;
+    /* The function of the module for the current device. */
+    acc_status st = hip_enter(device, &previous, err);
+
+    if (st == ACC_OK) {
+        rc = hip.fn.hipModuleGetFunction(&f, (hipModule_t)module, name);
+        /* No such kernel: the dispatcher words it. */
+        st = rc == hipErrorNotFound
+                 ? ACC_ERR_NOT_FOUND
+                 : hip_check(rc, "hipModuleGetFunction", err);
+    }
+    if (st == ACC_OK) {
+        st = hip_function_info(device, f, info, err);
+    }
+    st = hip_leave(previous, st, err);
+    if (st == ACC_OK) {
+        *kernel = f;
+    }
+    return st;
+}
+
+static void
+hip_kernel_release(int device, void *kernel)
+{
+    /* A hipFunction_t belongs to its module: hipModuleUnload frees it. */
+    (void)device;
+    (void)kernel;
+}
+
+static acc_status
+hip_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
+           acc_error *err)
+{
+    /* kernelParams: a pointer to each argument's bytes, which the runtime
+     * copies before it returns. */
+    void *params[ACC_MAX_KERNEL_PARAMS];
+    int previous;
+    acc_status st;
+
+    for (int i = 0; i < c->nargs; i++) {
+        params[i] = (void *)c->args[i].value;
+    }
+    st = hip_enter_stream(s, &previous, err);
+    /* shared_mem fits: the dispatcher held it to max_shared_bytes, an
+     * int the runtime gave. */
+    if (st == ACC_OK) {
+        st = HIP(hipModuleLaunchKernel,
+                 ((hipFunction_t)kernel, c->grid[0], c->grid[1], c->grid[2],
+                  c->block[0], c->block[1], c->block[2],
+                  (unsigned int)c->shared_mem, hip_stream(s),
+                  c->nargs > 0 ? params : NULL, NULL));
+    }
+    return hip_leave(previous, st, err);
+}
+
 /* Graphs ----------------------------------------------------------------- */
 
 /*
@@ -873,6 +1071,10 @@ const acc_backend acc_hip_backend = {
     .torch_device_type = 6,   /* c10::DeviceType::HIP */
     .dlpack_device_type = 10, /* kDLROCM */
     .caps = ACC_CAP_NULL_STREAM_HANDLE | ACC_CAP_ROCM_STREAM_PROTOCOL,
+    /* Code objects; an ELF is recognised as hsaco.  The test double's
+     * native objects load the same way (format="native"). */
+    .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_HSACO)
+                    | ACC_FORMAT_BIT(ACC_FORMAT_NATIVE),
     /* As torch built for ROCm: torch.device("cuda", i) is HIP device i. */
     .device_type_alias = "cuda",
     .probe = hip_probe,
@@ -902,6 +1104,11 @@ const acc_backend acc_hip_backend = {
     .mem_copy = hip_mem_copy,
     .mem_fill = hip_mem_fill,
     .pointer_info = hip_pointer_info,
+    .module_load = hip_module_load,
+    .module_unload = hip_module_unload,
+    .kernel_get = hip_kernel_get,
+    .kernel_release = hip_kernel_release,
+    .launch = hip_launch,
     .graph_capture_begin = hip_graph_capture_begin,
     .graph_capture_end = hip_graph_capture_end,
     .graph_instantiate = hip_graph_instantiate,

@@ -23,15 +23,20 @@
     X(hipErrorOutOfMemory, 2)                        \
     X(hipErrorNotInitialized, 3)                     \
     X(hipErrorDeinitialized, 4)                      \
+    X(hipErrorInvalidConfiguration, 9)               \
     X(hipErrorInsufficientDriver, 35)                \
     X(hipErrorNoDevice, 100)                         \
+    X(hipErrorInvalidDeviceFunction, 98)             \
     X(hipErrorInvalidDevice, 101)                    \
+    X(hipErrorInvalidImage, 200)                     \
     X(hipErrorInvalidContext, 201)                   \
+    X(hipErrorNoBinaryForGpu, 209)                   \
     X(hipErrorInvalidHandle, 400)                    \
     X(hipErrorIllegalState, 401)                     \
     X(hipErrorNotFound, 500)                         \
     X(hipErrorNotReady, 600)                         \
     X(hipErrorIllegalAddress, 700)                   \
+    X(hipErrorLaunchOutOfResources, 701)             \
     X(hipErrorLaunchFailure, 719)                    \
     X(hipErrorNotSupported, 801)                     \
     X(hipErrorStreamCaptureUnsupported, 900)         \
@@ -45,11 +50,25 @@
 #define ACC_HIP_ATTRIBUTES(X)                        \
     X(hipDeviceAttributeIntegrated, 16)              \
     X(hipDeviceAttributeComputeCapabilityMajor, 23)  \
+    X(hipDeviceAttributeMaxBlockDimX, 26)            \
+    X(hipDeviceAttributeMaxBlockDimY, 27)            \
+    X(hipDeviceAttributeMaxBlockDimZ, 28)            \
+    X(hipDeviceAttributeMaxGridDimX, 29)             \
+    X(hipDeviceAttributeMaxGridDimY, 30)             \
+    X(hipDeviceAttributeMaxGridDimZ, 31)             \
     X(hipDeviceAttributeComputeCapabilityMinor, 61)  \
     X(hipDeviceAttributeMultiprocessorCount, 63)     \
     X(hipDeviceAttributePciBusId, 67)                \
     X(hipDeviceAttributePciDeviceId, 68)             \
     X(hipDeviceAttributePciDomainID, 69)
+
+/* Kernel attributes we read (hipFunction_attribute, hipFuncGetAttribute). */
+#define ACC_HIP_FUNC_ATTRIBUTES(X)                               \
+    X(HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0)               \
+    X(HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, 1)                   \
+    X(HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, 3)                    \
+    X(HIP_FUNC_ATTRIBUTE_NUM_REGS, 4)                            \
+    X(HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8)
 
 /* Plain integer flags (macros in hip_runtime_api.h too). */
 #define ACC_HIP_FLAGS(X)                             \
@@ -99,6 +118,9 @@ typedef enum hipDeviceAttribute_t {
 enum hipMemoryType {
     ACC_HIP_MEMORY_TYPES(ACC_HIP_ENUM_ENTRY)
 };
+typedef enum hipFunction_attribute {
+    ACC_HIP_FUNC_ATTRIBUTES(ACC_HIP_ENUM_ENTRY)
+} hipFunction_attribute;
 typedef enum hipMemcpyKind {
     ACC_HIP_MEMCPY_KINDS(ACC_HIP_ENUM_ENTRY)
 } hipMemcpyKind;
@@ -117,6 +139,8 @@ typedef int hipDevice_t;
 typedef void *hipDeviceptr_t;
 typedef struct ihipStream_t *hipStream_t;
 typedef struct ihipEvent_t *hipEvent_t;
+typedef struct ihipModule_t *hipModule_t;
+typedef struct ihipModuleSymbol_t *hipFunction_t;
 typedef struct ihipGraph *hipGraph_t;
 typedef struct hipGraphNode *hipGraphNode_t;
 typedef struct hipGraphExec *hipGraphExec_t;
@@ -201,7 +225,20 @@ typedef struct hipPointerAttribute_t {
     X(hipGraphLaunch, hipError_t,                                        \
       (hipGraphExec_t graphExec, hipStream_t stream))                    \
     X(hipGraphExecDestroy, hipError_t, (hipGraphExec_t graphExec))       \
-    X(hipGraphDestroy, hipError_t, (hipGraph_t graph))
+    X(hipGraphDestroy, hipError_t, (hipGraph_t graph))                   \
+    X(hipModuleLoadData, hipError_t,                                     \
+      (hipModule_t *module, const void *image))                          \
+    X(hipModuleUnload, hipError_t, (hipModule_t module))                 \
+    X(hipModuleGetFunction, hipError_t,                                  \
+      (hipFunction_t *function, hipModule_t module, const char *kname))  \
+    X(hipFuncGetAttribute, hipError_t,                                   \
+      (int *value, hipFunction_attribute attrib, hipFunction_t hfunc))   \
+    X(hipModuleLaunchKernel, hipError_t,                                 \
+      (hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY,    \
+       unsigned int gridDimZ, unsigned int blockDimX,                    \
+       unsigned int blockDimY, unsigned int blockDimZ,                   \
+       unsigned int sharedMemBytes, hipStream_t stream,                  \
+       void **kernelParams, void **extra))
 
 /* Function pointer types: acc_pfn_<name>. */
 #define ACC_HIP_PFN_TYPEDEF(name, ret, params) \

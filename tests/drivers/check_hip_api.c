@@ -15,6 +15,7 @@
 ACC_HIP_RESULTS(CHECK_VALUE)
 ACC_HIP_ATTRIBUTES(CHECK_VALUE)
 ACC_HIP_FLAGS(CHECK_VALUE)
+ACC_HIP_FUNC_ATTRIBUTES(CHECK_VALUE)
 ACC_HIP_MEMORY_TYPES(CHECK_VALUE)
 ACC_HIP_MEMCPY_KINDS(CHECK_VALUE)
 ACC_HIP_CAPTURE_MODES(CHECK_VALUE)
@@ -43,6 +44,8 @@ _Static_assert(sizeof(hipPointerAttribute_t) == 32
                    && offsetof(hipPointerAttribute_t, allocationFlags) == 28,
                "hipPointerAttribute_t layout");
 _Static_assert(sizeof(enum hipMemoryType) == sizeof(int), "hipMemoryType");
+_Static_assert(sizeof(hipFunction_attribute) == sizeof(int),
+               "hipFunction_attribute");
 _Static_assert(sizeof(hipStreamCaptureMode) == sizeof(int)
                    && sizeof(hipStreamCaptureStatus) == sizeof(int),
                "capture enums");

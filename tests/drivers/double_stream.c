@@ -149,6 +149,9 @@ ds_op_free(ds_op *op)
     }
     ds_mark_unref(op->mark);
     dm_op_release(&op->mem);
+    if (op->launch != NULL) {
+        dk_launch_free(op->launch);
+    }
     free(op);
 }
 
@@ -164,7 +167,7 @@ ds_op_list_free(ds_op *list)
 }
 
 ds_op *
-ds_op_list_copy(const ds_op *list, bool *ok)
+ds_op_list_copy(const ds_op *list, bool run, bool *ok)
 {
     ds_op *head = NULL, **tail = &head;
 
@@ -173,15 +176,23 @@ ds_op_list_copy(const ds_op *list, bool *ok)
         ds_op *op = ds_op_new(list->kind, list->ms, NULL);
 
         if (op == NULL) {
-            ds_op_list_free(head);
-            *ok = false;
-            return NULL;
+            break;
         }
         op->gate = list->gate;
         op->mem = list->mem;
         op->mem.staging = NULL;
+        op->api = list->api;
         *tail = op;
         tail = &op->next;
+        if (list->launch != NULL
+            && (op->launch = dk_launch_copy(list->launch, run)) == NULL) {
+            break;
+        }
+    }
+    if (list != NULL) {   /* out of memory */
+        ds_op_list_free(head);
+        *ok = false;
+        return NULL;
     }
     return head;
 }
@@ -236,6 +247,9 @@ op_run(ds_op *op)
         break;
     case DS_MEMORY:
         dm_op_run(&op->mem);
+        break;
+    case DS_KERNEL:
+        dk_launch_run(op->launch, op->api);
         break;
     }
 }

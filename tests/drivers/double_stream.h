@@ -10,7 +10,9 @@
  * worker or a waiter.
  *
  * The double keeps its own registry of streams and their meaning (devices,
- * default-stream rules); this file only runs the work.  The HIP double
+ * default-stream rules); this file only runs the work: waits, sleeps,
+ * copies (double_memory.c) and launches of native kernels
+ * (double_kernels.c).  The HIP double
  * runs on it (stream capture too: the graph helpers below); the CUDA
  * double has its own copy of the same engine (it predates this file).
  */
@@ -20,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "double_kernels.h"
 #include "double_memory.h"
 
 typedef struct ds_mark {
@@ -28,7 +31,9 @@ typedef struct ds_mark {
     double stamp_ms; /* when it completed (CLOCK_MONOTONIC) */
 } ds_mark;
 
-enum ds_op_kind { DS_SLEEP, DS_GATE, DS_RECORD, DS_WAIT, DS_MEMORY };
+enum ds_op_kind {
+    DS_SLEEP, DS_GATE, DS_RECORD, DS_WAIT, DS_MEMORY, DS_KERNEL
+};
 
 typedef struct ds_op {
     struct ds_op *next;
@@ -37,6 +42,11 @@ typedef struct ds_op {
     int gate;       /* DS_GATE: a double_control gate */
     ds_mark *mark;  /* DS_RECORD, DS_WAIT: one reference, the op's */
     dm_op mem;      /* DS_MEMORY: a copy or fill */
+    /* DS_KERNEL: the launch (the op's): queued where the op runs, a
+     * graph's node (not queued) in a graph's list; api names it in the
+     * kernel layer's reports. */
+    dk_launch *launch;
+    const char *api;
 } ds_op;
 
 typedef struct ds_queue ds_queue;
@@ -60,9 +70,11 @@ void ds_op_free(ds_op *op);
 
 /* Lists of ops linked by next (a captured graph's work). */
 void ds_op_list_free(ds_op *list);
-/* A copy of list to run again (marks and staging are not copied: a
- * captured copy has none); NULL and *ok false when out of memory. */
-ds_op *ds_op_list_copy(const ds_op *list, bool *ok);
+/* A copy of list, a graph's (marks and staging are not copied: a
+ * captured copy has none).  run: the copy is to be queued (its launches
+ * queued ones); else it is another graph's list (its launches nodes).
+ * NULL and *ok false when out of memory. */
+ds_op *ds_op_list_copy(const ds_op *list, bool run, bool *ok);
 /* Frame one launch of a graph's ops (*ops, a copy): first wait for the
  * previous launch's end (*last), last complete a new end mark, which
  * replaces *last; false when out of memory (*ops unchanged). */

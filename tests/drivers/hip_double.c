@@ -34,8 +34,10 @@
  *       event (which wait blocking, not spinning).
  * Live kinds (fake_hip_live): "stream" (created, not destroyed; null
  * streams excluded), "event", "graph" (hipStreamEndCapture's, not
- * destroyed), "graph_exec", and double_memory.c's ("alloc",
- * "alloc_bytes", "host_alloc", "bad_access", "guard_damage").
+ * destroyed), "graph_exec", double_memory.c's ("alloc",
+ * "alloc_bytes", "host_alloc", "bad_access", "guard_damage") and
+ * double_kernels.c's ("module", "kernel_misuse").  fake_hip_reset_
+ * detectors zeroes bad_access, guard_damage and kernel_misuse.
  *
  * Environment, read once when the library is loaded:
  *   FAKE_HIP_DEVICES         device count, 0..64 (2); 0: hipInit returns
@@ -73,11 +75,19 @@
  *     again (after the executable's previous launch).  A stream joins a
  *     capture by waiting on an event recorded in it and must be joined
  *     back (hipErrorStreamCaptureUnjoined).  Queries, synchronizations,
- *     waits on events outside the capture, pageable copies and launches
- *     on a capturing stream are refused with
+ *     waits on events outside the capture, pageable copies and graph
+ *     launches on a capturing stream are refused with
  *     hipErrorStreamCaptureUnsupported and invalidate the capture, as
  *     hipDeviceSynchronize does to the device's global and thread-local
  *     captures.  The null stream cannot capture.
+ *   - Code objects are host shared objects (tests/drivers/
+ *     native_kernel.h), loaded and run by the shared kernel layer
+ *     (double_kernels.c): each launch runs every block in order on the
+ *     stream's worker.  An ELF of another machine (an hsaco for a real
+ *     GPU) is hipErrorNoBinaryForGpu at load; PTX and SPIR-V are no code
+ *     objects (hipErrorInvalidImage).  A launch on a capturing stream is
+ *     a node of the graph: every replay runs it again.  Device limits:
+ *     double_kernels.h's (DK_MAX_*); 48 KiB of shared memory per block.
  *   - After fork() in a child of an initialised parent, every function
  *     but hipGetErrorName/String and hipDriverGetVersion returns
  *     hipErrorNotInitialized: ROCm cannot be used in such a child.
@@ -95,6 +105,7 @@
 
 #include "../../csrc/backends/hip_api.h"
 #include "double_control.h"
+#include "double_kernels.h"
 #include "double_memory.h"
 #include "double_stream.h"
 
@@ -168,6 +179,19 @@ struct ihipEvent_t {
     long cap_tip;
 };
 
+/* A loaded module (the shared kernel layer's) and the functions
+ * hipModuleGetFunction handed out, freed with it. */
+struct ihipModule_t {
+    dk_module *dk;
+    struct ihipModuleSymbol_t *functions;
+};
+
+struct ihipModuleSymbol_t {
+    struct ihipModuleSymbol_t *next;
+    struct ihipModule_t *module;
+    const dk_kernel *kernel;
+};
+
 /* A captured graph and its executable: the recorded ops, run again (as
  * copies) by every launch. */
 struct ihipGraph {
@@ -202,6 +226,7 @@ static struct ihipStream_t *g_null[FAKE_MAX_DEVICES]; /* made on first use */
 /* The same objects as sets: unknown handles are compared, never
  * dereferenced, in O(1). */
 static dc_handles g_stream_set, g_event_set, g_graph_set, g_exec_set;
+static dc_handles g_module_set, g_function_set;
 /* Ids of captures, so that an event names one even after it ended. */
 static unsigned long g_capture_ids;
 
@@ -215,13 +240,15 @@ static const char *const g_live_kinds[LIVE_KINDS] = {"stream", "event",
                                                      "graph", "graph_exec"};
 static atomic_llong g_calls[FN_COUNT];
 static atomic_llong g_live[LIVE_KINDS];
-static long long live_memory(const char *kind);
+static long long live_extra(const char *kind);
 static void reset_sync_counter(void);
+static void reset_detectors(void);
 static dc_control g_ctl = {
     DC_CONTROL_INIT("fake libamdhip64", fake_fns, g_calls, g_live_kinds,
                     g_live),
     .on_reset = reset_sync_counter,
-    .live_extra = live_memory,
+    .live_extra = live_extra,
+    .reset_detectors = reset_detectors,
 };
 
 DC_EXPORT_CONTROL(hip, g_ctl)
@@ -649,6 +676,25 @@ hipDeviceGetAttribute(int *pi, hipDeviceAttribute_t attr, int deviceId)
     case hipDeviceAttributePciDeviceId:
     case hipDeviceAttributePciDomainID:
         *pi = 0;
+        break;
+    /* The launch limits the shared kernel layer applies. */
+    case hipDeviceAttributeMaxBlockDimX:
+        *pi = DK_MAX_BLOCK_X;
+        break;
+    case hipDeviceAttributeMaxBlockDimY:
+        *pi = DK_MAX_BLOCK_Y;
+        break;
+    case hipDeviceAttributeMaxBlockDimZ:
+        *pi = DK_MAX_BLOCK_Z;
+        break;
+    case hipDeviceAttributeMaxGridDimX:
+        *pi = (int)DK_MAX_GRID_X;
+        break;
+    case hipDeviceAttributeMaxGridDimY:
+        *pi = (int)DK_MAX_GRID_Y;
+        break;
+    case hipDeviceAttributeMaxGridDimZ:
+        *pi = (int)DK_MAX_GRID_Z;
         break;
     default:
         return hipErrorInvalidValue;
@@ -1309,6 +1355,238 @@ hipPointerGetAttributes(hipPointerAttribute_t *attributes, const void *ptr)
     return hipSuccess;
 }
 
+/* Runtime API: modules and launches ---------------------------------- */
+
+/*
+ * Code objects go to the shared kernel layer (double_kernels.c), which
+ * reads a host shared object (the native format) and runs its kernels;
+ * an ELF for another machine (an hsaco for a real GPU) has no code this
+ * device runs: hipErrorNoBinaryForGpu, what ROCm answers for a code
+ * object without one for the device's ISA.  PTX and SPIR-V, which the
+ * layer reads for other doubles, are not code objects: HIP refuses them
+ * as invalid images.
+ */
+hipError_t
+hipModuleLoadData(hipModule_t *module, const void *image)
+{
+    struct ihipModule_t *m;
+    dk_module *dk = NULL;
+    hipError_t rc = hipSuccess;
+
+    FAKE_ENTER(hipModuleLoadData, true);
+    if (module == NULL || image == NULL) {
+        return hipErrorInvalidValue;
+    }
+    switch (dk_module_load(image, 0, &dk, NULL, 0)) {
+    case DK_OK:
+        break;
+    case DK_OTHER_MACHINE:
+        return hipErrorNoBinaryForGpu;
+    case DK_OUT_OF_MEMORY:
+        return hipErrorOutOfMemory;
+    default:
+        return hipErrorInvalidImage;
+    }
+    if (dk_module_format(dk) != DK_NATIVE) {
+        dk_module_unload(dk, "hipModuleLoadData");
+        return hipErrorInvalidImage;
+    }
+    m = calloc(1, sizeof(*m));
+    pthread_mutex_lock(&g_mu);
+    if (m == NULL || !dc_handles_add(&g_module_set, m)) {
+        rc = hipErrorOutOfMemory;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc != hipSuccess) {
+        free(m);
+        dk_module_unload(dk, "hipModuleLoadData");
+        return rc;
+    }
+    m->dk = dk;
+    *module = m;
+    return hipSuccess;
+}
+
+hipError_t
+hipModuleUnload(hipModule_t module)
+{
+    struct ihipModuleSymbol_t *f;
+
+    FAKE_ENTER(hipModuleUnload, true);
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_has(&g_module_set, module)) {
+        pthread_mutex_unlock(&g_mu);
+        return hipErrorInvalidHandle;
+    }
+    dc_handles_remove(&g_module_set, module);
+    while ((f = module->functions) != NULL) {
+        module->functions = f->next;
+        dc_handles_remove(&g_function_set, f);
+        free(f);
+    }
+    pthread_mutex_unlock(&g_mu);
+    /* A launch still queued is a misuse the kernel layer reports. */
+    dk_module_unload(module->dk, "hipModuleUnload");
+    free(module);
+    return hipSuccess;
+}
+
+hipError_t
+hipModuleGetFunction(hipFunction_t *function, hipModule_t module,
+                     const char *kname)
+{
+    struct ihipModuleSymbol_t *f = NULL;
+    const dk_kernel *k;
+    hipError_t rc = hipSuccess;
+
+    FAKE_ENTER(hipModuleGetFunction, true);
+    if (function == NULL || kname == NULL) {
+        return hipErrorInvalidValue;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_has(&g_module_set, module)) {
+        rc = hipErrorInvalidHandle;
+    }
+    else if ((k = dk_kernel_find(module->dk, kname)) == NULL) {
+        rc = hipErrorNotFound;
+    }
+    else {
+        /* One function per kernel, as ROCm caches them. */
+        for (f = module->functions; f != NULL && f->kernel != k;
+             f = f->next) {
+        }
+        if (f == NULL && (f = calloc(1, sizeof(*f))) != NULL) {
+            if (dc_handles_add(&g_function_set, f)) {
+                f->module = module;
+                f->kernel = k;
+                f->next = module->functions;
+                module->functions = f;
+            }
+            else {
+                free(f);
+                f = NULL;
+            }
+        }
+        rc = f != NULL ? hipSuccess : hipErrorOutOfMemory;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc == hipSuccess) {
+        *function = f;
+    }
+    return rc;
+}
+
+hipError_t
+hipFuncGetAttribute(int *value, hipFunction_attribute attrib,
+                    hipFunction_t hfunc)
+{
+    const dk_kernel *k = NULL;
+
+    FAKE_ENTER(hipFuncGetAttribute, true);
+    if (value == NULL) {
+        return hipErrorInvalidValue;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (dc_handles_has(&g_function_set, hfunc)) {
+        k = hfunc->kernel;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (k == NULL) {
+        return hipErrorInvalidHandle;
+    }
+    switch (attrib) {
+    case HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        *value = k->max_threads;
+        break;
+    case HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+        *value = (int)k->static_shared;
+        break;
+    case HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+    case HIP_FUNC_ATTRIBUTE_NUM_REGS:
+        /* Host code: its locals and registers are the host's. */
+        *value = 0;
+        break;
+    case HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        /* As ROCm: the block's shared memory less the static part. */
+        *value = (int)(DK_MAX_SHARED - k->static_shared);
+        break;
+    default:
+        return hipErrorInvalidValue;
+    }
+    return hipSuccess;
+}
+
+/*
+ * The launch is checked now, as ROCm checks it: a block or shared memory
+ * beyond the limits is hipErrorInvalidValue (ROCm 5.2's answer for both),
+ * a kernel without host code hipErrorNoBinaryForGpu.  On a capturing
+ * stream it becomes a node of the graph, run again by every replay.
+ * extra (arguments packed in one buffer) is not modelled.
+ */
+hipError_t
+hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX,
+                      unsigned int gridDimY, unsigned int gridDimZ,
+                      unsigned int blockDimX, unsigned int blockDimY,
+                      unsigned int blockDimZ, unsigned int sharedMemBytes,
+                      hipStream_t stream, void **kernelParams, void **extra)
+{
+    const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ};
+    const unsigned block[3] = {blockDimX, blockDimY, blockDimZ};
+    const dk_kernel *k = NULL;
+    struct ihipStream_t *s;
+    dk_launch *launch = NULL;
+    ds_op *op = NULL;
+    bool capturing;
+    hipError_t rc;
+
+    FAKE_ENTER(hipModuleLaunchKernel, true);
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_has(&g_function_set, f)) {
+        rc = hipErrorInvalidHandle;
+    }
+    else {
+        k = f->kernel;
+        rc = stream_resolve(stream, &s);
+    }
+    if (rc == hipSuccess
+        && (extra != NULL || (kernelParams == NULL && k->nparams > 0))) {
+        rc = hipErrorInvalidValue;
+    }
+    if (rc == hipSuccess
+        && dk_check_geometry(k, grid, block, sharedMemBytes, DK_MAX_SHARED)
+               != DK_OK) {
+        rc = hipErrorInvalidValue;
+    }
+    if (rc == hipSuccess) {
+        capturing = s->capture != hipStreamCaptureStatusNone;
+        switch (dk_launch_new(k, grid, block, sharedMemBytes, kernelParams,
+                              !capturing, &launch)) {
+        case DK_OK:
+            break;
+        case DK_NO_BINARY:
+            rc = hipErrorNoBinaryForGpu;
+            break;
+        default:
+            rc = hipErrorOutOfMemory;
+            break;
+        }
+    }
+    if (rc == hipSuccess
+        && (op = ds_op_new(DS_KERNEL, 0, NULL)) != NULL) {
+        op->launch = launch;
+        op->api = "hipModuleLaunchKernel";
+    }
+    else if (rc == hipSuccess) {
+        dk_launch_free(launch);
+    }
+    if (rc == hipSuccess) {
+        /* Takes op over (NULL: out of memory). */
+        rc = stream_enqueue(s, op);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
 /* Runtime API: graphs (stream capture) ------------------------------ */
 
 hipError_t
@@ -1455,7 +1733,7 @@ hipGraphInstantiate(hipGraphExec_t *pGraphExec, hipGraph_t graph,
         rc = hipErrorOutOfMemory;
     }
     else {
-        x->head = ds_op_list_copy(graph->head, &ok);
+        x->head = ds_op_list_copy(graph->head, false, &ok);
         if (!ok || !dc_handles_add(&g_exec_set, x)) {
             ds_op_list_free(x->head);
             free(x);
@@ -1489,7 +1767,7 @@ hipGraphLaunch(hipGraphExec_t graphExec, hipStream_t stream)
         rc = capture_refuse(s);
     }
     if (rc == hipSuccess) {
-        ops = ds_op_list_copy(graphExec->head, &ok);
+        ops = ds_op_list_copy(graphExec->head, true, &ok);
         if (!ok || !ds_op_list_frame(&ops, &graphExec->last)) {
             rc = hipErrorOutOfMemory;
         }
@@ -1552,9 +1830,18 @@ reset_sync_counter(void)
 }
 
 static long long
-live_memory(const char *kind)
+live_extra(const char *kind)
 {
-    return dm_live(kind);
+    long long n = dm_live(kind);
+
+    return n >= 0 ? n : dk_live(kind);
+}
+
+static void
+reset_detectors(void)
+{
+    dm_reset_detectors();
+    dk_reset_detectors();
 }
 
 /* Queues op (taken over) on a test's stream: see enqueue_sleep above. */

@@ -1,0 +1,240 @@
+"""Kernels on the HIP backend, on the HIP double: what is HIP's own.
+
+ROCm 5.2 has no call that tells a kernel's parameters, so bare Python
+numbers are refused with the reason; code objects are not built, so build
+options are refused; an hsaco for a real GPU (an ELF of another machine)
+is refused by the runtime with hipErrorNoBinaryForGpu; a launch on a
+capturing stream is a node of the graph that every replay runs again; a
+module dropped while its launch is queued is unloaded only after the
+launch ran.  Each runs in a fresh process with the double underneath (the
+behaviour suite, tests/behaviour/test_kernels.py, runs the kernels
+themselves with ACCELERATOR_TEST_BACKEND=hip).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import fake_drivers
+import kernel_code
+from test_config import run
+
+pytestmark = pytest.mark.skipif(
+    fake_drivers.HipDouble.missing() is not None,
+    reason=str(fake_drivers.HipDouble.missing()))
+
+PRELUDE = """
+import ctypes, gc, json
+import numpy
+import accelerator as a
+import fake_drivers, kernel_code
+d = fake_drivers.HipDouble()
+code = kernel_code.for_format("native")
+"""
+
+
+def outcome(body: str) -> dict:
+    """Run body after PRELUDE on the HIP double; it prints one JSON
+    document."""
+    result = run(PRELUDE + body, **fake_drivers.HipDouble.environment(2))
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def error_of(expression: str) -> str:
+    """Code that records what expression raises (type, message and the
+    driver's fields) as `seen`."""
+    return f"""
+try:
+    {expression}
+except Exception as exc:
+    seen = {{"type": type(exc).__name__, "text": str(exc),
+             "api": getattr(exc, "api", None),
+             "code": getattr(exc, "code", None),
+             "name": getattr(exc, "error_name", None)}}
+else:
+    seen = None
+"""
+
+
+def test_a_bare_int_is_refused_because_hip_does_not_tell_sizes() -> None:
+    seen = outcome("""
+k = a.Module(code).get_kernel("add_one")
+b = a.Buffer(64)
+""" + error_of("a.launch(k, 1, 16, b, 16)") + """
+print(json.dumps({"error": seen, "num_args": k.attributes["num_args"],
+                  "launches": d.calls("hipModuleLaunchKernel")}))
+""")
+    assert seen["num_args"] is None
+    assert seen["error"]["type"] == "TypeError", seen
+    assert ("argument 1 is a bare Python int, but the driver does not tell "
+            "the parameter's size") in seen["error"]["text"], seen
+    assert "numpy.int32(...)" in seen["error"]["text"], seen
+    assert seen["launches"] == 0
+
+
+def test_sized_scalars_pass_by_their_size_and_the_kernel_runs() -> None:
+    seen = outcome("""
+k = a.Module(code).get_kernel("saxpy")
+n = 300
+x = numpy.arange(n, dtype=numpy.float32)
+bx, by = a.Buffer(4 * n), a.Buffer(4 * n)
+bx.copy_from(x.tobytes())
+by.copy_from(numpy.ones(n, dtype=numpy.float32).tobytes())
+a.launch(k, 2, 256, by, bx, numpy.float32(2.0), ctypes.c_uint32(n))
+out = bytearray(4 * n)
+by.copy_to(out)
+print(json.dumps({"ok": bool((numpy.frombuffer(out, numpy.float32)
+                              == 2 * x + 1).all()),
+                  "attributes": k.attributes,
+                  "bad": d.live("bad_access")}))
+""")
+    assert seen["ok"] and seen["bad"] == 0
+    # What hipFuncGetAttribute and the launch limits tell.
+    assert seen["attributes"] == {
+        "max_threads_per_block": 1024, "shared_memory_bytes": 0,
+        "local_memory_bytes": 0, "registers": 0,
+        "max_dynamic_shared_memory_bytes": 48 * 1024, "num_args": None}
+
+
+def test_build_options_are_refused() -> None:
+    seen = outcome(error_of('a.Module(code, options="-O3")') + """
+print(json.dumps({"error": seen, "loads": d.calls("hipModuleLoadData")}))
+""")
+    assert seen["error"]["type"] == "ValueError", seen
+    assert "takes no build options; got '-O3', expected options=None" in \
+        seen["error"]["text"], seen
+    assert seen["loads"] == 0
+
+
+def test_an_hsaco_for_a_gpu_is_refused_by_the_runtime() -> None:
+    """An ELF of an AMD GPU (EM_AMDGPU, 224) is recognised as hsaco, and
+    hipModuleLoadData finds no code the device runs; a host object passed
+    as hsaco is the runtime's to judge, and runs."""
+    seen = outcome("""
+elf = bytearray(code)
+elf[18:20] = (224).to_bytes(2, "little")
+""" + error_of("a.Module(bytes(elf))") + """
+recognised = seen
+""" + error_of('a.Module(bytes(elf), format="hsaco")') + """
+modules = d.live("module")
+print(json.dumps({"recognised": recognised, "hsaco": seen,
+                  "modules": modules, "host": a.Module(code).format,
+                  "host_as_hsaco": a.Module(code, format="hsaco")
+                  .get_kernel("add_one").name}))
+""")
+    for error in (seen["recognised"], seen["hsaco"]):
+        assert error["type"] == "AcceleratorError", error
+        assert (error["api"], error["code"], error["name"]) == (
+            "hipModuleLoadData", 209, "hipErrorNoBinaryForGpu"), error
+    assert seen["host"] == "native"
+    assert seen["host_as_hsaco"] == "add_one"
+    assert seen["modules"] == 0
+
+
+def test_a_launch_in_a_capture_is_replayed() -> None:
+    seen = outcome("""
+k = a.Module(code).get_kernel("add_one")
+s = a.Stream()
+b = a.Buffer(64, stream=s)
+b.fill(0, stream=s)
+s.synchronize()
+g = a.Graph()
+with s:
+    g.capture_begin()
+    a.launch(k, 1, 16, b, numpy.uint32(16))
+    g.capture_end()
+s.synchronize()
+out = bytearray(64)
+b.copy_to(out)
+after_capture = list(numpy.frombuffer(out, numpy.uint32))
+for _ in range(3):
+    with s:
+        g.replay()
+s.synchronize()
+b.copy_to(out)
+print(json.dumps({"after_capture": [int(v) for v in after_capture],
+                  "after_replays": [int(v) for v in
+                                    numpy.frombuffer(out, numpy.uint32)],
+                  "launches": d.calls("hipModuleLaunchKernel"),
+                  "bad": d.live("bad_access")}))
+""")
+    assert seen["after_capture"] == [0] * 16, "the captured launch ran"
+    assert seen["after_replays"] == [3] * 16
+    assert seen["launches"] == 1
+    assert seen["bad"] == 0
+
+
+def test_a_module_dropped_while_its_launch_is_queued_waits_for_it() -> None:
+    seen = outcome("""
+s = a.Stream()
+m = a.Module(code)
+k = m.get_kernel("add_one")
+b = a.Buffer(64, stream=s)
+b.fill(0, stream=s)
+gate = d.gate(s)
+a.launch(k, 1, 16, b, numpy.uint32(16), stream=s)
+del m, k
+gc.collect()
+a.empty_cache()
+while_queued = [d.live("module"), d.calls("hipModuleUnload")]
+gate.open()
+s.synchronize()
+a.empty_cache()
+out = bytearray(64)
+b.copy_to(out)
+print(json.dumps({"while_queued": while_queued,
+                  "after": [d.live("module"), d.calls("hipModuleUnload")],
+                  "data": sorted(set(numpy.frombuffer(out, numpy.uint32)
+                                     .tolist())),
+                  "misuse": d.live("kernel_misuse")}))
+""")
+    assert seen["while_queued"] == [1, 0], seen
+    assert seen["after"] == [0, 1], seen
+    assert seen["data"] == [1]
+    assert seen["misuse"] == 0
+
+
+def test_a_truncated_code_object_is_refused_before_the_runtime_reads_it(
+) -> None:
+    """hipModuleLoadData takes no size: it reads as far as the ELF headers
+    say, so a cut image must not reach it (it read past the bytes)."""
+    seen = outcome("""
+errors = []
+for cut in (64, 1000, len(code) // 2, len(code) - 1):
+""" + "\n".join("    " + line for line in error_of(
+        "a.Module(code[:cut])").splitlines()) + """
+    errors.append(seen)
+loads = d.calls("hipModuleLoadData")
+print(json.dumps({"errors": errors, "loads": loads,
+                  "whole": str(a.Module(code))}))
+""")
+    for error in seen["errors"]:
+        assert error is not None and error["type"] == "ValueError", seen
+        assert "the code is a truncated or damaged ELF image" in \
+            error["text"], error
+    assert seen["loads"] == 0, "a cut image reached the runtime"
+    assert seen["whole"] == "<accelerator.Module native on hip:0>"
+
+
+@pytest.mark.skipif(
+    not all(map(kernel_code.have, ("clang-15", "llvm-spirv-15",
+                                   kernel_code.NVCC))),
+    reason="needs clang-15, llvm-spirv-15 and nvcc to build the kernels")
+def test_the_double_takes_code_objects_only() -> None:
+    """PTX text and SPIR-V, which the shared kernel layer reads for the
+    other doubles, are no HIP code objects: hipErrorInvalidImage (200),
+    and no module is left (the backend never passes them: its formats are
+    hsaco and native)."""
+    seen = outcome("""
+runtime = ctypes.CDLL(str(fake_drivers.HIP_DOUBLE))
+results = {}
+for name, image in (("spirv", kernel_code.spirv()),
+                    ("ptx", kernel_code.ptx() + b"\\0")):
+    module = ctypes.c_void_p()
+    results[name] = [runtime.hipModuleLoadData(ctypes.byref(module), image),
+                     module.value]
+results["modules"] = d.live("module")
+print(json.dumps(results))
+""")
+    assert seen == {"spirv": [200, None], "ptx": [200, None], "modules": 0}
