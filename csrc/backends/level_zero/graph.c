@@ -185,8 +185,7 @@ lz_capture_refuse_sync_locked(lz_stream *st, acc_error *err)
 }
 
 acc_status
-lz_capture_append_locked(lz_target *t, void *dst, const void *src,
-                         unsigned char value, size_t nbytes, acc_error *err)
+lz_capture_append_locked(lz_target *t, const lz_op *op, acc_error *err)
 {
     lz_capture *cap = t->st->capture;
     ze_command_list_handle_t list = cap->graph->list;
@@ -200,15 +199,23 @@ lz_capture_append_locked(lz_target *t, void *dst, const void *src,
         return ACC_ERR_STATE;
     }
     ze_result_t r = lz_fn.zeCommandListAppendBarrier(list, NULL, 0, NULL);
-    if (r == ZE_RESULT_SUCCESS && src != NULL) {
+    if (r == ZE_RESULT_SUCCESS && op->kernel != NULL) {
+        /* The driver copies the kernel's arguments and group size into
+         * the list now: each replay runs with these. */
+        api = "zeCommandListAppendLaunchKernel";
+        r = lz_fn.zeCommandListAppendLaunchKernel(list, op->kernel,
+                                                  op->groups, NULL, 0,
+                                                  NULL);
+    }
+    else if (r == ZE_RESULT_SUCCESS && op->src != NULL) {
         api = "zeCommandListAppendMemoryCopy";
-        r = lz_fn.zeCommandListAppendMemoryCopy(list, dst, src, nbytes, NULL,
-                                                0, NULL);
+        r = lz_fn.zeCommandListAppendMemoryCopy(list, op->dst, op->src,
+                                                op->nbytes, NULL, 0, NULL);
     }
     else if (r == ZE_RESULT_SUCCESS) {
         api = "zeCommandListAppendMemoryFill";
-        r = lz_fn.zeCommandListAppendMemoryFill(list, dst, &value, 1, nbytes,
-                                                NULL, 0, NULL);
+        r = lz_fn.zeCommandListAppendMemoryFill(list, op->dst, &op->value, 1,
+                                                op->nbytes, NULL, 0, NULL);
     }
     if (r == ZE_RESULT_SUCCESS && t->st->cap_fork >= 0) {
         lz_fork *f = &cap->forks[t->st->cap_fork];

@@ -68,6 +68,7 @@
  *   sysman.c   Sysman: device properties, free memory
  *   graph.c    graphs: capture into a regular command list, replay on a
  *              command queue (see the comment there)
+ *   kernels.c  modules and kernels: load, launch (see the comment there)
  */
 #ifndef ACC_LEVEL_ZERO_LZ_H
 #define ACC_LEVEL_ZERO_LZ_H
@@ -212,6 +213,18 @@ typedef struct lz_target {
     int pinned;            /* st found by handle: release with _done */
 } lz_target;
 
+/* A command recorded into a capture's list (graph.c): a kernel launch
+ * (kernel set, with its group counts), a copy (src set) or a fill of
+ * nbytes at dst with value. */
+typedef struct lz_op {
+    void *dst;
+    const void *src;
+    unsigned char value;
+    size_t nbytes;
+    ze_kernel_handle_t kernel;
+    const ze_group_count_t *groups;
+} lz_op;
+
 /* The loader's functions, resolved once (backend.c). */
 typedef struct lz_functions {
 #define LZ_FIELD(name, params) acc_pfn_##name name;
@@ -323,6 +336,23 @@ acc_status lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
 void lz_memory_after_fork_child(void);
 acc_status lz_pointer_info(uintptr_t ptr, acc_pointer_info *info,
                            acc_error *err);
+acc_status lz_order_locked(lz_target *t, acc_error *err);
+void lz_appended_locked(lz_target *t, lz_slot *done);
+
+/* kernels.c */
+acc_status lz_module_load(int device, acc_code_format format,
+                          const void *code, size_t size, const char *options,
+                          void **module, char **log, acc_error *err);
+void lz_module_unload(int device, void *module);
+acc_status lz_kernel_get(int device, void *module, const char *name,
+                         void **kernel, acc_kernel_info *info,
+                         acc_error *err);
+void lz_kernel_release(int device, void *kernel);
+acc_status lz_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
+                     acc_error *err);
+acc_status lz_kernel_names(int device, void *module, char *names,
+                           size_t size, acc_error *err);
+void lz_kernels_shutdown(void);
 
 /* graph.c */
 acc_status lz_capture_refuse_locked(lz_stream *st, const char *api,
@@ -333,9 +363,8 @@ acc_status lz_capture_record_locked(lz_target *t, lz_event *ev,
                                     acc_error *err);
 int lz_capture_wait_locked(lz_target *t, lz_event *ev, acc_status *status,
                            acc_error *err);
-acc_status lz_capture_append_locked(lz_target *t, void *dst,
-                                    const void *src, unsigned char value,
-                                    size_t nbytes, acc_error *err);
+acc_status lz_capture_append_locked(lz_target *t, const lz_op *op,
+                                    acc_error *err);
 void lz_capture_drop(lz_stream *st);
 acc_status lz_graph_capture_begin(acc_stream *s, int mode, acc_error *err);
 acc_status lz_graph_capture_end(acc_stream *s, void **graph, int *capturing,

@@ -1,0 +1,424 @@
+/*
+ * kernels.c - modules and kernels on Level Zero: zeModuleCreate (SPIR-V
+ * or the device's native binary), zeKernelCreate, and launches appended
+ * to a stream's list (or recorded into its capture, graph.c).
+ *
+ * Arguments.  Level Zero keeps a kernel's arguments and group size in
+ * the kernel object and copies them into the list when a launch is
+ * appended, so setting them and appending is done under the kernel's own
+ * lock: launches of one kernel from several threads cannot mix their
+ * arguments.  Lock order: the stream's lock, then the kernel's.
+ *
+ * Dynamic shared memory (shared_mem).  Level Zero passes local memory
+ * as an argument: a __local pointer parameter is set with the size in
+ * bytes and a NULL value.  Spec 1.4 tells how many parameters a kernel
+ * has (numKernelArgs) but not which are local, so the rule is by count:
+ * a launch that passes one argument fewer than the kernel has gives its
+ * last parameter shared_mem bytes of local memory (a kernel that takes
+ * dynamic local memory declares it last); a launch that passes as many
+ * arguments as the kernel has takes no shared_mem.  The count of user
+ * arguments is therefore not known to the core (Kernel.attributes
+ * reports it as unknown) and is checked here, as is the argument size
+ * Level Zero does not tell (the driver refuses a wrong one).
+ *
+ * Modules and kernels are listed so that shutdown can destroy them
+ * before the contexts: Python may still hold them at exit.  After
+ * shutdown, unloading only frees our structs.
+ */
+#include "lz.h"
+
+typedef struct lz_module {
+    ze_module_handle_t handle;  /* NULL once shutdown destroyed it */
+    int device;
+    struct lz_module *next;     /* lz_kern.modules */
+} lz_module;
+
+typedef struct lz_kernel {
+    ze_kernel_handle_t handle;  /* NULL once shutdown destroyed it */
+    lz_module *module;
+    uint32_t nparams;           /* the driver's count, local ones too */
+    uint32_t group[3];          /* the group size last set; 0: none */
+    pthread_mutex_t lock;       /* arguments, group size, append */
+    struct lz_kernel *next;     /* lz_kern.kernels */
+} lz_kernel;
+
+/* The live modules and kernels; lock is a leaf. */
+static struct {
+    pthread_mutex_t lock;
+    lz_module *modules;
+    lz_kernel *kernels;
+} lz_kern = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/* The build log of a failed build, malloc'd (NULL when it cannot be
+ * read: the error still says the build failed). */
+static char *
+lz_build_log(ze_module_build_log_handle_t h)
+{
+    size_t size = 0;
+    char *text = NULL;
+    if (h == NULL
+        || lz_fn.zeModuleBuildLogGetString(h, &size, NULL)
+               != ZE_RESULT_SUCCESS
+        || size == 0 || (text = malloc(size + 1)) == NULL) {
+        return NULL;
+    }
+    if (lz_fn.zeModuleBuildLogGetString(h, &size, text)
+        != ZE_RESULT_SUCCESS) {
+        free(text);
+        return NULL;
+    }
+    text[size] = '\0';
+    return text;
+}
+
+acc_status
+lz_module_load(int device, acc_code_format format, const void *code,
+               size_t size, const char *options, void **module,
+               char **log, acc_error *err)
+{
+    lz_device *dev = &lz.devices[device];
+    ze_context_handle_t ctx = NULL;
+    pthread_mutex_lock(&lz.lock);
+    acc_status status = lz_context_locked(dev->driver, &ctx, err);
+    pthread_mutex_unlock(&lz.lock);
+    if (status != ACC_OK) {
+        return status;
+    }
+    lz_module *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return lz_no_memory(err);
+    }
+    ze_module_desc_t desc = {
+        ZE_STRUCTURE_TYPE_MODULE_DESC, NULL,
+        format == ACC_FORMAT_SPIRV ? ZE_MODULE_FORMAT_IL_SPIRV
+                                   : ZE_MODULE_FORMAT_NATIVE,
+        size, code, options != NULL ? options : "", NULL,
+    };
+    ze_module_build_log_handle_t blog = NULL;
+    ze_result_t r = lz_fn.zeModuleCreate(ctx, dev->handle, &desc,
+                                         &m->handle, &blog);
+    if (r != ZE_RESULT_SUCCESS) {
+        status = lz_fail(err, "zeModuleCreate", r, dev->driver);
+        if (r == ZE_RESULT_ERROR_MODULE_BUILD_FAILURE) {
+            err->status = status = ACC_ERR_BUILD;
+            *log = lz_build_log(blog);
+        }
+        free(m);
+    }
+    if (blog != NULL
+        && lz_fn.zeModuleBuildLogDestroy(blog) != ZE_RESULT_SUCCESS) {
+        acc_trace("xpu: zeModuleBuildLogDestroy failed; the log leaks");
+    }
+    if (status != ACC_OK) {
+        return status;
+    }
+    m->device = device;
+    pthread_mutex_lock(&lz_kern.lock);
+    m->next = lz_kern.modules;
+    lz_kern.modules = m;
+    pthread_mutex_unlock(&lz_kern.lock);
+    *module = m;
+    return ACC_OK;
+}
+
+/* Take x off the singly linked list at *head (lz_kern.lock held). */
+#define LZ_UNLINK(head, x)                                            \
+    do {                                                              \
+        for (__typeof__(head) *p_ = &(head); *p_ != NULL;             \
+             p_ = &(*p_)->next) {                                     \
+            if (*p_ == (x)) {                                         \
+                *p_ = (x)->next;                                      \
+                break;                                                \
+            }                                                         \
+        }                                                             \
+    } while (0)
+
+void
+lz_module_unload(int device, void *module)
+{
+    lz_module *m = module;
+    (void)device;
+    pthread_mutex_lock(&lz_kern.lock);
+    LZ_UNLINK(lz_kern.modules, m);
+    pthread_mutex_unlock(&lz_kern.lock);
+    if (m->handle != NULL) {
+        ze_result_t r = lz_fn.zeModuleDestroy(m->handle);
+        if (r != ZE_RESULT_SUCCESS) {
+            /* No launch uses it (the core waited for them): nothing to
+             * retry that could succeed later; the driver keeps it. */
+            acc_trace("xpu: zeModuleDestroy failed (0x%x)", (unsigned)r);
+        }
+    }
+    free(m);
+}
+
+/* What the device allows any kernel (zeDeviceGetComputeProperties). */
+static acc_status
+lz_compute_limits(int device, acc_kernel_info *info, uint32_t *max_total,
+                  uint32_t *max_local, acc_error *err)
+{
+    ze_device_compute_properties_t p;
+    memset(&p, 0, sizeof(p));
+    p.stype = ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES;
+    ze_result_t r = lz_fn.zeDeviceGetComputeProperties(
+        lz.devices[device].handle, &p);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeDeviceGetComputeProperties", r,
+                       lz_driver_of(device));
+    }
+    uint32_t block[3] = {p.maxGroupSizeX, p.maxGroupSizeY, p.maxGroupSizeZ};
+    uint32_t grid[3] = {p.maxGroupCountX, p.maxGroupCountY,
+                        p.maxGroupCountZ};
+    for (int i = 0; i < 3; i++) {
+        info->max_block[i] = block[i] > INT32_MAX ? INT32_MAX : (int)block[i];
+        info->max_grid[i] = grid[i];
+    }
+    *max_total = p.maxTotalGroupSize;
+    *max_local = p.maxSharedLocalMemory;
+    return ACC_OK;
+}
+
+acc_status
+lz_kernel_get(int device, void *module, const char *name, void **kernel,
+              acc_kernel_info *info, acc_error *err)
+{
+    lz_module *m = module;
+    int d = lz_driver_of(device);
+    uint32_t max_total = 0, max_local = 0;
+    acc_status status = lz_compute_limits(device, info, &max_total,
+                                          &max_local, err);
+    if (status != ACC_OK) {
+        return status;
+    }
+    lz_kernel *k = calloc(1, sizeof(*k));
+    if (k == NULL) {
+        return lz_no_memory(err);
+    }
+    ze_kernel_desc_t desc = {ZE_STRUCTURE_TYPE_KERNEL_DESC, NULL, 0, name};
+    ze_result_t r = lz_fn.zeKernelCreate(m->handle, &desc, &k->handle);
+    if (r == ZE_RESULT_ERROR_INVALID_KERNEL_NAME) {
+        free(k);
+        acc_error_set(err, ACC_ERR_NOT_FOUND, "no kernel named '%.200s'",
+                      name);
+        return ACC_ERR_NOT_FOUND;
+    }
+    if (r != ZE_RESULT_SUCCESS) {
+        free(k);
+        return lz_fail(err, "zeKernelCreate", r, d);
+    }
+    ze_kernel_properties_t p;
+    memset(&p, 0, sizeof(p));
+    p.stype = ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES;
+    r = lz_fn.zeKernelGetProperties(k->handle, &p);
+    if (r != ZE_RESULT_SUCCESS) {
+        status = lz_fail(err, "zeKernelGetProperties", r, d);
+        if (lz_fn.zeKernelDestroy(k->handle) != ZE_RESULT_SUCCESS) {
+            acc_trace("xpu: zeKernelDestroy failed; the kernel leaks");
+        }
+        free(k);
+        return status;
+    }
+    k->module = m;
+    k->nparams = p.numKernelArgs;
+    pthread_mutex_init(&k->lock, NULL);
+    /* A kernel's own limit, where the compiler fixed its subgroups. */
+    uint64_t own = (uint64_t)p.maxNumSubgroups * p.maxSubgroupSize;
+    if (own > 0 && own < max_total) {
+        max_total = (uint32_t)own;
+    }
+    info->max_threads_per_block = max_total > INT32_MAX ? INT32_MAX
+                                                        : (int)max_total;
+    info->shared_bytes = p.localMemSize;
+    info->local_bytes = p.privateMemSize;
+    info->max_shared_bytes = max_local > p.localMemSize
+                                 ? (long long)(max_local - p.localMemSize)
+                                 : 0;
+    /* How many of the parameters are the user's is not told (see the
+     * comment at the top): info->nparams stays unknown. */
+    pthread_mutex_lock(&lz_kern.lock);
+    k->next = lz_kern.kernels;
+    lz_kern.kernels = k;
+    pthread_mutex_unlock(&lz_kern.lock);
+    *kernel = k;
+    return ACC_OK;
+}
+
+void
+lz_kernel_release(int device, void *kernel)
+{
+    lz_kernel *k = kernel;
+    (void)device;
+    pthread_mutex_lock(&lz_kern.lock);
+    LZ_UNLINK(lz_kern.kernels, k);
+    pthread_mutex_unlock(&lz_kern.lock);
+    if (k->handle != NULL) {
+        ze_result_t r = lz_fn.zeKernelDestroy(k->handle);
+        if (r != ZE_RESULT_SUCCESS) {
+            acc_trace("xpu: zeKernelDestroy failed (0x%x)", (unsigned)r);
+        }
+    }
+    pthread_mutex_destroy(&k->lock);
+    free(k);
+}
+
+acc_status
+lz_kernel_names(int device, void *module, char *names, size_t size,
+                acc_error *err)
+{
+    lz_module *m = module;
+    uint32_t n = 0;
+    int d = lz_driver_of(device);
+    ze_result_t r = lz_fn.zeModuleGetKernelNames(m->handle, &n, NULL);
+    const char **list = NULL;
+    if (r == ZE_RESULT_SUCCESS && n > 0) {
+        list = calloc(n, sizeof(*list));
+        if (list == NULL) {
+            return lz_no_memory(err);
+        }
+        r = lz_fn.zeModuleGetKernelNames(m->handle, &n, list);
+    }
+    if (r != ZE_RESULT_SUCCESS) {
+        free(list);
+        return lz_fail(err, "zeModuleGetKernelNames", r, d);
+    }
+    size_t used = 0;
+    names[0] = '\0';
+    for (uint32_t i = 0; i < n && used < size; i++) {
+        int w = snprintf(names + used, size - used, "%s%s",
+                         i > 0 ? ", " : "", list[i]);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    free(list);
+    return ACC_OK;
+}
+
+/* The argument count, checked against the driver's (see the comment at
+ * the top): *local is 1 when the last parameter takes shared_mem. */
+static acc_status
+lz_check_count(const lz_kernel *k, const acc_launch_config *c, int *local,
+               acc_error *err)
+{
+    uint32_t n = k->nparams;
+    *local = n > 0 && (uint32_t)c->nargs == n - 1;
+    if ((uint32_t)c->nargs == n && c->shared_mem > 0) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "shared_mem is %zu "
+                      "bytes, but the kernel has no parameter left for it: "
+                      "on Level Zero the last of a kernel's %u parameters "
+                      "takes shared_mem when a launch passes one argument "
+                      "fewer (%d given)", c->shared_mem, n, c->nargs);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if ((uint32_t)c->nargs != n && !*local) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the kernel takes %u "
+                      "argument%s (or %u, when its last parameter is local "
+                      "memory sized by shared_mem), got %d", n,
+                      n == 1 ? "" : "s", n > 0 ? n - 1 : 0, c->nargs);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    return ACC_OK;
+}
+
+/* Group size and arguments of one launch into k (k->lock held). */
+static acc_status
+lz_set_launch_locked(lz_kernel *k, const acc_launch_config *c, int local,
+                     int d, acc_error *err)
+{
+    ze_result_t r;
+    if (memcmp(k->group, c->block, sizeof(k->group)) != 0) {
+        r = lz_fn.zeKernelSetGroupSize(k->handle, c->block[0], c->block[1],
+                                       c->block[2]);
+        if (r != ZE_RESULT_SUCCESS) {
+            memset(k->group, 0, sizeof(k->group));
+            return lz_fail(err, "zeKernelSetGroupSize", r, d);
+        }
+        memcpy(k->group, c->block, sizeof(k->group));
+    }
+    for (int i = 0; i < c->nargs; i++) {
+        r = lz_fn.zeKernelSetArgumentValue(k->handle, (uint32_t)i,
+                                           c->args[i].size,
+                                           c->args[i].value);
+        if (r != ZE_RESULT_SUCCESS) {
+            return lz_fail(err, "zeKernelSetArgumentValue", r, d);
+        }
+    }
+    if (local) {
+        r = lz_fn.zeKernelSetArgumentValue(k->handle, (uint32_t)c->nargs,
+                                           c->shared_mem, NULL);
+        if (r != ZE_RESULT_SUCCESS) {
+            return lz_fail(err, "zeKernelSetArgumentValue", r, d);
+        }
+    }
+    return ACC_OK;
+}
+
+acc_status
+lz_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
+          acc_error *err)
+{
+    lz_kernel *k = kernel;
+    int local = 0;
+    acc_status status = lz_check_count(k, c, &local, err);
+    if (status != ACC_OK) {
+        return status;
+    }
+    ze_group_count_t groups = {c->grid[0], c->grid[1], c->grid[2]};
+    lz_target t = lz_target_of(s);
+    lz_slot *done = NULL;
+    status = lz_acquire(t.driver, 0, &done, err);
+    if (status != ACC_OK) {
+        lz_target_done(&t);
+        return status;
+    }
+    pthread_mutex_lock(t.lock);
+    pthread_mutex_lock(&k->lock);
+    int captured = t.st != NULL && lz_capturing_locked(t.st);
+    status = lz_set_launch_locked(k, c, local, t.driver, err);
+    if (status == ACC_OK && captured) {
+        status = lz_capture_append_locked(
+            &t, &(lz_op){.kernel = k->handle, .groups = &groups}, err);
+    }
+    else if (status == ACC_OK) {
+        status = lz_order_locked(&t, err);
+        if (status == ACC_OK) {
+            ze_result_t r = lz_fn.zeCommandListAppendLaunchKernel(
+                t.list, k->handle, &groups, done->event, 0, NULL);
+            if (r != ZE_RESULT_SUCCESS) {
+                status = lz_fail(err, "zeCommandListAppendLaunchKernel", r,
+                                 t.driver);
+            }
+            else {
+                lz_appended_locked(&t, done);
+            }
+        }
+    }
+    pthread_mutex_unlock(&k->lock);
+    pthread_mutex_unlock(t.lock);
+    lz_retire(done);
+    lz_target_done(&t);
+    return status;
+}
+
+/* At exit, before the contexts go (no launch is queued: the lists are
+ * drained): destroy every kernel, then every module. */
+void
+lz_kernels_shutdown(void)
+{
+    pthread_mutex_lock(&lz_kern.lock);
+    for (lz_kernel *k = lz_kern.kernels; k != NULL; k = k->next) {
+        int stuck = lz.drivers[lz_driver_of(k->module->device)].stuck;
+        if (!stuck && lz_fn.zeKernelDestroy(k->handle) != ZE_RESULT_SUCCESS) {
+            acc_trace("xpu: zeKernelDestroy failed at exit");
+        }
+        k->handle = NULL;
+    }
+    for (lz_module *m = lz_kern.modules; m != NULL; m = m->next) {
+        int stuck = lz.drivers[lz_driver_of(m->device)].stuck;
+        if (!stuck && lz_fn.zeModuleDestroy(m->handle) != ZE_RESULT_SUCCESS) {
+            acc_trace("xpu: zeModuleDestroy failed at exit");
+        }
+        m->handle = NULL;
+    }
+    pthread_mutex_unlock(&lz_kern.lock);
+}
