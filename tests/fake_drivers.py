@@ -129,6 +129,9 @@ class DriverDouble:
     #: "native" (a double's host shared object), "opencl-c" (source the
     #: driver builds); "" without kernels
     kernel_format = ""
+    #: build options that make the driver's build of the test kernels
+    #: fail with a build log (None: no such options)
+    failing_build_options: str | None = None
     #: what the backend's descriptor calls the units that
     #: multi_processor_count counts (the report's word for them)
     processor_label = ""
@@ -721,8 +724,12 @@ class ZeDouble(DriverDouble):
     env_devices = "FAKE_ZE_DEVICES"
     kinds = {"stream": "list"}
     live_kinds = ("list", "event", "pool", "context", "queue", "alloc",
-                  "host_alloc", "bad_access", "guard_damage")
+                  "host_alloc", "bad_access", "guard_damage", "module",
+                  "kernel", "build_log", "kernel_misuse")
     pooled_kinds = ("event", "pool")
+    kernel_format = "native"
+    # The double knows Intel's documented build flags only.
+    failing_build_options = "-no-such-option"
     fail_env = "FAKE_ZE_FAIL"
     library_env = "ACCELERATOR_ZE_LIBRARY"
     total_mem_env = "FAKE_ZE_TOTAL_MEM"
@@ -840,6 +847,29 @@ class ZeDouble(DriverDouble):
         # tried again at the next synchronize.
         Site("zeCommandQueueDestroy", SILENT, "drop a graph"),
         Site("zeCommandListDestroy", SILENT, "drop a graph"),
+        # Kernels: the module and its build log (read only when the build
+        # failed: without it the BuildError carries no log), the device's
+        # limits and the kernel's properties, a launch's group size,
+        # arguments, ordering barrier and append.  A refused destroy
+        # leaves the object to the driver (a kernel keeps its module).
+        Site("zeModuleCreate", RAISE, "Module()"),
+        Site("zeModuleBuildLogDestroy", SILENT, "Module()",
+             refused=(("build_log", 1),)),
+        Site("zeModuleBuildLogGetString", SILENT,
+             "Module() that fails to build"),
+        Site("zeModuleGetKernelNames", SILENT,
+             "get_kernel() of a missing name"),
+        Site("zeDeviceGetComputeProperties", RAISE, "get_kernel()"),
+        Site("zeKernelCreate", RAISE, "get_kernel()"),
+        Site("zeKernelGetProperties", RAISE, "get_kernel()"),
+        Site("zeKernelSetGroupSize", RAISE, "launch()"),
+        Site("zeKernelSetArgumentValue", RAISE, "launch()"),
+        Site("zeCommandListAppendBarrier", RAISE, "launch()"),
+        Site("zeCommandListAppendLaunchKernel", RAISE, "launch()"),
+        Site("zeKernelDestroy", SILENT, "drop a module",
+             refused=(("kernel", 1), ("module", 1))),
+        Site("zeModuleDestroy", SILENT, "drop a module",
+             refused=(("module", 1),)),
         Site("zeCommandListHostSynchronize", OPTIONAL,
              note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
         Site("zeDriverGetLastErrorDescription", OPTIONAL,

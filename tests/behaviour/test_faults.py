@@ -352,6 +352,27 @@ def launch_add_one(state: State) -> None:
     state["s"].synchronize()
 
 
+def with_failing_build() -> State:
+    """The test kernels and the options that fail their build."""
+    state = with_kernel_code()
+    state["options"] = fake_drivers.under_test().failing_build_options
+    return state
+
+
+def failing_build(state: State) -> None:
+    """A build that fails: its BuildError comes whatever else fails (the
+    log may be missing when the driver cannot tell it)."""
+    with pytest.raises(acc.BuildError):
+        acc.Module(state["code"], options=state["options"])
+
+
+def missing_kernel(state: State) -> None:
+    """A kernel name the module lacks: a KeyError whatever else fails (it
+    may not list the module's kernels when the driver cannot tell them)."""
+    with pytest.raises(KeyError, match="no kernel named 'no_such_kernel'"):
+        state["m"].get_kernel("no_such_kernel")
+
+
 def drop_module(state: State) -> None:
     """A module launched once and dropped with its kernel: its unload
     waits for the launch, then runs at the next settling (empty_cache)."""
@@ -443,6 +464,8 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "drop a graph": drop,
     "Module()": lambda st: acc.Module(st["code"]),
     "get_kernel()": lambda st: st["m"].get_kernel("add_one"),
+    "Module() that fails to build": failing_build,
+    "get_kernel() of a missing name": missing_kernel,
     "launch()": launch_add_one,
     "drop a module": drop_module,
 }
@@ -488,6 +511,8 @@ PREPARE: dict[str, Callable[[], State]] = {
     "drop a graph": with_instantiated_kept_graph,
     "Module()": with_kernel_code,
     "get_kernel()": with_module,
+    "Module() that fails to build": with_failing_build,
+    "get_kernel() of a missing name": with_module,
     "launch()": with_kernel,
     "drop a module": with_kernel,
 }

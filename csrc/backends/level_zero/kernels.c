@@ -40,6 +40,7 @@ typedef struct lz_kernel {
     uint32_t group[3];          /* the group size last set; 0: none */
     pthread_mutex_t lock;       /* arguments, group size, append */
     struct lz_kernel *next;     /* lz_kern.kernels */
+    char name[];
 } lz_kernel;
 
 /* The live modules and kernels; lock is a leaf. */
@@ -192,7 +193,7 @@ lz_kernel_get(int device, void *module, const char *name, void **kernel,
     if (status != ACC_OK) {
         return status;
     }
-    lz_kernel *k = calloc(1, sizeof(*k));
+    lz_kernel *k = calloc(1, sizeof(*k) + strlen(name) + 1);
     if (k == NULL) {
         return lz_no_memory(err);
     }
@@ -221,6 +222,7 @@ lz_kernel_get(int device, void *module, const char *name, void **kernel,
         return status;
     }
     k->module = m;
+    memcpy(k->name, name, strlen(name) + 1);
     k->nparams = p.numKernelArgs;
     pthread_mutex_init(&k->lock, NULL);
     /* A kernel's own limit, where the compiler fixed its subgroups. */
@@ -304,17 +306,19 @@ lz_check_count(const lz_kernel *k, const acc_launch_config *c, int *local,
     *local = n > 0 && (uint32_t)c->nargs == n - 1;
     if ((uint32_t)c->nargs == n && c->shared_mem > 0) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "shared_mem is %zu "
-                      "bytes, but the kernel has no parameter left for it: "
-                      "on Level Zero the last of a kernel's %u parameters "
-                      "takes shared_mem when a launch passes one argument "
-                      "fewer (%d given)", c->shared_mem, n, c->nargs);
+                      "bytes, but kernel '%.200s' has no parameter left for "
+                      "it: on Level Zero the last of a kernel's %u "
+                      "parameters takes shared_mem when a launch passes one "
+                      "argument fewer (%d given)", c->shared_mem, k->name,
+                      n, c->nargs);
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if ((uint32_t)c->nargs != n && !*local) {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the kernel takes %u "
-                      "argument%s (or %u, when its last parameter is local "
-                      "memory sized by shared_mem), got %d", n,
-                      n == 1 ? "" : "s", n > 0 ? n - 1 : 0, c->nargs);
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "kernel '%.200s' takes "
+                      "%u argument%s on Level Zero, or %u when its last "
+                      "parameter is the local memory that shared_mem sizes; "
+                      "got %d", k->name, n, n == 1 ? "" : "s",
+                      n > 0 ? n - 1 : 0, c->nargs);
         return ACC_ERR_INVALID_ARGUMENT;
     }
     return ACC_OK;
