@@ -174,7 +174,8 @@
     X(ZE_MAX_NATIVE_KERNEL_UUID_SIZE, 16) \
     X(ZE_SUBGROUPSIZE_COUNT, 8)         \
     X(ZE_MAX_KERNEL_UUID_SIZE, 16)      \
-    X(ZE_MAX_MODULE_UUID_SIZE, 16)
+    X(ZE_MAX_MODULE_UUID_SIZE, 16)      \
+    X(ZEL_COMPONENT_STRING_SIZE, 64)
 
 /* The plain integer types: name, C type. */
 #define ACC_ZE_SCALAR_TYPES(X)                               \
@@ -407,6 +408,17 @@
     F(S, uint32_t, groupCountY, )         \
     F(S, uint32_t, groupCountZ, )
 
+/* The loader's own version query (loader/ze_loader.h). */
+#define ACC_ZEL_VERSION_FIELDS(F, S)  \
+    F(S, int, major, )                \
+    F(S, int, minor, )                \
+    F(S, int, patch, )
+
+#define ACC_ZEL_COMPONENT_VERSION_FIELDS(F, S)                    \
+    F(S, char, component_name, [ZEL_COMPONENT_STRING_SIZE])       \
+    F(S, ze_api_version_t, spec_version, )                        \
+    F(S, ACC_ZE_OWN(zel_version_t), component_lib_version, )
+
 #define ACC_ZE_NATIVE_KERNEL_UUID_FIELDS(F, S) \
     F(S, uint8_t, id, [ZE_MAX_NATIVE_KERNEL_UUID_SIZE])
 
@@ -458,6 +470,8 @@
     X(ze_kernel_uuid_t, ACC_ZE_KERNEL_UUID_FIELDS)                        \
     X(ze_kernel_properties_t, ACC_ZE_KERNEL_PROPERTIES_FIELDS)            \
     X(ze_group_count_t, ACC_ZE_GROUP_COUNT_FIELDS)                        \
+    X(zel_version_t, ACC_ZEL_VERSION_FIELDS)                              \
+    X(zel_component_version_t, ACC_ZEL_COMPONENT_VERSION_FIELDS)          \
     X(zes_pci_address_t, ACC_ZES_PCI_ADDRESS_FIELDS)                      \
     X(zes_pci_speed_t, ACC_ZES_PCI_SPEED_FIELDS)                          \
     X(zes_pci_properties_t, ACC_ZES_PCI_PROPERTIES_FIELDS)                \
@@ -708,5 +722,13 @@ ACC_ZE_FUNCTIONS(ACC_ZE_PFN_TYPEDEF)
 ACC_ZE_OPTIONAL_FUNCTIONS(ACC_ZE_OPTIONAL_PFN_TYPEDEF)
 #undef ACC_ZE_OPTIONAL_PFN_TYPEDEF
 #undef ACC_ZE_PFN_TYPEDEF
+
+/*
+ * The loader's own API, not the driver's (so not in the lists above, and
+ * no fault site: the test driver cannot offer it): loader 1.3.6 and later
+ * export it.  Looked up with dlsym.
+ */
+typedef ze_result_t (*acc_pfn_zelLoaderGetVersions)(
+    size_t *num_elems, zel_component_version_t *versions);
 
 #endif /* ACC_ZE_API_H */

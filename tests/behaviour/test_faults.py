@@ -48,6 +48,8 @@ there must do:
             no code (clSVMAlloc): whatever code the fault names, the call
             raises the backend's out-of-memory error (driver.oom_error),
             with the RAISE checks otherwise.
+  UNREACHED a function this configuration must not call (the note says
+            why: calling it would crash): the action runs without it.
 """
 from __future__ import annotations
 
@@ -70,7 +72,8 @@ import accelerator as acc
 import fake_drivers
 import kernel_code as kernel_code_module
 from fake_drivers import (DEFERRED, EXIT, FALLBACK, FRESH, NULLED, OPTIONAL,
-                          PROBE, RAISE, REPORTER, SILENT, TOLERATED, Site)
+                          PROBE, RAISE, REPORTER, SILENT, TOLERATED,
+                          UNREACHED, Site)
 
 #: the device type under test when a double sits underneath, else "real"
 BACKEND = (fake_drivers.TEST_BACKEND
@@ -896,6 +899,18 @@ def test_silent(driver, site: Site) -> None:
     # And it works without the fault.
     state = prepare()
     action(state)
+
+
+@pytest.mark.parametrize("site", site_params(UNREACHED))
+def test_unreached(driver, site: Site) -> None:
+    state = preparer(site)()
+    calls = driver.calls(site.api)
+    driver.fail(site.api, 1, driver.unknown_error[0])
+    try:
+        ACTIONS[site.action](state)
+    finally:
+        driver.clear_faults()
+    assert driver.calls(site.api) == calls, site.note
 
 
 @pytest.mark.parametrize("site", site_params(REPORTER))

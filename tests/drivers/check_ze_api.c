@@ -6,6 +6,7 @@
  *
  *   cc -std=c11 -Wall -Wextra -Werror -c check_ze_api.c -o /dev/null
  */
+#include <level_zero/loader/ze_loader.h>
 #include <level_zero/ze_api.h>
 #include <level_zero/zes_api.h>
 #include <stddef.h>
@@ -87,6 +88,9 @@ ACC_ZE_STRUCTS(CHECK_STRUCT)
                                                 __typeof__(&name)),       \
                    #name " signature differs");
 ACC_ZE_FUNCTIONS(CHECK_FUNCTION)
+_Static_assert(__builtin_types_compatible_p(acc_pfn_zelLoaderGetVersions,
+                                            __typeof__(&zelLoaderGetVersions)),
+               "zelLoaderGetVersions signature differs");
 
 /*
  * Newer than spec 1.4: only SDKs that define ZE_API_VERSION_CURRENT_M

@@ -27,6 +27,9 @@
  */
 #include "lz.h"
 
+#include <dlfcn.h>
+#include <strings.h>
+
 typedef struct lz_module {
     ze_module_handle_t handle;  /* NULL once shutdown destroyed it */
     int device;
@@ -51,6 +54,37 @@ static struct {
 } lz_kern = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
+
+/* Whether the build log of a failed zeModuleCreate can be read.  Loaders
+ * before 1.14 ("return of logs", its changelog) do not translate the
+ * handles a failing call returns: through their intercept layer (taken
+ * when ZE_ENABLE_LOADER_INTERCEPT is set, or for several drivers) the
+ * log is the driver's own handle, which the loader then reads as one of
+ * its objects and crashes on.  Such a log is left alone (it leaks). */
+static int
+lz_failed_log_readable(void)
+{
+    acc_pfn_zelLoaderGetVersions get = NULL;
+    size_t n = 0;
+    *(void **)&get = dlsym(lz.lib, "zelLoaderGetVersions");
+    if (get != NULL && get(&n, NULL) == ZE_RESULT_SUCCESS && n > 0
+        && n < 64) {
+        zel_component_version_t versions[64];
+        if (get(&n, versions) == ZE_RESULT_SUCCESS) {
+            for (size_t i = 0; i < n; i++) {
+                zel_version_t v = versions[i].component_lib_version;
+                if (strcmp(versions[i].component_name, "loader") == 0
+                    && (v.major > 1 || (v.major == 1 && v.minor >= 14))) {
+                    return 1;
+                }
+            }
+        }
+    }
+    const char *e = getenv("ZE_ENABLE_LOADER_INTERCEPT");
+    int intercept = e != NULL
+                    && (strcmp(e, "1") == 0 || strcasecmp(e, "true") == 0);
+    return !intercept && lz.ndrivers == 1;
+}
 
 /* The build log of a failed build, malloc'd (NULL when it cannot be
  * read: the error still says the build failed). */
@@ -104,6 +138,16 @@ lz_module_load(int device, acc_code_format format, const void *code,
         status = lz_fail(err, "zeModuleCreate", r, dev->driver);
         if (r == ZE_RESULT_ERROR_MODULE_BUILD_FAILURE) {
             err->status = status = ACC_ERR_BUILD;
+        }
+        if (blog != NULL && !lz_failed_log_readable()) {
+            size_t used = strlen(err->message);
+            acc_format(err->message + used, sizeof(err->message) - used,
+                       " (the build log is lost: this Level Zero loader "
+                       "cannot return the log of a failed build through "
+                       "its intercept layer; loader 1.14 can)");
+            blog = NULL;
+        }
+        if (status == ACC_ERR_BUILD) {
             *log = lz_build_log(blog);
         }
         free(m);
