@@ -247,14 +247,22 @@ def test_one_kernel_launched_from_threads_keeps_each_launch_s_arguments(
     assert out.splitlines() == ["{25}"]
 
 
-def test_modules_held_at_exit_go_before_the_context() -> None:
+def test_modules_still_used_at_exit_go_before_the_context() -> None:
+    """A module dropped while its launch is queued is unloaded once the
+    launch has run; at exit that is after the core's last look, so
+    shutdown destroys it, after the lists drained and before the
+    context (which the driver refuses to destroy while it has one)."""
     result = run(PRELUDE + textwrap.dedent("""
-    m = acc.Module(kernel_code.native())
-    k = m.get_kernel("add_one")
-    b = acc.Buffer(256)
-    acc.launch(k, 1, 64, b, np.uint32(64))
+    s = acc.Stream()
+    b = acc.Buffer(256, stream=s)
+    driver.enqueue_sleep(s, 200)
+    acc.launch(acc.Module(kernel_code.native()).get_kernel("add_one"), 1,
+               64, b, np.uint32(64), stream=s)
+    gc.collect()
+    print(driver.live("module"))
     """), ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER), ACCELERATOR_BACKEND="xpu",
                  ACCELERATOR_DEBUG="1")
+    assert result.stdout == "1\n"
     assert "zeContextDestroy failed" not in result.stderr
     assert "failed at exit" not in result.stderr
     assert "shut down" in result.stderr
