@@ -13,7 +13,6 @@ without the loader's intercept layer.
 """
 from __future__ import annotations
 
-import ctypes.util
 import textwrap
 
 import pytest
@@ -21,15 +20,7 @@ import pytest
 import kernel_code
 from fake_drivers import ZE_DRIVER
 from test_config import run
-
-pytestmark = [
-    pytest.mark.skipif(not ZE_DRIVER.exists(),
-                       reason="no Level Zero test driver (needs libze-dev; "
-                       "run make -C tests/drivers)"),
-    pytest.mark.skipif(ctypes.util.find_library("ze_loader") is None,
-                       reason="Debian's Level Zero loader (libze1) is not "
-                       "installed"),
-]
+from test_config_xpu import pytestmark  # noqa: F401 (the same skips)
 
 MODES = [pytest.param({}, id="loader"),
          pytest.param({"ZE_ENABLE_LOADER_INTERCEPT": "1"}, id="intercept")]

@@ -651,9 +651,7 @@ lz_graph_instantiate(int device, void *graph, void **exec, acc_error *err)
     lz_device *dev = &lz.devices[device];
     if (g->queue == NULL) {
         ze_context_handle_t ctx = NULL;
-        pthread_mutex_lock(&lz.lock);
-        acc_status status = lz_context_locked(dev->driver, &ctx, err);
-        pthread_mutex_unlock(&lz.lock);
+        acc_status status = lz_context_of(device, &ctx, err);
         if (status != ACC_OK) {
             return status;
         }

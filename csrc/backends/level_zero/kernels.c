@@ -115,9 +115,7 @@ lz_module_load(int device, acc_code_format format, const void *code,
 {
     lz_device *dev = &lz.devices[device];
     ze_context_handle_t ctx = NULL;
-    pthread_mutex_lock(&lz.lock);
-    acc_status status = lz_context_locked(dev->driver, &ctx, err);
-    pthread_mutex_unlock(&lz.lock);
+    acc_status status = lz_context_of(device, &ctx, err);
     if (status != ACC_OK) {
         return status;
     }

@@ -275,6 +275,8 @@ int lz_start_thread(void *(*body)(void *));
 
 /* slots.c */
 acc_status lz_context_locked(int d, ze_context_handle_t *out, acc_error *err);
+/* The context of device's driver, made on first use (takes lz.lock). */
+acc_status lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err);
 void lz_retire_locked(lz_slot *s);
 acc_status lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err);
 acc_status lz_reserve_link_locked(int d, acc_error *err);

@@ -67,15 +67,6 @@ lz_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
     return ACC_OK;
 }
 
-static acc_status
-lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err)
-{
-    pthread_mutex_lock(&lz.lock);
-    acc_status status = lz_context_locked(lz_driver_of(device), ctx, err);
-    pthread_mutex_unlock(&lz.lock);
-    return status;
-}
-
 /* Remember an allocation; on failure (no host memory) free it again. */
 static acc_status
 lz_remember(ze_context_handle_t ctx, void *ptr, size_t size, int device,
