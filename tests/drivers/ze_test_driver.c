@@ -56,13 +56,27 @@
  * an event destroyed meanwhile makes the execution fail.
  * zeCommandListAppendEventReset resets an event when it reaches the head.
  *
+ * Modules and kernels (double_kernels.h loads the images): SPIR-V
+ * modules are read (kernel names, parameters) but their launches are
+ * refused with ZE_RESULT_ERROR_INVALID_NATIVE_BINARY; malformed SPIR-V
+ * or an unknown build flag fails with ZE_RESULT_ERROR_MODULE_BUILD_FAILURE
+ * and a build log; native modules (tests/drivers/native_kernel.h) run on
+ * the list's worker.  A native kernel has one parameter more than its
+ * table lists, last: its local memory (set with a size and a NULL value,
+ * as a __local pointer), which reaches it as native_block.shared.
+ * Arguments and the group size are copied when a launch is appended.
+ * Destroying a module that has kernels, or a context that has modules,
+ * fails with ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE.
+ *
  * Control functions for tests (ctypes; see the "Control" section):
  *   long long fake_ze_call_count(const char *name)  NULL: all; -1: unknown
  *   void fake_ze_reset_counts(void)
  *   int fake_ze_fail(const char *name, int nth, int code)
  *   void fake_ze_clear_faults(void)
  *   long long fake_ze_live(const char *kind)  "context", "list", "pool",
- *                                             "event", "queue", and the
+ *                                             "event", "queue", "module",
+ *                                             "kernel", "build_log",
+ *                                             "kernel_misuse", and the
  *                                             memory
  *                                             kinds of double_memory.h
  *                                             ("alloc", "host_alloc",
