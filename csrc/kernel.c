@@ -36,7 +36,7 @@ struct acc_module {
     acc_kernel *kernels;
 };
 
-/* Formats ------------------------------------------------------------------ */
+/* Formats ----------------------------------------------------------------- */
 
 static const char *const format_names[ACC_FORMAT_COUNT] = {
     [ACC_FORMAT_PTX] = "ptx",
@@ -237,7 +237,7 @@ acc_code_format_resolve(const void *code, size_t size,
     return ACC_OK;
 }
 
-/* Modules ------------------------------------------------------------------ */
+/* Modules ----------------------------------------------------------------- */
 
 static void
 info_unknown(acc_kernel_info *info)
@@ -340,7 +340,7 @@ acc_module_release(acc_module *m)
     acc_defer_release(m->device, (uintptr_t)m, module_unload, &m->uses);
 }
 
-/* Kernels ------------------------------------------------------------------ */
+/* Kernels ----------------------------------------------------------------- */
 
 static acc_kernel *
 find_kernel(acc_module *m, const char *name)
@@ -437,7 +437,7 @@ acc_kernel_info_of(const acc_kernel *k)
     return &k->info;
 }
 
-/* Launches ----------------------------------------------------------------- */
+/* Launches ---------------------------------------------------------------- */
 
 static const char *const dim_names[3] = {"x", "y", "z"};
 

@@ -139,6 +139,9 @@ class DriverDouble:
     #: build options that make the driver's build of the test kernels
     #: fail with a build log (None: no such options)
     failing_build_options: str | None = None
+    #: the driver tells each kernel parameter's size (a bare int or float
+    #: then passes at that size; a mismatched size is refused)
+    kernel_param_sizes = True
     #: what the backend's descriptor calls the units that
     #: multi_processor_count counts (the report's word for them)
     processor_label = ""
@@ -737,6 +740,8 @@ class ZeDouble(DriverDouble):
     kernel_format = "native"
     # The double knows Intel's documented build flags only.
     failing_build_options = "-no-such-option"
+    # Spec 1.4 tells a kernel's argument count, not the sizes.
+    kernel_param_sizes = False
     fail_env = "FAKE_ZE_FAIL"
     library_env = "ACCELERATOR_ZE_LIBRARY"
     total_mem_env = "FAKE_ZE_TOTAL_MEM"
@@ -864,12 +869,11 @@ class ZeDouble(DriverDouble):
              refused=(("build_log", 1),)),
         Site("zeModuleBuildLogGetString",
              SILENT if ZE_FAILED_BUILD_LOG else UNREACHED,
-             "Module() that fails to build",
+             "Module(broken code)",
              note="" if ZE_FAILED_BUILD_LOG else
              "loader 1.8 cannot return a failed build's log through its "
              "intercept layer: reading it would crash"),
-        Site("zeModuleGetKernelNames", SILENT,
-             "get_kernel() of a missing name"),
+        Site("zeModuleGetKernelNames", SILENT, "get_kernel(unknown name)"),
         Site("zeDeviceGetComputeProperties", RAISE, "get_kernel()"),
         Site("zeKernelCreate", RAISE, "get_kernel()"),
         Site("zeKernelGetProperties", RAISE, "get_kernel()"),
@@ -1275,6 +1279,26 @@ class OpenCLDouble(DriverDouble):
         Site("clEnqueueSVMMemFill", RAISE, "fill()"),
         Site("clFlush", RAISE, "fill()"),
         Site("clFlush", RAISE, "copy_from(HostBuffer)"),
+        Site("clCreateProgramWithSource", RAISE, "Module()"),
+        Site("clBuildProgram", RAISE, "Module()"),
+        # Only a failed build asks for its log: lost, the BuildError stays.
+        Site("clGetProgramBuildInfo", SILENT, "Module(broken code)"),
+        # The kernel names only complete a KeyError's message.
+        Site("clGetProgramInfo", SILENT, "get_kernel(unknown name)"),
+        Site("clReleaseProgram", SILENT, "drop a module",
+             refused=(("program", 1),)),
+        Site("clCreateKernel", RAISE, "get_kernel()"),
+        Site("clReleaseKernel", SILENT, "drop a module",
+             refused=(("kernel", 1),)),
+        Site("clGetKernelInfo", RAISE, "get_kernel()"),
+        Site("clGetKernelArgInfo", RAISE, "get_kernel()"),
+        Site("clGetKernelArgInfo", RAISE, "get_kernel()", nth=2),
+        Site("clGetKernelWorkGroupInfo", RAISE, "get_kernel()"),
+        Site("clGetDeviceInfo", RAISE, "get_kernel()"),
+        Site("clSetKernelArgSVMPointer", RAISE, "launch()"),
+        Site("clSetKernelArg", RAISE, "launch()"),
+        Site("clEnqueueNDRangeKernel", RAISE, "launch()"),
+        Site("clFlush", RAISE, "launch()"),
     )
 
     def __init__(self, path: pathlib.Path = OPENCL_INTERPOSER) -> None:

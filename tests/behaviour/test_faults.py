@@ -355,25 +355,23 @@ def launch_add_one(state: State) -> None:
     state["s"].synchronize()
 
 
-def with_failing_build() -> State:
-    """The test kernels and the options that fail their build."""
-    state = with_kernel_code()
-    state["options"] = fake_drivers.under_test().failing_build_options
-    return state
-
-
-def failing_build(state: State) -> None:
-    """A build that fails: its BuildError comes whatever else fails (the
-    log may be missing when the driver cannot tell it)."""
+def build_broken(state: State) -> None:
+    """Code the driver fails to build: a BuildError, with or without
+    its log.  Where the test kernels' format builds nothing to fail, they
+    fail with the build options the driver refuses."""
+    facts = fake_drivers.under_test()
+    broken = kernel_code_module.broken(facts.kernel_format)
     with pytest.raises(acc.BuildError):
-        acc.Module(state["code"], options=state["options"])
+        if broken is None:
+            acc.Module(kernel_code(), options=facts.failing_build_options)
+        else:
+            acc.Module(broken)
 
 
-def missing_kernel(state: State) -> None:
-    """A kernel name the module lacks: a KeyError whatever else fails (it
-    may not list the module's kernels when the driver cannot tell them)."""
-    with pytest.raises(KeyError, match="no kernel named 'no_such_kernel'"):
-        state["m"].get_kernel("no_such_kernel")
+def unknown_kernel(state: State) -> None:
+    """A KeyError, with or without the module's kernel names."""
+    with pytest.raises(KeyError, match="no kernel named 'nope'"):
+        state["m"].get_kernel("nope")
 
 
 def drop_module(state: State) -> None:
@@ -467,10 +465,10 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "drop a graph": drop,
     "Module()": lambda st: acc.Module(st["code"]),
     "get_kernel()": lambda st: st["m"].get_kernel("add_one"),
-    "Module() that fails to build": failing_build,
-    "get_kernel() of a missing name": missing_kernel,
     "launch()": launch_add_one,
     "drop a module": drop_module,
+    "Module(broken code)": build_broken,
+    "get_kernel(unknown name)": unknown_kernel,
 }
 
 #: the state each action needs
@@ -514,10 +512,11 @@ PREPARE: dict[str, Callable[[], State]] = {
     "drop a graph": with_instantiated_kept_graph,
     "Module()": with_kernel_code,
     "get_kernel()": with_module,
-    "Module() that fails to build": with_failing_build,
     "get_kernel() of a missing name": with_module,
     "launch()": with_kernel,
     "drop a module": with_kernel,
+    "Module(broken code)": on_device_0,
+    "get_kernel(unknown name)": with_module,
 }
 
 
