@@ -6,7 +6,8 @@ read by the test driver (names, parameter counts) and refused at launch
 with ZE_RESULT_ERROR_INVALID_NATIVE_BINARY, as a device whose binaries
 are host code would; a build failure carries its log; shared_mem reaches
 a kernel as its last parameter (csrc/backends/level_zero/kernels.c); a
-captured launch keeps the arguments it was given; a module dropped while
+captured launch keeps the arguments it was given, and its graph keeps
+the kernel; a module dropped while
 its launch is queued goes only once the launch has run; modules still
 held at exit are destroyed before the context.  Each runs with and
 without the loader's intercept layer.
@@ -188,6 +189,38 @@ def test_a_captured_launch_replays_with_its_own_arguments(mode) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_graph_keeps_the_kernels_it_launches(mode) -> None:
+    """Each replay runs the captured launch again: dropping the module
+    and its kernel after the capture must not unload them under it."""
+    out = xpu("""
+    m = acc.Module(kernel_code.native())
+    k = m.get_kernel("add_one")
+    s = acc.Stream()
+    a = acc.Buffer(256, stream=s)
+    a.fill(0, stream=s)
+    s.synchronize()
+    g = acc.Graph()
+    with s, g:
+        acc.launch(k, 1, 64, a, np.uint32(64), stream=s)
+    del m, k
+    gc.collect()
+    acc.empty_cache()
+    acc.synchronize()
+    print(driver.live("module"), driver.live("kernel"))
+    with s:
+        g.replay()
+        g.replay()
+    s.synchronize()
+    print(set(read(a, np.uint32).tolist()), driver.live("kernel_misuse"))
+    del g
+    gc.collect()
+    acc.synchronize()
+    print(driver.live("module"), driver.live("kernel"))
+    """, mode)
+    assert out.splitlines() == ["1 1", "{2} 0", "0 0"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_module_dropped_while_its_launch_is_queued_waits_for_it(
         mode) -> None:
     out = xpu("""
@@ -246,7 +279,9 @@ def test_modules_still_used_at_exit_go_before_the_context() -> None:
     result = run(PRELUDE + textwrap.dedent("""
     s = acc.Stream()
     b = acc.Buffer(256, stream=s)
-    driver.enqueue_sleep(s, 200)
+    # Still queued when the interpreter has finished; done while the
+    # backend's shutdown drains the lists (it waits up to 2 s).
+    driver.enqueue_sleep(s, 1500)
     acc.launch(acc.Module(kernel_code.native()).get_kernel("add_one"), 1,
                64, b, np.uint32(64), stream=s)
     gc.collect()

@@ -71,6 +71,8 @@ typedef struct lz_graph {
                             * use start and done, with nothing marking
                             * their end: never replayed again, and its
                             * events never handed on */
+    struct lz_kernel **kernels; /* launched in it: held while it lives */
+    int nkernels, capkernels;
     struct lz_graph *next; /* lz.graphs */
 } lz_graph;
 
@@ -198,14 +200,31 @@ lz_capture_append_locked(lz_target *t, const lz_op *op, acc_error *err)
                       "forked into ended meanwhile; queue the work again");
         return ACC_ERR_STATE;
     }
+    lz_graph *g = cap->graph;
+    if (op->kernel != NULL && g->nkernels == g->capkernels) {
+        /* Room first: a launch in the list holds its kernel. */
+        int n = g->capkernels ? 2 * g->capkernels : 4;
+        struct lz_kernel **more = realloc(g->kernels,
+                                          (size_t)n * sizeof(*more));
+        if (more == NULL) {
+            pthread_mutex_unlock(&cap->mu);
+            return lz_no_memory(err);
+        }
+        g->kernels = more;
+        g->capkernels = n;
+    }
     ze_result_t r = lz_fn.zeCommandListAppendBarrier(list, NULL, 0, NULL);
     if (r == ZE_RESULT_SUCCESS && op->kernel != NULL) {
         /* The driver copies the kernel's arguments and group size into
          * the list now: each replay runs with these. */
         api = "zeCommandListAppendLaunchKernel";
-        r = lz_fn.zeCommandListAppendLaunchKernel(list, op->kernel,
+        r = lz_fn.zeCommandListAppendLaunchKernel(list, op->handle,
                                                   op->groups, NULL, 0,
                                                   NULL);
+        if (r == ZE_RESULT_SUCCESS) {
+            lz_kernel_hold(op->kernel);
+            g->kernels[g->nkernels++] = op->kernel;
+        }
     }
     else if (r == ZE_RESULT_SUCCESS && op->src != NULL) {
         api = "zeCommandListAppendMemoryCopy";
@@ -341,6 +360,17 @@ lz_slot_release_locked(lz_slot *s)
     lz_retire_locked(s);
 }
 
+/* Let go of the kernels g's launches use and free g (its list gone). */
+static void
+lz_graph_forget(lz_graph *g)
+{
+    for (int i = 0; i < g->nkernels; i++) {
+        lz_kernel_drop(g->kernels[i]);
+    }
+    free(g->kernels);
+    free(g);
+}
+
 /* Destroy g's driver objects and free it (lz.lock held; idle); -1 when
  * the driver refused, to be tried again later. */
 static int
@@ -367,7 +397,7 @@ lz_graph_free_locked(lz_graph *g)
     if (g->last != NULL) {
         g->last->waiters--;
     }
-    free(g);
+    lz_graph_forget(g);
     return 0;
 }
 
@@ -852,7 +882,7 @@ lz_graphs_forget_locked(void)
         lz_graph *g = *p;
         if (g->refs == 0) {
             *p = g->next;
-            free(g);
+            lz_graph_forget(g);
             continue;
         }
         p = &g->next;

@@ -21,9 +21,14 @@
  * reports it as unknown) and is checked here, as is the argument size
  * Level Zero does not tell (the driver refuses a wrong one).
  *
- * Modules and kernels are listed so that shutdown can destroy them
- * before the contexts: Python may still hold them at exit.  After
- * shutdown, unloading only frees our structs.
+ * Lifetime.  A graph's list holds the launches captured into it, which
+ * use the kernel (and its module) at every replay, after the core may
+ * have released them: a kernel counts its holders (the core and each
+ * graph that launches it) and its module counts the core and its
+ * kernels, and each goes when its count does.  Modules and kernels are
+ * listed so that shutdown can destroy them before the contexts (Python
+ * or graphs may still hold them at exit); after shutdown, letting go of
+ * them only frees our structs.
  */
 #include "lz.h"
 
@@ -33,12 +38,14 @@
 typedef struct lz_module {
     ze_module_handle_t handle;  /* NULL once shutdown destroyed it */
     int device;
+    int refs;                   /* the core's, its kernels' */
     struct lz_module *next;     /* lz_kern.modules */
 } lz_module;
 
 typedef struct lz_kernel {
     ze_kernel_handle_t handle;  /* NULL once shutdown destroyed it */
     lz_module *module;
+    int refs;                   /* the core's, graphs' (lz_kern.lock) */
     uint32_t nparams;           /* the driver's count, local ones too */
     uint32_t group[3];          /* the group size last set; 0: none */
     pthread_mutex_t lock;       /* arguments, group size, append */
@@ -46,7 +53,8 @@ typedef struct lz_kernel {
     char name[];
 } lz_kernel;
 
-/* The live modules and kernels; lock is a leaf. */
+/* The live modules and kernels; lock is a leaf, which guards the
+ * lists and the counts. */
 static struct {
     pthread_mutex_t lock;
     lz_module *modules;
@@ -158,6 +166,7 @@ lz_module_load(int device, acc_code_format format, const void *code,
         return status;
     }
     m->device = device;
+    m->refs = 1;
     pthread_mutex_lock(&lz_kern.lock);
     m->next = lz_kern.modules;
     lz_kern.modules = m;
@@ -178,14 +187,19 @@ lz_module_load(int device, acc_code_format format, const void *code,
         }                                                             \
     } while (0)
 
-void
-lz_module_unload(int device, void *module)
+/* Drop a reference to m; the last destroys it. */
+static void
+lz_module_drop(lz_module *m)
 {
-    lz_module *m = module;
-    (void)device;
     pthread_mutex_lock(&lz_kern.lock);
-    LZ_UNLINK(lz_kern.modules, m);
+    int last = --m->refs == 0;
+    if (last) {
+        LZ_UNLINK(lz_kern.modules, m);
+    }
     pthread_mutex_unlock(&lz_kern.lock);
+    if (!last) {
+        return;
+    }
     if (m->handle != NULL) {
         ze_result_t r = lz_fn.zeModuleDestroy(m->handle);
         if (r != ZE_RESULT_SUCCESS) {
@@ -195,6 +209,13 @@ lz_module_unload(int device, void *module)
         }
     }
     free(m);
+}
+
+void
+lz_module_unload(int device, void *module)
+{
+    (void)device;
+    lz_module_drop(module);
 }
 
 /* What the device allows any kernel (zeDeviceGetComputeProperties). */
@@ -264,6 +285,7 @@ lz_kernel_get(int device, void *module, const char *name, void **kernel,
         return status;
     }
     k->module = m;
+    k->refs = 1;
     memcpy(k->name, name, strlen(name) + 1);
     k->nparams = p.numKernelArgs;
     pthread_mutex_init(&k->lock, NULL);
@@ -282,6 +304,7 @@ lz_kernel_get(int device, void *module, const char *name, void **kernel,
     /* How many of the parameters are the user's is not told (see the
      * comment at the top): info->nparams stays unknown. */
     pthread_mutex_lock(&lz_kern.lock);
+    m->refs++;
     k->next = lz_kern.kernels;
     lz_kern.kernels = k;
     pthread_mutex_unlock(&lz_kern.lock);
@@ -290,21 +313,43 @@ lz_kernel_get(int device, void *module, const char *name, void **kernel,
 }
 
 void
-lz_kernel_release(int device, void *kernel)
+lz_kernel_hold(lz_kernel *k)
 {
-    lz_kernel *k = kernel;
-    (void)device;
     pthread_mutex_lock(&lz_kern.lock);
-    LZ_UNLINK(lz_kern.kernels, k);
+    k->refs++;
     pthread_mutex_unlock(&lz_kern.lock);
+}
+
+/* Drop a reference to k; the last destroys it and lets go of its
+ * module. */
+void
+lz_kernel_drop(lz_kernel *k)
+{
+    pthread_mutex_lock(&lz_kern.lock);
+    int last = --k->refs == 0;
+    if (last) {
+        LZ_UNLINK(lz_kern.kernels, k);
+    }
+    pthread_mutex_unlock(&lz_kern.lock);
+    if (!last) {
+        return;
+    }
     if (k->handle != NULL) {
         ze_result_t r = lz_fn.zeKernelDestroy(k->handle);
         if (r != ZE_RESULT_SUCCESS) {
             acc_trace("xpu: zeKernelDestroy failed (0x%x)", (unsigned)r);
         }
     }
+    lz_module_drop(k->module);
     pthread_mutex_destroy(&k->lock);
     free(k);
+}
+
+void
+lz_kernel_release(int device, void *kernel)
+{
+    (void)device;
+    lz_kernel_drop(kernel);
 }
 
 acc_status
@@ -423,7 +468,9 @@ lz_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
     status = lz_set_launch_locked(k, c, local, t.driver, err);
     if (status == ACC_OK && captured) {
         status = lz_capture_append_locked(
-            &t, &(lz_op){.kernel = k->handle, .groups = &groups}, err);
+            &t, &(lz_op){.kernel = k, .handle = k->handle,
+                         .groups = &groups},
+            err);
     }
     else if (status == ACC_OK) {
         status = lz_order_locked(&t, err);

@@ -216,12 +216,15 @@ typedef struct lz_target {
 /* A command recorded into a capture's list (graph.c): a kernel launch
  * (kernel set, with its group counts), a copy (src set) or a fill of
  * nbytes at dst with value. */
+struct lz_kernel;
+
 typedef struct lz_op {
     void *dst;
     const void *src;
     unsigned char value;
     size_t nbytes;
-    ze_kernel_handle_t kernel;
+    struct lz_kernel *kernel;   /* the graph keeps it (kernels.c) */
+    ze_kernel_handle_t handle;  /* the kernel's */
     const ze_group_count_t *groups;
 } lz_op;
 
@@ -354,6 +357,8 @@ acc_status lz_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
                      acc_error *err);
 acc_status lz_kernel_names(int device, void *module, char *names,
                            size_t size, acc_error *err);
+void lz_kernel_hold(struct lz_kernel *k);
+void lz_kernel_drop(struct lz_kernel *k);
 void lz_kernels_shutdown(void);
 
 /* graph.c */
