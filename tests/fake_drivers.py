@@ -82,10 +82,12 @@ NULLED = "nulled"
 UNREACHED = "unreached"
 
 #: Loader 1.8 returns no usable build log for a failed build through its
-#: intercept layer (csrc/backends/level_zero/kernels.c): the backend then
-#: never reads it.
-ZE_FAILED_BUILD_LOG = os.environ.get(
-    "ZE_ENABLE_LOADER_INTERCEPT", "").lower() not in ("1", "true")
+#: intercept layer (csrc/backends/level_zero/kernels.c), which it takes
+#: when asked or for several drivers: the backend then never reads it.
+ZE_FAILED_BUILD_LOG = (
+    os.environ.get("ZE_ENABLE_LOADER_INTERCEPT", "").lower()
+    not in ("1", "true")
+    and os.environ.get("FAKE_ZE_DRIVERS", "1") == "1")
 
 
 @dataclasses.dataclass(frozen=True)
