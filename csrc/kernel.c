@@ -220,7 +220,8 @@ acc_code_format_resolve(const void *code, size_t size,
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if ((f == ACC_FORMAT_SPIRV && !is_spirv(p, size))
-        || ((f == ACC_FORMAT_CUBIN || f == ACC_FORMAT_HSACO)
+        || ((f == ACC_FORMAT_CUBIN || f == ACC_FORMAT_HSACO
+             || f == ACC_FORMAT_NATIVE)
             && !is_elf(p, size))
         || ((f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
             && !is_text(p, size))) {
