@@ -292,3 +292,25 @@ def test_modules_still_used_at_exit_go_before_the_context() -> None:
     assert "zeContextDestroy failed" not in result.stderr
     assert "failed at exit" not in result.stderr
     assert "shut down" in result.stderr
+
+
+def test_a_kernel_s_own_thread_limit_comes_from_its_subgroups() -> None:
+    """Level Zero tells a kernel's limit as maxNumSubgroups x
+    maxSubgroupSize: a launch beyond it is refused before the driver."""
+    out = xpu("""
+    source = kernel_code.NATIVE_C.replace(
+        '{"add_one", add_one, 2, add_one_params, 0, 0}',
+        '{"add_one", add_one, 2, add_one_params, 100, 0}')
+    k = acc.Module(kernel_code.native(source)).get_kernel("add_one")
+    print(k.attributes["max_threads_per_block"])
+    b = acc.Buffer(1024)
+    try:
+        acc.launch(k, 1, 128, b, np.uint32(1))
+    except ValueError as e:
+        print(e)
+    acc.launch(k, 1, 100, b, np.uint32(1))
+    acc.synchronize()
+    """, {})
+    assert out.splitlines() == [
+        "100", "the block has 128 threads, beyond the kernel's limit of 100 "
+        "per block"]

@@ -2136,8 +2136,10 @@ fake_zeKernelGetProperties(ze_kernel_handle_t h, ze_kernel_properties_t *p)
         memset(p, 0, sizeof(*p));
         memcpy(p, &head, sizeof(head));
         p->numKernelArgs = k->nargs;
-        p->maxSubgroupSize = 32;
-        p->maxNumSubgroups = (uint32_t)(k->dk->max_threads + 31) / 32;
+        /* Subgroups whose product is exactly the kernel's limit. */
+        p->maxSubgroupSize = k->dk->max_threads % 32 == 0 ? 32 : 1;
+        p->maxNumSubgroups = (uint32_t)k->dk->max_threads
+                             / p->maxSubgroupSize;
         p->localMemSize = (uint32_t)k->dk->static_shared;
         memcpy(p->uuid.kid, k->dk->name,
                strnlen(k->dk->name, sizeof(p->uuid.kid)));
