@@ -50,8 +50,9 @@
  *
  * Locks, always taken in this order: lz.default_lock (default streams),
  * lz.reg_lock (stream registry, graveyard), a stream's lock (its list and
- * tail; lz.foreign_lock for foreign lists), lz.lock (contexts, pools,
- * slots, links, bridges).  One naming rule: a function whose name ends in
+ * tail; lz.foreign_lock for foreign lists), a kernel's lock (its
+ * arguments, kernels.c), lz.lock (contexts, pools, slots, links,
+ * bridges); kernels.c's list lock is a leaf.  One naming rule: a function whose name ends in
  * _locked expects a lock held by its caller, lz.lock unless its comment
  * names another (a stream's lock, lz.reg_lock, lz.sysman_lock).
  * No lock is held while blocking in the driver, except by shutdown while
