@@ -79,6 +79,15 @@ RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
 PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
 DEFERRED, FALLBACK = "deferred", "fallback"
 NULLED = "nulled"
+UNREACHED = "unreached"
+
+#: Loader 1.8 returns no usable build log for a failed build through its
+#: intercept layer (csrc/backends/level_zero/kernels.c), which it takes
+#: when asked or for several drivers: the backend then never reads it.
+ZE_FAILED_BUILD_LOG = (
+    os.environ.get("ZE_ENABLE_LOADER_INTERCEPT", "").lower()
+    not in ("1", "true")
+    and os.environ.get("FAKE_ZE_DRIVERS", "1") == "1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +138,9 @@ class DriverDouble:
     #: "native" (a double's host shared object), "opencl-c" (source the
     #: driver builds); "" without kernels
     kernel_format = ""
+    #: build options that make the driver's build of the test kernels
+    #: fail with a build log (None: no such options)
+    failing_build_options: str | None = None
     #: the driver tells each kernel parameter's size (a bare int or float
     #: then passes at that size; a mismatched size is refused)
     kernel_param_sizes = True
@@ -748,8 +760,14 @@ class ZeDouble(DriverDouble):
     env_devices = "FAKE_ZE_DEVICES"
     kinds = {"stream": "list"}
     live_kinds = ("list", "event", "pool", "context", "queue", "alloc",
-                  "host_alloc", "bad_access", "guard_damage")
+                  "host_alloc", "bad_access", "guard_damage", "module",
+                  "kernel", "build_log", "kernel_misuse")
     pooled_kinds = ("event", "pool")
+    kernel_format = "native"
+    # The double knows Intel's documented build flags only.
+    failing_build_options = "-no-such-option"
+    # Spec 1.4 tells a kernel's argument count, not the sizes.
+    kernel_param_sizes = False
     fail_env = "FAKE_ZE_FAIL"
     library_env = "ACCELERATOR_ZE_LIBRARY"
     total_mem_env = "FAKE_ZE_TOTAL_MEM"
@@ -867,6 +885,32 @@ class ZeDouble(DriverDouble):
         # tried again at the next synchronize.
         Site("zeCommandQueueDestroy", SILENT, "drop a graph"),
         Site("zeCommandListDestroy", SILENT, "drop a graph"),
+        # Kernels: the module and its build log (read only when the build
+        # failed: without it the BuildError carries no log), the device's
+        # limits and the kernel's properties, a launch's group size,
+        # arguments, ordering barrier and append.  A refused destroy
+        # leaves the object to the driver (a kernel keeps its module).
+        Site("zeModuleCreate", RAISE, "Module()"),
+        Site("zeModuleBuildLogDestroy", SILENT, "Module()",
+             refused=(("build_log", 1),)),
+        Site("zeModuleBuildLogGetString",
+             SILENT if ZE_FAILED_BUILD_LOG else UNREACHED,
+             "Module(broken code)",
+             note="" if ZE_FAILED_BUILD_LOG else
+             "loader 1.8 cannot return a failed build's log through its "
+             "intercept layer: reading it would crash"),
+        Site("zeModuleGetKernelNames", SILENT, "get_kernel(unknown name)"),
+        Site("zeDeviceGetComputeProperties", RAISE, "get_kernel()"),
+        Site("zeKernelCreate", RAISE, "get_kernel()"),
+        Site("zeKernelGetProperties", RAISE, "get_kernel()"),
+        Site("zeKernelSetGroupSize", RAISE, "launch()"),
+        Site("zeKernelSetArgumentValue", RAISE, "launch()"),
+        Site("zeCommandListAppendBarrier", RAISE, "launch()"),
+        Site("zeCommandListAppendLaunchKernel", RAISE, "launch()"),
+        Site("zeKernelDestroy", SILENT, "drop a module",
+             refused=(("kernel", 1), ("module", 1))),
+        Site("zeModuleDestroy", SILENT, "drop a module",
+             refused=(("module", 1),)),
         Site("zeCommandListHostSynchronize", OPTIONAL,
              note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
         Site("zeDriverGetLastErrorDescription", OPTIONAL,

@@ -93,6 +93,7 @@
 #define ACC_ZE_STRUCTURE_TYPES(X)                               \
     X(ZE_STRUCTURE_TYPE_DRIVER_PROPERTIES, 0x1)                 \
     X(ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES, 0x3)                 \
+    X(ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES, 0x4)         \
     X(ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES, 0x5)          \
     X(ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES, 0x6)    \
     X(ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES, 0x7)          \
@@ -104,6 +105,9 @@
     X(ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, 0x15)            \
     X(ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, 0x16)              \
     X(ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES, 0x17)     \
+    X(ZE_STRUCTURE_TYPE_MODULE_DESC, 0x1b)                      \
+    X(ZE_STRUCTURE_TYPE_KERNEL_DESC, 0x1d)                      \
+    X(ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES, 0x1e)                \
     X(ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2, 0x00020006)
 
 /* Sysman (zes_api.h): the zes_structure_type_t values of the structs
@@ -135,6 +139,10 @@
     X(ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS, 1)    \
     X(ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, 2)
 
+#define ACC_ZE_MODULE_FORMATS(X)         \
+    X(ZE_MODULE_FORMAT_IL_SPIRV, 0)      \
+    X(ZE_MODULE_FORMAT_NATIVE, 1)
+
 #define ACC_ZE_COMMAND_QUEUE_PRIORITIES(X)             \
     X(ZE_COMMAND_QUEUE_PRIORITY_NORMAL, 0)             \
     X(ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_LOW, 1)       \
@@ -163,7 +171,11 @@
     X(ZE_MAX_DRIVER_UUID_SIZE, 16)      \
     X(ZE_MAX_DEVICE_UUID_SIZE, 16)      \
     X(ZE_MAX_DEVICE_NAME, 256)          \
-    X(ZE_MAX_NATIVE_KERNEL_UUID_SIZE, 16)
+    X(ZE_MAX_NATIVE_KERNEL_UUID_SIZE, 16) \
+    X(ZE_SUBGROUPSIZE_COUNT, 8)         \
+    X(ZE_MAX_KERNEL_UUID_SIZE, 16)      \
+    X(ZE_MAX_MODULE_UUID_SIZE, 16)      \
+    X(ZEL_COMPONENT_STRING_SIZE, 64)
 
 /* The plain integer types: name, C type. */
 #define ACC_ZE_SCALAR_TYPES(X)                               \
@@ -180,7 +192,8 @@
     X(ze_event_pool_flags_t, uint32_t)                       \
     X(ze_event_scope_flags_t, uint32_t)                      \
     X(ze_device_mem_alloc_flags_t, uint32_t)                 \
-    X(ze_host_mem_alloc_flags_t, uint32_t)
+    X(ze_host_mem_alloc_flags_t, uint32_t)                   \
+    X(ze_kernel_flags_t, uint32_t)
 
 /*
  * Structs, each as a list of F(struct, type, name, array suffix), so that
@@ -336,6 +349,76 @@
     F(S, uint64_t, kernelStart, )                 \
     F(S, uint64_t, kernelEnd, )
 
+#define ACC_ZE_DEVICE_COMPUTE_PROPERTIES_FIELDS(F, S)     \
+    F(S, ze_structure_type_t, stype, )                    \
+    F(S, void *, pNext, )                                 \
+    F(S, uint32_t, maxTotalGroupSize, )                   \
+    F(S, uint32_t, maxGroupSizeX, )                       \
+    F(S, uint32_t, maxGroupSizeY, )                       \
+    F(S, uint32_t, maxGroupSizeZ, )                       \
+    F(S, uint32_t, maxGroupCountX, )                      \
+    F(S, uint32_t, maxGroupCountY, )                      \
+    F(S, uint32_t, maxGroupCountZ, )                      \
+    F(S, uint32_t, maxSharedLocalMemory, )                \
+    F(S, uint32_t, numSubGroupSizes, )                    \
+    F(S, uint32_t, subGroupSizes, [ZE_SUBGROUPSIZE_COUNT])
+
+#define ACC_ZE_MODULE_CONSTANTS_FIELDS(F, S)  \
+    F(S, uint32_t, numConstants, )            \
+    F(S, const uint32_t *, pConstantIds, )    \
+    F(S, const void **, pConstantValues, )
+
+#define ACC_ZE_MODULE_DESC_FIELDS(F, S)                           \
+    F(S, ze_structure_type_t, stype, )                            \
+    F(S, const void *, pNext, )                                   \
+    F(S, ze_module_format_t, format, )                            \
+    F(S, size_t, inputSize, )                                     \
+    F(S, const uint8_t *, pInputModule, )                         \
+    F(S, const char *, pBuildFlags, )                             \
+    F(S, const ACC_ZE_OWN(ze_module_constants_t) *, pConstants, )
+
+#define ACC_ZE_KERNEL_DESC_FIELDS(F, S)   \
+    F(S, ze_structure_type_t, stype, )    \
+    F(S, const void *, pNext, )           \
+    F(S, ze_kernel_flags_t, flags, )      \
+    F(S, const char *, pKernelName, )
+
+#define ACC_ZE_KERNEL_UUID_FIELDS(F, S)               \
+    F(S, uint8_t, kid, [ZE_MAX_KERNEL_UUID_SIZE])     \
+    F(S, uint8_t, mid, [ZE_MAX_MODULE_UUID_SIZE])
+
+#define ACC_ZE_KERNEL_PROPERTIES_FIELDS(F, S)     \
+    F(S, ze_structure_type_t, stype, )            \
+    F(S, void *, pNext, )                         \
+    F(S, uint32_t, numKernelArgs, )               \
+    F(S, uint32_t, requiredGroupSizeX, )          \
+    F(S, uint32_t, requiredGroupSizeY, )          \
+    F(S, uint32_t, requiredGroupSizeZ, )          \
+    F(S, uint32_t, requiredNumSubGroups, )        \
+    F(S, uint32_t, requiredSubgroupSize, )        \
+    F(S, uint32_t, maxSubgroupSize, )             \
+    F(S, uint32_t, maxNumSubgroups, )             \
+    F(S, uint32_t, localMemSize, )                \
+    F(S, uint32_t, privateMemSize, )              \
+    F(S, uint32_t, spillMemSize, )                \
+    F(S, ACC_ZE_OWN(ze_kernel_uuid_t), uuid, )
+
+#define ACC_ZE_GROUP_COUNT_FIELDS(F, S)   \
+    F(S, uint32_t, groupCountX, )         \
+    F(S, uint32_t, groupCountY, )         \
+    F(S, uint32_t, groupCountZ, )
+
+/* The loader's own version query (loader/ze_loader.h). */
+#define ACC_ZEL_VERSION_FIELDS(F, S)  \
+    F(S, int, major, )                \
+    F(S, int, minor, )                \
+    F(S, int, patch, )
+
+#define ACC_ZEL_COMPONENT_VERSION_FIELDS(F, S)                    \
+    F(S, char, component_name, [ZEL_COMPONENT_STRING_SIZE])       \
+    F(S, ze_api_version_t, spec_version, )                        \
+    F(S, ACC_ZE_OWN(zel_version_t), component_lib_version, )
+
 #define ACC_ZE_NATIVE_KERNEL_UUID_FIELDS(F, S) \
     F(S, uint8_t, id, [ZE_MAX_NATIVE_KERNEL_UUID_SIZE])
 
@@ -379,6 +462,16 @@
       ACC_ZE_MEMORY_ALLOCATION_PROPERTIES_FIELDS)                         \
     X(ze_kernel_timestamp_data_t, ACC_ZE_KERNEL_TIMESTAMP_DATA_FIELDS)    \
     X(ze_kernel_timestamp_result_t, ACC_ZE_KERNEL_TIMESTAMP_RESULT_FIELDS) \
+    X(ze_device_compute_properties_t,                                     \
+      ACC_ZE_DEVICE_COMPUTE_PROPERTIES_FIELDS)                            \
+    X(ze_module_constants_t, ACC_ZE_MODULE_CONSTANTS_FIELDS)              \
+    X(ze_module_desc_t, ACC_ZE_MODULE_DESC_FIELDS)                        \
+    X(ze_kernel_desc_t, ACC_ZE_KERNEL_DESC_FIELDS)                        \
+    X(ze_kernel_uuid_t, ACC_ZE_KERNEL_UUID_FIELDS)                        \
+    X(ze_kernel_properties_t, ACC_ZE_KERNEL_PROPERTIES_FIELDS)            \
+    X(ze_group_count_t, ACC_ZE_GROUP_COUNT_FIELDS)                        \
+    X(zel_version_t, ACC_ZEL_VERSION_FIELDS)                              \
+    X(zel_component_version_t, ACC_ZEL_COMPONENT_VERSION_FIELDS)          \
     X(zes_pci_address_t, ACC_ZES_PCI_ADDRESS_FIELDS)                      \
     X(zes_pci_speed_t, ACC_ZES_PCI_SPEED_FIELDS)                          \
     X(zes_pci_properties_t, ACC_ZES_PCI_PROPERTIES_FIELDS)                \
@@ -427,6 +520,10 @@ typedef enum _ze_command_queue_mode_t {
     ACC_ZE_COMMAND_QUEUE_MODES(ACC_ZE_ENUM_ENTRY)
     ZE_COMMAND_QUEUE_MODE_FORCE_UINT32 = 0x7fffffff
 } ze_command_queue_mode_t;
+typedef enum _ze_module_format_t {
+    ACC_ZE_MODULE_FORMATS(ACC_ZE_ENUM_ENTRY)
+    ZE_MODULE_FORMAT_FORCE_UINT32 = 0x7fffffff
+} ze_module_format_t;
 typedef enum _ze_command_queue_priority_t {
     ACC_ZE_COMMAND_QUEUE_PRIORITIES(ACC_ZE_ENUM_ENTRY)
     ZE_COMMAND_QUEUE_PRIORITY_FORCE_UINT32 = 0x7fffffff
@@ -450,6 +547,9 @@ typedef struct _ze_command_queue_handle_t *ze_command_queue_handle_t;
 typedef struct _ze_fence_handle_t *ze_fence_handle_t;
 typedef struct _ze_event_pool_handle_t *ze_event_pool_handle_t;
 typedef struct _ze_event_handle_t *ze_event_handle_t;
+typedef struct _ze_module_handle_t *ze_module_handle_t;
+typedef struct _ze_module_build_log_handle_t *ze_module_build_log_handle_t;
+typedef struct _ze_kernel_handle_t *ze_kernel_handle_t;
 /* Sysman takes core device handles (legacy mode: ZES_ENABLE_SYSMAN=1). */
 typedef ze_device_handle_t zes_device_handle_t;
 typedef struct _zes_mem_handle_t *zes_mem_handle_t;
@@ -559,6 +659,39 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
     X(zeCommandQueueExecuteCommandLists,                                   \
       (ze_command_queue_handle_t hCommandQueue, uint32_t numCommandLists,  \
        ze_command_list_handle_t *phCommandLists, ze_fence_handle_t hFence)) \
+    X(zeDeviceGetComputeProperties,                                        \
+      (ze_device_handle_t hDevice,                                         \
+       ze_device_compute_properties_t *pComputeProperties))                \
+    X(zeModuleCreate,                                                      \
+      (ze_context_handle_t hContext, ze_device_handle_t hDevice,           \
+       const ze_module_desc_t *desc, ze_module_handle_t *phModule,         \
+       ze_module_build_log_handle_t *phBuildLog))                          \
+    X(zeModuleDestroy, (ze_module_handle_t hModule))                       \
+    X(zeModuleBuildLogDestroy,                                             \
+      (ze_module_build_log_handle_t hModuleBuildLog))                      \
+    X(zeModuleBuildLogGetString,                                           \
+      (ze_module_build_log_handle_t hModuleBuildLog, size_t *pSize,        \
+       char *pBuildLog))                                                   \
+    X(zeModuleGetKernelNames,                                              \
+      (ze_module_handle_t hModule, uint32_t *pCount, const char **pNames)) \
+    X(zeKernelCreate,                                                      \
+      (ze_module_handle_t hModule, const ze_kernel_desc_t *desc,           \
+       ze_kernel_handle_t *phKernel))                                      \
+    X(zeKernelDestroy, (ze_kernel_handle_t hKernel))                       \
+    X(zeKernelGetProperties,                                               \
+      (ze_kernel_handle_t hKernel,                                         \
+       ze_kernel_properties_t *pKernelProperties))                         \
+    X(zeKernelSetGroupSize,                                                \
+      (ze_kernel_handle_t hKernel, uint32_t groupSizeX,                    \
+       uint32_t groupSizeY, uint32_t groupSizeZ))                          \
+    X(zeKernelSetArgumentValue,                                            \
+      (ze_kernel_handle_t hKernel, uint32_t argIndex, size_t argSize,      \
+       const void *pArgValue))                                             \
+    X(zeCommandListAppendLaunchKernel,                                     \
+      (ze_command_list_handle_t hCommandList, ze_kernel_handle_t hKernel,  \
+       const ze_group_count_t *pLaunchFuncArgs,                            \
+       ze_event_handle_t hSignalEvent, uint32_t numWaitEvents,             \
+       ze_event_handle_t *phWaitEvents))                                   \
     X(zesDeviceEnumMemoryModules,                                          \
       (zes_device_handle_t hDevice, uint32_t *pCount,                      \
        zes_mem_handle_t *phMemory))                                        \
@@ -589,5 +722,13 @@ ACC_ZE_FUNCTIONS(ACC_ZE_PFN_TYPEDEF)
 ACC_ZE_OPTIONAL_FUNCTIONS(ACC_ZE_OPTIONAL_PFN_TYPEDEF)
 #undef ACC_ZE_OPTIONAL_PFN_TYPEDEF
 #undef ACC_ZE_PFN_TYPEDEF
+
+/*
+ * The loader's own API, not the driver's (so not in the lists above, and
+ * no fault site: the test driver cannot offer it): loader 1.3.6 and later
+ * export it.  Looked up with dlsym.
+ */
+typedef ze_result_t (*acc_pfn_zelLoaderGetVersions)(
+    size_t *num_elems, zel_component_version_t *versions);
 
 #endif /* ACC_ZE_API_H */

@@ -48,6 +48,8 @@ there must do:
             no code (clSVMAlloc): whatever code the fault names, the call
             raises the backend's out-of-memory error (driver.oom_error),
             with the RAISE checks otherwise.
+  UNREACHED a function this configuration must not call (the note says
+            why: calling it would crash): the action runs without it.
 """
 from __future__ import annotations
 
@@ -70,7 +72,8 @@ import accelerator as acc
 import fake_drivers
 import kernel_code as kernel_code_module
 from fake_drivers import (DEFERRED, EXIT, FALLBACK, FRESH, NULLED, OPTIONAL,
-                          PROBE, RAISE, REPORTER, SILENT, TOLERATED, Site)
+                          PROBE, RAISE, REPORTER, SILENT, TOLERATED,
+                          UNREACHED, Site)
 
 #: the device type under test when a double sits underneath, else "real"
 BACKEND = (fake_drivers.TEST_BACKEND
@@ -354,10 +357,15 @@ def launch_add_one(state: State) -> None:
 
 def build_broken(state: State) -> None:
     """Code the driver fails to build: a BuildError, with or without
-    its log."""
+    its log.  Where the test kernels' format builds nothing to fail, they
+    fail with the build options the driver refuses."""
+    facts = fake_drivers.under_test()
+    broken = kernel_code_module.broken(facts.kernel_format)
     with pytest.raises(acc.BuildError):
-        acc.Module(kernel_code_module.broken(
-            fake_drivers.under_test().kernel_format))
+        if broken is None:
+            acc.Module(kernel_code(), options=facts.failing_build_options)
+        else:
+            acc.Module(broken)
 
 
 def unknown_kernel(state: State) -> None:
@@ -504,6 +512,7 @@ PREPARE: dict[str, Callable[[], State]] = {
     "drop a graph": with_instantiated_kept_graph,
     "Module()": with_kernel_code,
     "get_kernel()": with_module,
+    "get_kernel() of a missing name": with_module,
     "launch()": with_kernel,
     "drop a module": with_kernel,
     "Module(broken code)": on_device_0,
@@ -889,6 +898,18 @@ def test_silent(driver, site: Site) -> None:
     # And it works without the fault.
     state = prepare()
     action(state)
+
+
+@pytest.mark.parametrize("site", site_params(UNREACHED))
+def test_unreached(driver, site: Site) -> None:
+    state = preparer(site)()
+    calls = driver.calls(site.api)
+    driver.fail(site.api, 1, driver.unknown_error[0])
+    try:
+        ACTIONS[site.action](state)
+    finally:
+        driver.clear_faults()
+    assert driver.calls(site.api) == calls, site.note
 
 
 @pytest.mark.parametrize("site", site_params(REPORTER))

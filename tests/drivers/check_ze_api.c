@@ -6,6 +6,7 @@
  *
  *   cc -std=c11 -Wall -Wextra -Werror -c check_ze_api.c -o /dev/null
  */
+#include <level_zero/loader/ze_loader.h>
 #include <level_zero/ze_api.h>
 #include <level_zero/zes_api.h>
 #include <stddef.h>
@@ -23,6 +24,7 @@ ACC_ZES_MEM_LOCS(CHECK_VALUE)
 ACC_ZE_DEVICE_TYPES(CHECK_VALUE)
 ACC_ZE_MEMORY_TYPES(CHECK_VALUE)
 ACC_ZE_COMMAND_QUEUE_MODES(CHECK_VALUE)
+ACC_ZE_MODULE_FORMATS(CHECK_VALUE)
 ACC_ZE_COMMAND_QUEUE_PRIORITIES(CHECK_VALUE)
 ACC_ZE_FLAGS(CHECK_VALUE)
 ACC_ZE_SIZES(CHECK_VALUE)
@@ -41,6 +43,7 @@ CHECK_ENUM_SIZE(ze_structure_type_t)
 CHECK_ENUM_SIZE(ze_device_type_t)
 CHECK_ENUM_SIZE(ze_memory_type_t)
 CHECK_ENUM_SIZE(ze_command_queue_mode_t)
+CHECK_ENUM_SIZE(ze_module_format_t)
 CHECK_ENUM_SIZE(ze_command_queue_priority_t)
 CHECK_ENUM_SIZE(zes_structure_type_t)
 CHECK_ENUM_SIZE(zes_mem_loc_t)
@@ -85,6 +88,9 @@ ACC_ZE_STRUCTS(CHECK_STRUCT)
                                                 __typeof__(&name)),       \
                    #name " signature differs");
 ACC_ZE_FUNCTIONS(CHECK_FUNCTION)
+_Static_assert(__builtin_types_compatible_p(acc_pfn_zelLoaderGetVersions,
+                                            __typeof__(&zelLoaderGetVersions)),
+               "zelLoaderGetVersions signature differs");
 
 /*
  * Newer than spec 1.4: only SDKs that define ZE_API_VERSION_CURRENT_M

@@ -56,13 +56,27 @@
  * an event destroyed meanwhile makes the execution fail.
  * zeCommandListAppendEventReset resets an event when it reaches the head.
  *
+ * Modules and kernels (double_kernels.h loads the images): SPIR-V
+ * modules are read (kernel names, parameters) but their launches are
+ * refused with ZE_RESULT_ERROR_INVALID_NATIVE_BINARY; malformed SPIR-V
+ * or an unknown build flag fails with ZE_RESULT_ERROR_MODULE_BUILD_FAILURE
+ * and a build log; native modules (tests/drivers/native_kernel.h) run on
+ * the list's worker.  A native kernel has one parameter more than its
+ * table lists, last: its local memory (set with a size and a NULL value,
+ * as a __local pointer), which reaches it as native_block.shared.
+ * Arguments and the group size are copied when a launch is appended.
+ * Destroying a module that has kernels, or a context that has modules,
+ * fails with ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE.
+ *
  * Control functions for tests (ctypes; see the "Control" section):
  *   long long fake_ze_call_count(const char *name)  NULL: all; -1: unknown
  *   void fake_ze_reset_counts(void)
  *   int fake_ze_fail(const char *name, int nth, int code)
  *   void fake_ze_clear_faults(void)
  *   long long fake_ze_live(const char *kind)  "context", "list", "pool",
- *                                             "event", "queue", and the
+ *                                             "event", "queue", "module",
+ *                                             "kernel", "build_log",
+ *                                             "kernel_misuse", and the
  *                                             memory
  *                                             kinds of double_memory.h
  *                                             ("alloc", "host_alloc",
@@ -95,6 +109,7 @@
 #include <unistd.h>
 
 #include "double_control.h"
+#include "double_kernels.h"
 #include "double_memory.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -109,9 +124,13 @@
 
 /* Objects ------------------------------------------------------------- */
 
-enum fake_kind { K_CONTEXT, K_LIST, K_POOL, K_EVENT, K_QUEUE, K_KINDS };
+enum fake_kind {
+    K_CONTEXT, K_LIST, K_POOL, K_EVENT, K_QUEUE, K_MODULE, K_KERNEL,
+    K_BUILD_LOG, K_KINDS
+};
 static const char *const kind_names[K_KINDS] = {
-    "context", "list", "pool", "event", "queue",
+    "context", "list", "pool", "event", "queue", "module", "kernel",
+    "build_log",
 };
 
 typedef struct fake_obj {
@@ -124,7 +143,7 @@ typedef struct fake_obj {
 typedef struct fake_context {
     fake_obj obj;
     int driver;
-    int children; /* live lists and pools */
+    int children; /* live lists, pools and modules */
 } fake_context;
 
 typedef struct fake_pool {
@@ -147,7 +166,7 @@ typedef struct fake_event {
 
 enum cmd_kind {
     CMD_SLEEP, CMD_GATE, CMD_BARRIER, CMD_SIGNAL, CMD_WAIT, CMD_MEMORY,
-    CMD_RESET
+    CMD_RESET, CMD_KERNEL
 };
 
 typedef struct fake_cmd {
@@ -158,6 +177,7 @@ typedef struct fake_cmd {
     uint32_t nwait;
     fake_event **wait;
     dm_op mem;              /* CMD_MEMORY: a copy or fill */
+    dk_launch *launch;      /* CMD_KERNEL: owned */
     struct fake_list *from; /* the regular list it was executed from */
     struct fake_cmd *next;
 } fake_cmd;
@@ -190,6 +210,35 @@ typedef struct fake_driver {
     int index;
 } fake_driver;
 
+/* A module (double_kernels.c loads its image) and its kernels.  A
+ * native kernel has one parameter more than its table entry lists: its
+ * dynamic local memory, last, as a kernel built from OpenCL C declares a
+ * __local pointer (set with a size and a NULL value); it reaches the
+ * native code as native_block.shared. */
+typedef struct fake_module {
+    fake_obj obj;
+    fake_context *ctx;
+    int device;
+    dk_module *dk;
+    int kernels;            /* live kernels of it */
+} fake_module;
+
+typedef struct fake_kernel {
+    fake_obj obj;
+    fake_module *module;
+    const dk_kernel *dk;
+    uint32_t nargs;         /* the parameters, the native local one too */
+    uint32_t group[3];
+    unsigned char *args;    /* dk_kernel_args_size() bytes */
+    unsigned char *set;     /* per parameter: given a value */
+    size_t local;           /* native: the local parameter's bytes */
+} fake_kernel;
+
+typedef struct fake_build_log {
+    fake_obj obj;
+    char text[DK_LOG_MAX];
+} fake_build_log;
+
 /* A Sysman memory module: one per device, its handle. */
 typedef struct fake_mem {
     int device;
@@ -215,6 +264,11 @@ typedef struct fake_mem {
     X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemFree)                  \
     X(zeMemGetAllocProperties)                                          \
     X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)   \
+    X(zeDeviceGetComputeProperties) X(zeModuleCreate) X(zeModuleDestroy) \
+    X(zeModuleBuildLogDestroy) X(zeModuleBuildLogGetString)             \
+    X(zeModuleGetKernelNames) X(zeKernelCreate) X(zeKernelDestroy)      \
+    X(zeKernelGetProperties) X(zeKernelSetGroupSize)                    \
+    X(zeKernelSetArgumentValue) X(zeCommandListAppendLaunchKernel)      \
     X(zesDeviceEnumMemoryModules) X(zesMemoryGetProperties)             \
     X(zesMemoryGetState) X(zesDevicePciGetProperties)
 
@@ -227,14 +281,30 @@ static const dc_fn function_names[F_COUNT] = {
 };
 #undef FAKE_NAME
 
+/* The shared layers' live kinds and detectors: memory's, then device
+ * code's. */
+static long long
+fake_live_extra(const char *kind)
+{
+    long long n = dm_live(kind);
+    return n >= 0 ? n : dk_live(kind);
+}
+
+static void
+fake_reset_detectors(void)
+{
+    dm_reset_detectors();
+    dk_reset_detectors();
+}
+
 /* Counters and faults: the control layer the doubles share. */
 static atomic_llong g_calls[F_COUNT];
 static atomic_llong g_live[K_KINDS];
 static dc_control g_ctl = {
     DC_CONTROL_INIT("ze_test_driver", function_names, g_calls, kind_names,
                     g_live),
-    .live_extra = dm_live, /* "alloc", "host_alloc", ... */
-    .reset_detectors = dm_reset_detectors,
+    .live_extra = fake_live_extra, /* "alloc", ..., "kernel_misuse" */
+    .reset_detectors = fake_reset_detectors,
 };
 
 static struct {
@@ -771,6 +841,9 @@ cmd_finish(fake_cmd *c, uint64_t now)
         c->from->executing--;
     }
     dm_op_release(&c->mem);
+    if (c->launch != NULL) {
+        dk_launch_free(c->launch);
+    }
     free(c->wait);
     free(c);
     pthread_cond_broadcast(&g.cond);
@@ -783,6 +856,9 @@ cmds_free(fake_cmd *c)
     while (c != NULL) {
         fake_cmd *next = c->next;
         dm_op_release(&c->mem);
+        if (c->launch != NULL) {
+            dk_launch_free(c->launch);
+        }
         free(c->wait);
         free(c);
         c = next;
@@ -822,6 +898,11 @@ list_worker(void *arg)
                 c->start = now;
                 if (c->kind == CMD_MEMORY) {
                     dm_op_run(&c->mem);
+                }
+                else if (c->kind == CMD_KERNEL) {
+                    /* Short test kernels: run under the lock, as copies. */
+                    dk_launch_run(c->launch,
+                                  "zeCommandListAppendLaunchKernel");
                 }
                 if ((c->kind == CMD_SLEEP && c->ns > 0)
                     || c->kind == CMD_GATE) {
@@ -1214,15 +1295,24 @@ execute_locked(fake_list *q, fake_list *l)
         for (uint32_t i = 0; i < c->nwait; i++) {
             waits[i] = (ze_event_handle_t)c->wait[i];
         }
+        dk_launch *launch = NULL;
+        if (c->launch != NULL
+            && (launch = dk_launch_copy(c->launch)) == NULL) {
+            return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+        }
         ze_result_t r = append_locked_op(
             q, c->kind, c->ns,
             c->kind == CMD_MEMORY ? &c->mem : NULL,
             (ze_event_handle_t)sig, c->nwait, waits);
         if (r != ZE_RESULT_SUCCESS) {
+            if (launch != NULL) {
+                dk_launch_free(launch);
+            }
             return r;
         }
         /* The appended copy is q's tail. */
         q->tail->from = l;
+        q->tail->launch = launch;
         l->executing++;
     }
     return ZE_RESULT_SUCCESS;
@@ -1710,6 +1800,483 @@ fake_zeCommandListAppendMemoryFill(ze_command_list_handle_t h, void *ptr,
     return append_memory(op.api, h, &op, signal, nwait, wait);
 }
 
+/* Modules and kernels ------------------------------------------------------ */
+
+static ze_result_t
+fake_zeDeviceGetComputeProperties(ze_device_handle_t h,
+                                  ze_device_compute_properties_t *p)
+{
+    ENTER(zeDeviceGetComputeProperties);
+    ze_result_t r = device_output(h, p, sizeof(*p));
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    p->maxTotalGroupSize = DK_MAX_THREADS;
+    p->maxGroupSizeX = DK_MAX_BLOCK_X;
+    p->maxGroupSizeY = DK_MAX_BLOCK_Y;
+    p->maxGroupSizeZ = DK_MAX_BLOCK_Z;
+    p->maxGroupCountX = DK_MAX_GRID_X;
+    p->maxGroupCountY = DK_MAX_GRID_Y;
+    p->maxGroupCountZ = DK_MAX_GRID_Z;
+    p->maxSharedLocalMemory = DK_MAX_SHARED;
+    p->numSubGroupSizes = 2;
+    p->subGroupSizes[0] = 16;
+    p->subGroupSizes[1] = 32;
+    return ZE_RESULT_SUCCESS;
+}
+
+/* Build flags the double knows (Intel's documented ones); any other
+ * fails the build, with the log naming it. */
+static int
+build_flags_known(const char *flags, char *log, size_t size)
+{
+    static const char *const known[] = {
+        "-ze-opt-disable", "-ze-opt-level=0", "-ze-opt-level=1",
+        "-ze-opt-level=2", "-ze-opt-greater-than-4GB-buffer-required",
+        "-ze-opt-large-register-file", NULL,
+    };
+    const char *p = flags != NULL ? flags : "";
+    while (*p != '\0') {
+        size_t n = strcspn(p, " \t");
+        int found = n == 0;
+        for (int i = 0; known[i] != NULL && !found; i++) {
+            found = strlen(known[i]) == n && strncmp(known[i], p, n) == 0;
+        }
+        if (!found) {
+            snprintf(log, size, "error: unknown build option '%.*s'",
+                     (int)(n > 200 ? 200 : n), p);
+            return 0;
+        }
+        p += n;
+        p += strspn(p, " \t");
+    }
+    return 1;
+}
+
+/* Load desc's image as the format it claims: the result and the log. */
+static ze_result_t
+module_build(const ze_module_desc_t *desc, dk_module **out, char *log,
+             size_t size)
+{
+    int spirv = desc->format == ZE_MODULE_FORMAT_IL_SPIRV;
+    if (!build_flags_known(desc->pBuildFlags, log, size)) {
+        return ZE_RESULT_ERROR_MODULE_BUILD_FAILURE;
+    }
+    enum dk_result d = dk_module_load(desc->pInputModule, desc->inputSize,
+                                      out, log, size);
+    if (d == DK_OK
+        && dk_module_format(*out) != (spirv ? DK_SPIRV : DK_NATIVE)) {
+        dk_module_unload(*out, "zeModuleCreate");
+        *out = NULL;
+        d = DK_NOT_IMAGE;
+    }
+    switch (d) {
+    case DK_OK:
+        return ZE_RESULT_SUCCESS;
+    case DK_OUT_OF_MEMORY:
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    case DK_NOT_IMAGE:
+    case DK_INVALID_CODE:
+        if (spirv) {
+            if (log[0] == '\0') {
+                snprintf(log, size, "error: the input is not a valid "
+                         "SPIR-V module");
+            }
+            return ZE_RESULT_ERROR_MODULE_BUILD_FAILURE;
+        }
+        return ZE_RESULT_ERROR_INVALID_NATIVE_BINARY;
+    default:
+        /* An ELF image of another machine: not this device's binary. */
+        return ZE_RESULT_ERROR_INVALID_NATIVE_BINARY;
+    }
+}
+
+static ze_result_t
+fake_zeModuleCreate(ze_context_handle_t hc, ze_device_handle_t hd,
+                    const ze_module_desc_t *desc, ze_module_handle_t *out,
+                    ze_module_build_log_handle_t *log_out)
+{
+    ENTER(zeModuleCreate);
+    if (log_out != NULL) {
+        *log_out = NULL;
+    }
+    if (desc == NULL || out == NULL || desc->pInputModule == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (desc->format > ZE_MODULE_FORMAT_NATIVE) {
+        return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+    }
+    if (desc->inputSize == 0) {
+        return ZE_RESULT_ERROR_INVALID_SIZE;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_context *c = obj_find(hc, K_CONTEXT);
+    fake_device *d = device_of(hd);
+    ze_result_t r = c == NULL ? bad_handle(hc)
+                    : d == NULL ? bad_handle(hd)
+                    : d->driver != c->driver ? ZE_RESULT_ERROR_INVALID_ARGUMENT
+                                             : ZE_RESULT_SUCCESS;
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    fake_build_log *bl = calloc(1, sizeof(*bl));
+    fake_module *m = calloc(1, sizeof(*m));
+    if (bl == NULL || m == NULL) {
+        free(bl);
+        free(m);
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    r = module_build(desc, &m->dk, bl->text, sizeof(bl->text));
+    pthread_mutex_lock(&g.lock);
+    if (r == ZE_RESULT_SUCCESS && obj_find(hc, K_CONTEXT) != c) {
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT; /* destroyed meanwhile */
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        m->ctx = c;
+        m->device = d->index;
+        c->children++;
+        obj_add(&m->obj, K_MODULE);
+        *out = (ze_module_handle_t)m;
+    }
+    /* A build that ran has a log, successful or not. */
+    int logged = log_out != NULL
+                 && (r == ZE_RESULT_SUCCESS
+                     || r == ZE_RESULT_ERROR_MODULE_BUILD_FAILURE);
+    if (logged) {
+        obj_add(&bl->obj, K_BUILD_LOG);
+        *log_out = (ze_module_build_log_handle_t)bl;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (!logged) {
+        free(bl);
+    }
+    if (r != ZE_RESULT_SUCCESS) {
+        if (m->dk != NULL) {
+            dk_module_unload(m->dk, "zeModuleCreate");
+        }
+        free(m);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeModuleDestroy(ze_module_handle_t h)
+{
+    ENTER(zeModuleDestroy);
+    pthread_mutex_lock(&g.lock);
+    fake_module *m = obj_find(h, K_MODULE);
+    ze_result_t r = m == NULL ? bad_handle(h)
+                    : m->kernels > 0 ? ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE
+                                     : ZE_RESULT_SUCCESS;
+    if (r == ZE_RESULT_SUCCESS) {
+        obj_remove(&m->obj);
+        m->ctx->children--;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r == ZE_RESULT_SUCCESS) {
+        /* A launch of it still queued is the backend's bug: reported. */
+        dk_module_unload(m->dk, "zeModuleDestroy");
+        free(m);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeModuleBuildLogDestroy(ze_module_build_log_handle_t h)
+{
+    ENTER(zeModuleBuildLogDestroy);
+    pthread_mutex_lock(&g.lock);
+    fake_build_log *bl = obj_find(h, K_BUILD_LOG);
+    if (bl != NULL) {
+        obj_remove(&bl->obj);
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (bl == NULL) {
+        return bad_handle(h);
+    }
+    free(bl);
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeModuleBuildLogGetString(ze_module_build_log_handle_t h,
+                               size_t *pSize, char *pBuildLog)
+{
+    ENTER(zeModuleBuildLogGetString);
+    if (pSize == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_build_log *bl = obj_find(h, K_BUILD_LOG);
+    ze_result_t r = bl == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+    if (bl != NULL) {
+        /* The size counts the terminating NUL, as Intel's driver. */
+        size_t need = strlen(bl->text) + 1;
+        if (pBuildLog == NULL || *pSize == 0) {
+            *pSize = need;
+        }
+        else {
+            size_t n = *pSize < need ? *pSize : need;
+            memcpy(pBuildLog, bl->text, n - 1);
+            pBuildLog[n - 1] = '\0';
+            *pSize = n;
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeModuleGetKernelNames(ze_module_handle_t h, uint32_t *pCount,
+                            const char **pNames)
+{
+    ENTER(zeModuleGetKernelNames);
+    if (pCount == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_module *m = obj_find(h, K_MODULE);
+    ze_result_t r = m == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+    if (m != NULL) {
+        uint32_t n = (uint32_t)dk_kernel_count(m->dk);
+        if (*pCount == 0 || pNames == NULL) {
+            *pCount = n;
+        }
+        else {
+            if (*pCount > n) {
+                *pCount = n;
+            }
+            for (uint32_t i = 0; i < *pCount; i++) {
+                pNames[i] = dk_kernel_at(m->dk, (int)i)->name;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeKernelCreate(ze_module_handle_t h, const ze_kernel_desc_t *desc,
+                    ze_kernel_handle_t *out)
+{
+    ENTER(zeKernelCreate);
+    if (desc == NULL || out == NULL || desc->pKernelName == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    fake_kernel *k = calloc(1, sizeof(*k));
+    if (k == NULL) {
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_module *m = obj_find(h, K_MODULE);
+    const dk_kernel *dk = m != NULL ? dk_kernel_find(m->dk, desc->pKernelName)
+                                    : NULL;
+    ze_result_t r = m == NULL ? bad_handle(h)
+                    : dk == NULL ? ZE_RESULT_ERROR_INVALID_KERNEL_NAME
+                                 : ZE_RESULT_SUCCESS;
+    if (r == ZE_RESULT_SUCCESS) {
+        k->module = m;
+        k->dk = dk;
+        k->nargs = (uint32_t)dk->nparams + (dk->format == DK_NATIVE);
+        k->group[0] = k->group[1] = k->group[2] = 1;
+        k->args = calloc(1, dk_kernel_args_size(dk) + 1);
+        k->set = calloc(k->nargs + 1, 1);
+        if (k->args == NULL || k->set == NULL) {
+            r = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+        }
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        m->kernels++;
+        obj_add(&k->obj, K_KERNEL);
+        *out = (ze_kernel_handle_t)k;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        free(k->args);
+        free(k->set);
+        free(k);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeKernelDestroy(ze_kernel_handle_t h)
+{
+    ENTER(zeKernelDestroy);
+    pthread_mutex_lock(&g.lock);
+    fake_kernel *k = obj_find(h, K_KERNEL);
+    if (k != NULL) {
+        obj_remove(&k->obj);
+        k->module->kernels--;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (k == NULL) {
+        return bad_handle(h);
+    }
+    /* Launches copied its arguments when appended: nothing to wait. */
+    free(k->args);
+    free(k->set);
+    free(k);
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeKernelGetProperties(ze_kernel_handle_t h, ze_kernel_properties_t *p)
+{
+    ENTER(zeKernelGetProperties);
+    if (p == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_kernel *k = obj_find(h, K_KERNEL);
+    if (k != NULL) {
+        ze_base_properties_t head;
+        memcpy(&head, p, sizeof(head));
+        memset(p, 0, sizeof(*p));
+        memcpy(p, &head, sizeof(head));
+        p->numKernelArgs = k->nargs;
+        /* Subgroups whose product is exactly the kernel's limit. */
+        p->maxSubgroupSize = k->dk->max_threads % 32 == 0 ? 32 : 1;
+        p->maxNumSubgroups = (uint32_t)k->dk->max_threads
+                             / p->maxSubgroupSize;
+        p->localMemSize = (uint32_t)k->dk->static_shared;
+        memcpy(p->uuid.kid, k->dk->name,
+               strnlen(k->dk->name, sizeof(p->uuid.kid)));
+    }
+    pthread_mutex_unlock(&g.lock);
+    return k == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t
+fake_zeKernelSetGroupSize(ze_kernel_handle_t h, uint32_t x, uint32_t y,
+                          uint32_t z)
+{
+    ENTER(zeKernelSetGroupSize);
+    pthread_mutex_lock(&g.lock);
+    fake_kernel *k = obj_find(h, K_KERNEL);
+    ze_result_t r = k == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+    if (k != NULL
+        && (x == 0 || y == 0 || z == 0 || x > DK_MAX_BLOCK_X
+            || y > DK_MAX_BLOCK_Y || z > DK_MAX_BLOCK_Z
+            || (uint64_t)x * y * z > (uint64_t)k->dk->max_threads)) {
+        r = ZE_RESULT_ERROR_INVALID_GROUP_SIZE_DIMENSION;
+    }
+    else if (k != NULL) {
+        k->group[0] = x;
+        k->group[1] = y;
+        k->group[2] = z;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeKernelSetArgumentValue(ze_kernel_handle_t h, uint32_t index,
+                              size_t size, const void *value)
+{
+    ENTER(zeKernelSetArgumentValue);
+    pthread_mutex_lock(&g.lock);
+    fake_kernel *k = obj_find(h, K_KERNEL);
+    ze_result_t r = k == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
+    if (k != NULL && index >= k->nargs) {
+        r = ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_INDEX;
+    }
+    else if (k != NULL && (int)index == k->dk->nparams) {
+        /* The native kernel's local memory: a size, no value. */
+        if (value != NULL) {
+            r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+        }
+        else {
+            k->local = size;
+            k->set[index] = 1;
+        }
+    }
+    else if (k != NULL) {
+        const dk_param *p = &k->dk->params[index];
+        if (p->kind == DK_PARAM_LOCAL ? value != NULL || size == 0
+                                      : size != p->size) {
+            r = ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_SIZE;
+        }
+        else if (p->kind != DK_PARAM_LOCAL) {
+            /* NULL for a pointer parameter: a null pointer. */
+            if (value != NULL) {
+                memcpy(k->args + p->offset, value, size);
+            }
+            else {
+                memset(k->args + p->offset, 0, size);
+            }
+        }
+        if (r == ZE_RESULT_SUCCESS) {
+            k->set[index] = 1;
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+static ze_result_t
+fake_zeCommandListAppendLaunchKernel(ze_command_list_handle_t h,
+                                     ze_kernel_handle_t hk,
+                                     const ze_group_count_t *groups,
+                                     ze_event_handle_t signal,
+                                     uint32_t nwait, ze_event_handle_t *wait)
+{
+    ENTER(zeCommandListAppendLaunchKernel);
+    if (groups == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_list *l = obj_find(h, K_LIST);
+    fake_kernel *k = obj_find(hk, K_KERNEL);
+    ze_result_t r = l == NULL ? bad_handle(h)
+                    : k == NULL ? bad_handle(hk)
+                    : k->module->ctx != l->ctx || k->module->device != l->device
+                        ? ZE_RESULT_ERROR_INVALID_ARGUMENT
+                        : ZE_RESULT_SUCCESS;
+    for (uint32_t i = 0; r == ZE_RESULT_SUCCESS && i < k->nargs; i++) {
+        if (!k->set[i]) {
+            r = ZE_RESULT_ERROR_INVALID_ARGUMENT; /* an argument unset */
+        }
+    }
+    dk_launch *launch = NULL;
+    if (r == ZE_RESULT_SUCCESS) {
+        unsigned grid[3] = {groups->groupCountX, groups->groupCountY,
+                            groups->groupCountZ};
+        void *args[DK_MAX_PARAMS];
+        for (int i = 0; i < k->dk->nparams; i++) {
+            args[i] = k->args + k->dk->params[i].offset;
+        }
+        /* The device's native code is host code: a SPIR-V kernel has no
+         * binary for it, which the spec's INVALID_NATIVE_BINARY ("native
+         * binary is not supported by the device") says. */
+        enum dk_result d = dk_launch_new(k->dk, grid, k->group, k->local,
+                                         args, !l->regular, &launch);
+        if (d == DK_OK) {
+            d = dk_check_geometry(k->dk, grid, k->group, k->local,
+                                  DK_MAX_SHARED);
+        }
+        r = d == DK_OK ? ZE_RESULT_SUCCESS
+            : d == DK_NO_BINARY ? ZE_RESULT_ERROR_INVALID_NATIVE_BINARY
+            : d == DK_OUT_OF_MEMORY ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
+            : d == DK_BAD_GEOMETRY && k->local > DK_MAX_SHARED
+                ? ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_SIZE
+                : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        r = append_locked_op(l, CMD_KERNEL, 0, NULL, signal, nwait, wait);
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        l->tail->launch = launch;
+        launch = NULL;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (launch != NULL) {
+        dk_launch_free(launch);
+    }
+    return r;
+}
+
 /* Sysman ------------------------------------------------------------------ */
 
 /* The device of a Sysman call, or the error: Sysman is off unless
@@ -1871,6 +2438,7 @@ zeGetDeviceProcAddrTable(ze_api_version_t version, ze_device_dditable_t *t)
         t->pfnGetProperties = fake_zeDeviceGetProperties;
         t->pfnGetModuleProperties = fake_zeDeviceGetModuleProperties;
         t->pfnGetMemoryProperties = fake_zeDeviceGetMemoryProperties;
+        t->pfnGetComputeProperties = fake_zeDeviceGetComputeProperties;
         t->pfnGetCommandQueueGroupProperties =
             fake_zeDeviceGetCommandQueueGroupProperties;
     }
@@ -1905,6 +2473,7 @@ zeGetCommandListProcAddrTable(ze_api_version_t version,
         t->pfnClose = fake_zeCommandListClose;
         t->pfnReset = fake_zeCommandListReset;
         t->pfnAppendEventReset = fake_zeCommandListAppendEventReset;
+        t->pfnAppendLaunchKernel = fake_zeCommandListAppendLaunchKernel;
     }
     return r;
 }
@@ -1996,10 +2565,44 @@ zeGetCommandQueueProcAddrTable(ze_api_version_t version,
 
 EMPTY_GETTER(zeGetImageProcAddrTable, ze_image_dditable_t)
 EMPTY_GETTER(zeGetFenceProcAddrTable, ze_fence_dditable_t)
-EMPTY_GETTER(zeGetModuleProcAddrTable, ze_module_dditable_t)
-EMPTY_GETTER(zeGetModuleBuildLogProcAddrTable,
-             ze_module_build_log_dditable_t)
-EMPTY_GETTER(zeGetKernelProcAddrTable, ze_kernel_dditable_t)
+EXPORT ze_result_t
+zeGetModuleProcAddrTable(ze_api_version_t version, ze_module_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnCreate = fake_zeModuleCreate;
+        t->pfnDestroy = fake_zeModuleDestroy;
+        t->pfnGetKernelNames = fake_zeModuleGetKernelNames;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zeGetModuleBuildLogProcAddrTable(ze_api_version_t version,
+                                 ze_module_build_log_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnDestroy = fake_zeModuleBuildLogDestroy;
+        t->pfnGetString = fake_zeModuleBuildLogGetString;
+    }
+    return r;
+}
+
+EXPORT ze_result_t
+zeGetKernelProcAddrTable(ze_api_version_t version, ze_kernel_dditable_t *t)
+{
+    ze_result_t r = check_table(version, t);
+    if (r == ZE_RESULT_SUCCESS) {
+        t->pfnCreate = fake_zeKernelCreate;
+        t->pfnDestroy = fake_zeKernelDestroy;
+        t->pfnSetGroupSize = fake_zeKernelSetGroupSize;
+        t->pfnSetArgumentValue = fake_zeKernelSetArgumentValue;
+        t->pfnGetProperties = fake_zeKernelGetProperties;
+    }
+    return r;
+}
+
 EMPTY_GETTER(zeGetSamplerProcAddrTable, ze_sampler_dditable_t)
 EMPTY_GETTER(zeGetPhysicalMemProcAddrTable, ze_physical_mem_dditable_t)
 EMPTY_GETTER(zeGetVirtualMemProcAddrTable, ze_virtual_mem_dditable_t)

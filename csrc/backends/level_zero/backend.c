@@ -479,6 +479,7 @@ lz_shutdown(void)
         }
     }
     lz_graphs_shutdown();
+    lz_kernels_shutdown();
     /* The lists are drained, so no wait needs the bridge any more. */
     pthread_mutex_lock(&lz.lock);
     lz.bridge_stop = 1;
@@ -561,6 +562,8 @@ const acc_backend acc_level_zero_backend = {
     .torch_device_type = 12,  /* c10::DeviceType::XPU */
     .dlpack_device_type = 14, /* kDLOneAPI */
     .caps = ACC_CAP_PARTIAL_QUERY,
+    .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_SPIRV)
+                    | ACC_FORMAT_BIT(ACC_FORMAT_NATIVE),
     .probe = lz_probe,
     .select_devices = lz_select_devices,
     .shutdown = lz_shutdown,
@@ -595,4 +598,10 @@ const acc_backend acc_level_zero_backend = {
     .graph_instantiate = lz_graph_instantiate,
     .graph_launch = lz_graph_launch,
     .graph_destroy = lz_graph_destroy,
+    .module_load = lz_module_load,
+    .module_unload = lz_module_unload,
+    .kernel_get = lz_kernel_get,
+    .kernel_release = lz_kernel_release,
+    .launch = lz_launch,
+    .kernel_names = lz_kernel_names,
 };

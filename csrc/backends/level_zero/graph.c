@@ -71,6 +71,8 @@ typedef struct lz_graph {
                             * use start and done, with nothing marking
                             * their end: never replayed again, and its
                             * events never handed on */
+    struct lz_kernel **kernels; /* launched in it: held while it lives */
+    int nkernels, capkernels;
     struct lz_graph *next; /* lz.graphs */
 } lz_graph;
 
@@ -185,8 +187,7 @@ lz_capture_refuse_sync_locked(lz_stream *st, acc_error *err)
 }
 
 acc_status
-lz_capture_append_locked(lz_target *t, void *dst, const void *src,
-                         unsigned char value, size_t nbytes, acc_error *err)
+lz_capture_append_locked(lz_target *t, const lz_op *op, acc_error *err)
 {
     lz_capture *cap = t->st->capture;
     ze_command_list_handle_t list = cap->graph->list;
@@ -199,16 +200,41 @@ lz_capture_append_locked(lz_target *t, void *dst, const void *src,
                       "forked into ended meanwhile; queue the work again");
         return ACC_ERR_STATE;
     }
+    lz_graph *g = cap->graph;
+    if (op->kernel != NULL && g->nkernels == g->capkernels) {
+        /* Room first: a launch in the list holds its kernel. */
+        int n = g->capkernels ? 2 * g->capkernels : 4;
+        struct lz_kernel **more = realloc(g->kernels,
+                                          (size_t)n * sizeof(*more));
+        if (more == NULL) {
+            pthread_mutex_unlock(&cap->mu);
+            return lz_no_memory(err);
+        }
+        g->kernels = more;
+        g->capkernels = n;
+    }
     ze_result_t r = lz_fn.zeCommandListAppendBarrier(list, NULL, 0, NULL);
-    if (r == ZE_RESULT_SUCCESS && src != NULL) {
+    if (r == ZE_RESULT_SUCCESS && op->kernel != NULL) {
+        /* The driver copies the kernel's arguments and group size into
+         * the list now: each replay runs with these. */
+        api = "zeCommandListAppendLaunchKernel";
+        r = lz_fn.zeCommandListAppendLaunchKernel(list, op->handle,
+                                                  op->groups, NULL, 0,
+                                                  NULL);
+        if (r == ZE_RESULT_SUCCESS) {
+            lz_kernel_hold(op->kernel);
+            g->kernels[g->nkernels++] = op->kernel;
+        }
+    }
+    else if (r == ZE_RESULT_SUCCESS && op->src != NULL) {
         api = "zeCommandListAppendMemoryCopy";
-        r = lz_fn.zeCommandListAppendMemoryCopy(list, dst, src, nbytes, NULL,
-                                                0, NULL);
+        r = lz_fn.zeCommandListAppendMemoryCopy(list, op->dst, op->src,
+                                                op->nbytes, NULL, 0, NULL);
     }
     else if (r == ZE_RESULT_SUCCESS) {
         api = "zeCommandListAppendMemoryFill";
-        r = lz_fn.zeCommandListAppendMemoryFill(list, dst, &value, 1, nbytes,
-                                                NULL, 0, NULL);
+        r = lz_fn.zeCommandListAppendMemoryFill(list, op->dst, &op->value, 1,
+                                                op->nbytes, NULL, 0, NULL);
     }
     if (r == ZE_RESULT_SUCCESS && t->st->cap_fork >= 0) {
         lz_fork *f = &cap->forks[t->st->cap_fork];
@@ -334,6 +360,17 @@ lz_slot_release_locked(lz_slot *s)
     lz_retire_locked(s);
 }
 
+/* Let go of the kernels g's launches use and free g (its list gone). */
+static void
+lz_graph_forget(lz_graph *g)
+{
+    for (int i = 0; i < g->nkernels; i++) {
+        lz_kernel_drop(g->kernels[i]);
+    }
+    free(g->kernels);
+    free(g);
+}
+
 /* Destroy g's driver objects and free it (lz.lock held; idle); -1 when
  * the driver refused, to be tried again later. */
 static int
@@ -360,7 +397,7 @@ lz_graph_free_locked(lz_graph *g)
     if (g->last != NULL) {
         g->last->waiters--;
     }
-    free(g);
+    lz_graph_forget(g);
     return 0;
 }
 
@@ -644,9 +681,7 @@ lz_graph_instantiate(int device, void *graph, void **exec, acc_error *err)
     lz_device *dev = &lz.devices[device];
     if (g->queue == NULL) {
         ze_context_handle_t ctx = NULL;
-        pthread_mutex_lock(&lz.lock);
-        acc_status status = lz_context_locked(dev->driver, &ctx, err);
-        pthread_mutex_unlock(&lz.lock);
+        acc_status status = lz_context_of(device, &ctx, err);
         if (status != ACC_OK) {
             return status;
         }
@@ -847,7 +882,7 @@ lz_graphs_forget_locked(void)
         lz_graph *g = *p;
         if (g->refs == 0) {
             *p = g->next;
-            free(g);
+            lz_graph_forget(g);
             continue;
         }
         p = &g->next;

@@ -50,8 +50,9 @@
  *
  * Locks, always taken in this order: lz.default_lock (default streams),
  * lz.reg_lock (stream registry, graveyard), a stream's lock (its list and
- * tail; lz.foreign_lock for foreign lists), lz.lock (contexts, pools,
- * slots, links, bridges).  One naming rule: a function whose name ends in
+ * tail; lz.foreign_lock for foreign lists), a kernel's lock (its
+ * arguments, kernels.c), lz.lock (contexts, pools, slots, links,
+ * bridges); kernels.c's list lock is a leaf.  One naming rule: a function whose name ends in
  * _locked expects a lock held by its caller, lz.lock unless its comment
  * names another (a stream's lock, lz.reg_lock, lz.sysman_lock).
  * No lock is held while blocking in the driver, except by shutdown while
@@ -68,6 +69,7 @@
  *   sysman.c   Sysman: device properties, free memory
  *   graph.c    graphs: capture into a regular command list, replay on a
  *              command queue (see the comment there)
+ *   kernels.c  modules and kernels: load, launch (see the comment there)
  */
 #ifndef ACC_LEVEL_ZERO_LZ_H
 #define ACC_LEVEL_ZERO_LZ_H
@@ -212,6 +214,21 @@ typedef struct lz_target {
     int pinned;            /* st found by handle: release with _done */
 } lz_target;
 
+/* A command recorded into a capture's list (graph.c): a kernel launch
+ * (kernel set, with its group counts), a copy (src set) or a fill of
+ * nbytes at dst with value. */
+struct lz_kernel;
+
+typedef struct lz_op {
+    void *dst;
+    const void *src;
+    unsigned char value;
+    size_t nbytes;
+    struct lz_kernel *kernel;   /* the graph keeps it (kernels.c) */
+    ze_kernel_handle_t handle;  /* the kernel's */
+    const ze_group_count_t *groups;
+} lz_op;
+
 /* The loader's functions, resolved once (backend.c). */
 typedef struct lz_functions {
 #define LZ_FIELD(name, params) acc_pfn_##name name;
@@ -262,6 +279,8 @@ int lz_start_thread(void *(*body)(void *));
 
 /* slots.c */
 acc_status lz_context_locked(int d, ze_context_handle_t *out, acc_error *err);
+/* The context of device's driver, made on first use (takes lz.lock). */
+acc_status lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err);
 void lz_retire_locked(lz_slot *s);
 acc_status lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err);
 acc_status lz_reserve_link_locked(int d, acc_error *err);
@@ -323,6 +342,25 @@ acc_status lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
 void lz_memory_after_fork_child(void);
 acc_status lz_pointer_info(uintptr_t ptr, acc_pointer_info *info,
                            acc_error *err);
+acc_status lz_order_locked(lz_target *t, acc_error *err);
+void lz_appended_locked(lz_target *t, lz_slot *done);
+
+/* kernels.c */
+acc_status lz_module_load(int device, acc_code_format format,
+                          const void *code, size_t size, const char *options,
+                          void **module, char **log, acc_error *err);
+void lz_module_unload(int device, void *module);
+acc_status lz_kernel_get(int device, void *module, const char *name,
+                         void **kernel, acc_kernel_info *info,
+                         acc_error *err);
+void lz_kernel_release(int device, void *kernel);
+acc_status lz_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
+                     acc_error *err);
+acc_status lz_kernel_names(int device, void *module, char *names,
+                           size_t size, acc_error *err);
+void lz_kernel_hold(struct lz_kernel *k);
+void lz_kernel_drop(struct lz_kernel *k);
+void lz_kernels_shutdown(void);
 
 /* graph.c */
 acc_status lz_capture_refuse_locked(lz_stream *st, const char *api,
@@ -333,9 +371,8 @@ acc_status lz_capture_record_locked(lz_target *t, lz_event *ev,
                                     acc_error *err);
 int lz_capture_wait_locked(lz_target *t, lz_event *ev, acc_status *status,
                            acc_error *err);
-acc_status lz_capture_append_locked(lz_target *t, void *dst,
-                                    const void *src, unsigned char value,
-                                    size_t nbytes, acc_error *err);
+acc_status lz_capture_append_locked(lz_target *t, const lz_op *op,
+                                    acc_error *err);
 void lz_capture_drop(lz_stream *st);
 acc_status lz_graph_capture_begin(acc_stream *s, int mode, acc_error *err);
 acc_status lz_graph_capture_end(acc_stream *s, void **graph, int *capturing,

@@ -67,15 +67,6 @@ lz_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
     return ACC_OK;
 }
 
-static acc_status
-lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err)
-{
-    pthread_mutex_lock(&lz.lock);
-    acc_status status = lz_context_locked(lz_driver_of(device), ctx, err);
-    pthread_mutex_unlock(&lz.lock);
-    return status;
-}
-
 /* Remember an allocation; on failure (no host memory) free it again. */
 static acc_status
 lz_remember(ze_context_handle_t ctx, void *ptr, size_t size, int device,
@@ -195,7 +186,7 @@ lz_host_free(int device, void *ptr, acc_error *err)
 
 /* Lists that are not in order run a command as soon as it is appended:
  * a barrier first makes it follow the earlier work (t->lock held). */
-static acc_status
+acc_status
 lz_order_locked(lz_target *t, acc_error *err)
 {
     if (lz.drivers[t->driver].in_order) {
@@ -211,7 +202,7 @@ lz_order_locked(lz_target *t, acc_error *err)
 /* After `done` was passed as the signal event of a command appended on t
  * (t->lock held): it becomes the tail, so query() sees the command.  The
  * caller retires it once t->lock is released; the tail keeps it. */
-static void
+void
 lz_appended_locked(lz_target *t, lz_slot *done)
 {
     pthread_mutex_lock(&lz.lock);
@@ -245,9 +236,11 @@ lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
                 ? lz_capture_refuse_locked(t.st,
                                            "zeCommandListAppendMemoryCopy",
                                            err)
-                : lz_capture_append_locked(&t, (void *)c->dst,
-                                           (const void *)c->src, 0,
-                                           c->nbytes, err);
+                : lz_capture_append_locked(
+                      &t, &(lz_op){.dst = (void *)c->dst,
+                                   .src = (const void *)c->src,
+                                   .nbytes = c->nbytes},
+                      err);
         }
         else {
             status = lz_order_locked(&t, err);
@@ -305,8 +298,10 @@ lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
         pthread_mutex_lock(t.lock);
         if (t.st != NULL && lz_capturing_locked(t.st)) {
             captured = 1;
-            status = lz_capture_append_locked(&t, (void *)dst, NULL, value,
-                                              nbytes, err);
+            status = lz_capture_append_locked(
+                &t, &(lz_op){.dst = (void *)dst, .value = value,
+                             .nbytes = nbytes},
+                err);
         }
         else {
             status = lz_order_locked(&t, err);

@@ -25,6 +25,15 @@ lz_context_locked(int d, ze_context_handle_t *out, acc_error *err)
     return ACC_OK;
 }
 
+acc_status
+lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err)
+{
+    pthread_mutex_lock(&lz.lock);
+    acc_status status = lz_context_locked(lz_driver_of(device), ctx, err);
+    pthread_mutex_unlock(&lz.lock);
+    return status;
+}
+
 /* Give up ownership of s: free now, or retired until it is safe. */
 void
 lz_retire_locked(lz_slot *s)
