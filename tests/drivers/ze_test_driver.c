@@ -1297,7 +1297,7 @@ execute_locked(fake_list *q, fake_list *l)
         }
         dk_launch *launch = NULL;
         if (c->launch != NULL
-            && (launch = dk_launch_copy(c->launch)) == NULL) {
+            && (launch = dk_launch_copy(c->launch, true)) == NULL) {
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         }
         ze_result_t r = append_locked_op(
