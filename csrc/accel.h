@@ -634,6 +634,9 @@ typedef struct acc_kernel_info {
     long long local_bytes;       /* private memory per thread */
     int registers;               /* registers per thread */
     long long max_shared_bytes;  /* shared_mem a launch may ask for */
+    int shared_params;           /* parameters that receive shared_mem
+                                  * (OpenCL's __local pointers): a launch
+                                  * must then ask for some */
     int nparams;                 /* user parameters; -1 when unknown */
     acc_param params[ACC_MAX_KERNEL_PARAMS]; /* [0, nparams) */
 } acc_kernel_info;

@@ -569,6 +569,12 @@ acc_launch(acc_kernel *k, const long long grid[3], const long long block[3],
                        "kernel may ask for on its device", shared_mem,
                        info->max_shared_bytes);
     }
+    if (info->shared_params > 0 && shared_mem == 0) {
+        return invalid(err, "kernel '%.200s' has %d __local pointer "
+                       "parameter%s, which receive shared_mem bytes each: "
+                       "pass shared_mem > 0", k->name, info->shared_params,
+                       info->shared_params == 1 ? "" : "s");
+    }
     for (int i = 0; i < 3; i++) {
         c.grid[i] = (unsigned)grid[i];
         c.block[i] = (unsigned)block[i];

@@ -712,15 +712,18 @@ pack_number(PyObject *obj, const acc_kernel_info *info, int i,
     unsigned char *out = store->inline_bytes;
     int is_float = PyFloat_Check(obj);
 
-    if (p == NULL || p->size == 0 || p->kind == ACC_PARAM_POINTER) {
+    if (p != NULL && p->kind == ACC_PARAM_POINTER) {
         PyErr_Format(PyExc_TypeError, "launch(): argument %d is a bare "
-                     "Python %.20s, but the driver does not tell %s; pass a "
-                     "sized scalar such as numpy.int32(...), "
-                     "numpy.float32(...) or ctypes.c_int64(...)", i,
-                     acc_type_name(obj),
-                     p != NULL && p->kind == ACC_PARAM_POINTER
-                         ? "a number for a pointer parameter (pass a Buffer)"
-                         : "the parameter's size");
+                     "Python %.20s, but parameter %d is a pointer: pass a "
+                     "Buffer or a HostBuffer", i, acc_type_name(obj), i);
+        return -1;
+    }
+    if (p == NULL || p->size == 0) {
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a bare "
+                     "Python %.20s, but the driver does not tell the "
+                     "parameter's size; pass a sized scalar such as "
+                     "numpy.int32(...), numpy.float32(...) or "
+                     "ctypes.c_int64(...)", i, acc_type_name(obj));
         return -1;
     }
     a->size = p->size;
@@ -846,7 +849,9 @@ parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
                      "1-byte flag", i);
         return -1;
     }
-    if (PyLong_Check(obj) || PyFloat_Check(obj)) {
+    /* Exactly int and float: numpy.float64 is a float too, but sized,
+     * so it passes its own bytes below. */
+    if (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) {
         return pack_number(obj, info, i, a, store);
     }
     if (!PyObject_CheckBuffer(obj)) {

@@ -1154,7 +1154,7 @@ class OpenCLDouble(DriverDouble):
     env_devices = "POCL_DEVICES"
     kinds = {"stream": "queue"}
     live_kinds = ("queue", "event", "context", "alloc", "host_alloc",
-                  "bad_access", "guard_damage")
+                  "bad_access", "guard_damage", "program", "kernel")
     fail_env = "FAKE_OCL_FAIL"
     probe_call = "clGetPlatformIDs"
     first_use_under_lock = ("clCreateCommandQueueWithProperties",

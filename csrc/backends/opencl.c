@@ -44,6 +44,7 @@
 #include "opencl_api.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -1294,6 +1295,455 @@ ocl_after_fork_child(void)
     pthread_mutex_init(&ocl.lock, NULL);
     pthread_mutex_init(&ocl_mem.lock, NULL);
 }
+/* Kernels ---------------------------------------------------------------- */
+
+/* A program built for one device. */
+typedef struct ocl_program {
+    cl_program program;
+    int device;
+} ocl_program;
+
+/* A kernel: its user parameters are the kernel's parameters less its
+ * __local pointers, which receive the launch's shared_mem instead (as
+ * CUDA's dynamic shared memory).  OpenCL keeps arguments on the kernel
+ * object, so setting them and enqueueing is one step under lock. */
+typedef struct ocl_kernel {
+    cl_kernel kernel;
+    int device;
+    pthread_mutex_t lock;
+    cl_uint nargs;          /* the kernel's parameters, __local ones too */
+    int nuser;              /* the user's; -1 when arg info is missing */
+    cl_uint *param_of;      /* user argument i -> its parameter index */
+    unsigned char *local;   /* per parameter: a __local pointer */
+} ocl_kernel;
+
+/* The build log of program on device (malloc'd; NULL if none). */
+static char *
+ocl_build_log(cl_program program, int device)
+{
+    size_t size = 0;
+    char *log;
+
+    if (ocl.fn.clGetProgramBuildInfo(program, ocl.devices[device],
+                                     CL_PROGRAM_BUILD_LOG, 0, NULL, &size)
+            != CL_SUCCESS
+        || size == 0) {
+        return NULL;
+    }
+    log = malloc(size + 1);
+    if (log == NULL) {
+        return NULL;
+    }
+    if (ocl.fn.clGetProgramBuildInfo(program, ocl.devices[device],
+                                     CL_PROGRAM_BUILD_LOG, size, log, NULL)
+        != CL_SUCCESS) {
+        free(log);
+        return NULL;
+    }
+    log[size] = '\0';
+    return log;
+}
+
+/* The options for clBuildProgram: the user's, with -cl-kernel-arg-info
+ * (the parameters' types: sizes for bare numbers, __local pointers). */
+static char *
+ocl_build_options(const char *options)
+{
+    const char *info = "-cl-kernel-arg-info";
+    size_t n = options != NULL ? strlen(options) : 0;
+    char *text = malloc(n + strlen(info) + 2);
+
+    if (text != NULL) {
+        snprintf(text, n + strlen(info) + 2, "%s%s%s", info,
+                 n > 0 ? " " : "", n > 0 ? options : "");
+    }
+    return text;
+}
+
+static acc_status
+ocl_module_load(int device, acc_code_format format, const void *code,
+                size_t size, const char *options, void **module, char **log,
+                acc_error *err)
+{
+    ocl_program *p = calloc(1, sizeof(*p));
+    cl_device_id dev = ocl.devices[device];
+    cl_context ctx = NULL;
+    cl_int rc = CL_SUCCESS, status = CL_SUCCESS;
+    const char *api;
+    char *flags;
+    acc_status st;
+
+    *log = NULL;
+    if (p == NULL) {
+        return acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory"),
+               ACC_ERR_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&ocl.lock);
+    st = ocl_context_locked(device, &ctx, err);
+    pthread_mutex_unlock(&ocl.lock);
+    if (st != ACC_OK) {
+        free(p);
+        return st;
+    }
+    if (format == ACC_FORMAT_OPENCL_C) {
+        const char *text = code;
+
+        api = "clCreateProgramWithSource";
+        p->program = ocl.fn.clCreateProgramWithSource(ctx, 1, &text, &size,
+                                                      &rc);
+    }
+    else if (format == ACC_FORMAT_SPIRV) {
+        api = "clCreateProgramWithIL";
+        p->program = ocl.fn.clCreateProgramWithIL(ctx, code, size, &rc);
+    }
+    else {
+        const unsigned char *binary = code;
+
+        api = "clCreateProgramWithBinary";
+        p->program = ocl.fn.clCreateProgramWithBinary(
+            ctx, 1, &dev, &size, &binary, &status, &rc);
+        if (rc == CL_SUCCESS && status != CL_SUCCESS) {
+            rc = status;
+        }
+    }
+    if (rc != CL_SUCCESS || p->program == NULL) {
+        if (p->program != NULL) {
+            ocl_quiet(ocl.fn.clReleaseProgram(p->program),
+                      "clReleaseProgram");
+        }
+        free(p);
+        return ocl_fail(api, rc != CL_SUCCESS ? rc : CL_OUT_OF_RESOURCES,
+                        err);
+    }
+    flags = ocl_build_options(options);
+    if (flags == NULL) {
+        ocl_quiet(ocl.fn.clReleaseProgram(p->program), "clReleaseProgram");
+        free(p);
+        return acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory"),
+               ACC_ERR_HOST_MEMORY;
+    }
+    rc = ocl.fn.clBuildProgram(p->program, 1, &dev, flags, NULL, NULL);
+    free(flags);
+    if (rc != CL_SUCCESS) {
+        st = ocl_fail("clBuildProgram", rc, err);
+        if (rc == CL_BUILD_PROGRAM_FAILURE || rc == CL_INVALID_BUILD_OPTIONS
+            || rc == CL_COMPILE_PROGRAM_FAILURE) {
+            *log = ocl_build_log(p->program, device);
+            err->status = st = ACC_ERR_BUILD;
+        }
+        ocl_quiet(ocl.fn.clReleaseProgram(p->program), "clReleaseProgram");
+        free(p);
+        return st;
+    }
+    p->device = device;
+    *module = p;
+    return ACC_OK;
+}
+
+static void
+ocl_module_unload(int device, void *module)
+{
+    ocl_program *p = module;
+
+    (void)device;
+    ocl_quiet(ocl.fn.clReleaseProgram(p->program), "clReleaseProgram");
+    free(p);
+}
+
+static acc_status
+ocl_kernel_names(int device, void *module, char *names, size_t size,
+                 acc_error *err)
+{
+    ocl_program *p = module;
+
+    (void)device;
+    char *list, *rest = NULL;
+    size_t n = 0, used = 0;
+
+    names[0] = '\0';
+    if (CL(clGetProgramInfo, (p->program, CL_PROGRAM_KERNEL_NAMES, 0, NULL,
+                              &n)) != ACC_OK) {
+        return err->status;
+    }
+    list = malloc(n + 1);
+    if (list == NULL) {
+        return ACC_OK;   /* the names are only for a message */
+    }
+    if (CL(clGetProgramInfo, (p->program, CL_PROGRAM_KERNEL_NAMES, n, list,
+                              NULL)) != ACC_OK) {
+        free(list);
+        return err->status;
+    }
+    list[n] = '\0';
+    /* OpenCL separates them with ';', we with ", ". */
+    for (char *name = strtok_r(list, ";", &rest);
+         name != NULL && used < size; name = strtok_r(NULL, ";", &rest)) {
+        used += (size_t)snprintf(names + used, size - used, "%s%s",
+                                 used > 0 ? ", " : "", name);
+    }
+    free(list);
+    return ACC_OK;
+}
+
+/* What an OpenCL C type name passes: its size and kind (size 0: a type
+ * this table does not know, such as a vector or a struct). */
+static void
+ocl_param_of_type(const char *type, acc_param *out)
+{
+    static const struct {
+        const char *name;
+        size_t size;
+        acc_param_kind kind;
+    } types[] = {
+        {"char", 1, ACC_PARAM_INT},    {"uchar", 1, ACC_PARAM_UINT},
+        {"short", 2, ACC_PARAM_INT},   {"ushort", 2, ACC_PARAM_UINT},
+        {"int", 4, ACC_PARAM_INT},     {"uint", 4, ACC_PARAM_UINT},
+        {"long", 8, ACC_PARAM_INT},    {"ulong", 8, ACC_PARAM_UINT},
+        {"half", 2, ACC_PARAM_FLOAT},  {"float", 4, ACC_PARAM_FLOAT},
+        {"double", 8, ACC_PARAM_FLOAT}, {"size_t", 8, ACC_PARAM_UINT},
+        {"unsigned char", 1, ACC_PARAM_UINT},
+        {"unsigned short", 2, ACC_PARAM_UINT},
+        {"unsigned int", 4, ACC_PARAM_UINT},
+        {"unsigned long", 8, ACC_PARAM_UINT},
+    };
+
+    out->size = 0;
+    out->kind = ACC_PARAM_UNKNOWN;
+    if (strchr(type, '*') != NULL) {
+        out->size = sizeof(void *);
+        out->kind = ACC_PARAM_POINTER;
+        return;
+    }
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (strcmp(type, types[i].name) == 0) {
+            out->size = types[i].size;
+            out->kind = types[i].kind;
+            return;
+        }
+    }
+}
+
+/* The parameters of k (its arg info, when the program kept it): which are
+ * __local pointers, and the user's parameters into info. */
+static acc_status
+ocl_kernel_params(ocl_kernel *k, acc_kernel_info *info, acc_error *err)
+{
+    int nuser = 0;
+
+    k->local = calloc(k->nargs + 1, 1);
+    k->param_of = calloc(k->nargs + 1, sizeof(*k->param_of));
+    if (k->local == NULL || k->param_of == NULL) {
+        return acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory"),
+               ACC_ERR_HOST_MEMORY;
+    }
+    for (cl_uint i = 0; i < k->nargs; i++) {
+        cl_kernel_arg_address_qualifier q = 0;
+        char type[128] = "";
+        cl_int rc = ocl.fn.clGetKernelArgInfo(
+            k->kernel, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof(q), &q,
+            NULL);
+
+        if (rc == CL_KERNEL_ARG_INFO_NOT_AVAILABLE) {
+            k->nuser = -1;   /* a binary without it: the user knows */
+            info->nparams = -1;
+            for (cl_uint j = 0; j < k->nargs; j++) {
+                k->param_of[j] = j;
+            }
+            return ACC_OK;
+        }
+        if (ocl_check(rc, "clGetKernelArgInfo", err) != ACC_OK
+            || CL(clGetKernelArgInfo, (k->kernel, i, CL_KERNEL_ARG_TYPE_NAME,
+                                       sizeof(type), type, NULL))
+                   != ACC_OK) {
+            return err->status;
+        }
+        type[sizeof(type) - 1] = '\0';
+        if (q == CL_KERNEL_ARG_ADDRESS_LOCAL) {
+            k->local[i] = 1;
+            info->shared_params++;
+            continue;
+        }
+        if (nuser < ACC_MAX_KERNEL_PARAMS) {
+            ocl_param_of_type(type, &info->params[nuser]);
+        }
+        k->param_of[nuser++] = i;
+    }
+    k->nuser = nuser;
+    info->nparams = nuser;
+    return ACC_OK;
+}
+
+/* The device's and the kernel's limits into info. */
+static acc_status
+ocl_kernel_limits(ocl_kernel *k, acc_kernel_info *info, acc_error *err)
+{
+    cl_device_id dev = ocl.devices[k->device];
+    size_t group = 0, sizes[3] = {0, 0, 0};
+    cl_ulong local = 0, private_mem = 0, device_local = 0;
+    cl_uint dims = 0;
+
+    if (CL(clGetKernelWorkGroupInfo, (k->kernel, dev,
+                                      CL_KERNEL_WORK_GROUP_SIZE,
+                                      sizeof(group), &group, NULL)) != ACC_OK
+        || CL(clGetKernelWorkGroupInfo, (k->kernel, dev,
+                                         CL_KERNEL_LOCAL_MEM_SIZE,
+                                         sizeof(local), &local, NULL))
+               != ACC_OK
+        || CL(clGetKernelWorkGroupInfo, (k->kernel, dev,
+                                         CL_KERNEL_PRIVATE_MEM_SIZE,
+                                         sizeof(private_mem), &private_mem,
+                                         NULL)) != ACC_OK
+        || CL(clGetDeviceInfo, (dev, CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS,
+                                sizeof(dims), &dims, NULL)) != ACC_OK
+        || CL(clGetDeviceInfo, (dev, CL_DEVICE_MAX_WORK_ITEM_SIZES,
+                                sizeof(sizes), sizes, NULL)) != ACC_OK
+        || CL(clGetDeviceInfo, (dev, CL_DEVICE_LOCAL_MEM_SIZE,
+                                sizeof(device_local), &device_local, NULL))
+               != ACC_OK) {
+        return err->status;
+    }
+    info->max_threads_per_block = group > INT_MAX ? INT_MAX : (int)group;
+    for (int i = 0; i < 3; i++) {
+        info->max_block[i] = (cl_uint)i < dims && sizes[i] <= INT_MAX
+                                 ? (int)sizes[i]
+                                 : 0;
+    }
+    info->shared_bytes = (long long)local;
+    info->local_bytes = (long long)private_mem;
+    info->max_shared_bytes = device_local > local
+                                 ? (long long)(device_local - local)
+                                 : 0;
+    return ACC_OK;
+}
+
+static void
+ocl_kernel_free(ocl_kernel *k)
+{
+    if (k->kernel != NULL) {
+        ocl_quiet(ocl.fn.clReleaseKernel(k->kernel), "clReleaseKernel");
+    }
+    pthread_mutex_destroy(&k->lock);
+    free(k->param_of);
+    free(k->local);
+    free(k);
+}
+
+static acc_status
+ocl_kernel_get(int device, void *module, const char *name, void **kernel,
+               acc_kernel_info *info, acc_error *err)
+{
+    ocl_program *p = module;
+    ocl_kernel *k = calloc(1, sizeof(*k));
+    cl_int rc = CL_SUCCESS;
+    acc_status st;
+
+    if (k == NULL) {
+        return acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory"),
+               ACC_ERR_HOST_MEMORY;
+    }
+    pthread_mutex_init(&k->lock, NULL);
+    k->device = device;
+    k->kernel = ocl.fn.clCreateKernel(p->program, name, &rc);
+    if (rc != CL_SUCCESS || k->kernel == NULL) {
+        k->kernel = NULL;
+        ocl_kernel_free(k);
+        if (rc == CL_INVALID_KERNEL_NAME) {
+            err->status = ACC_ERR_NOT_FOUND;
+            return ACC_ERR_NOT_FOUND;
+        }
+        return ocl_fail("clCreateKernel",
+                        rc != CL_SUCCESS ? rc : CL_OUT_OF_RESOURCES, err);
+    }
+    st = CL(clGetKernelInfo, (k->kernel, CL_KERNEL_NUM_ARGS,
+                              sizeof(k->nargs), &k->nargs, NULL));
+    if (st == ACC_OK) {
+        st = ocl_kernel_params(k, info, err);
+    }
+    if (st == ACC_OK) {
+        st = ocl_kernel_limits(k, info, err);
+    }
+    if (st != ACC_OK) {
+        ocl_kernel_free(k);
+        return st;
+    }
+    *kernel = k;
+    return ACC_OK;
+}
+
+static void
+ocl_kernel_release(int device, void *kernel)
+{
+    (void)device;
+    ocl_kernel_free(kernel);
+}
+
+/* The arguments of c onto k (lock held). */
+static acc_status
+ocl_set_args(ocl_kernel *k, const acc_launch_config *c, acc_error *err)
+{
+    for (int i = 0; i < c->nargs; i++) {
+        const acc_kernel_arg *a = &c->args[i];
+        cl_uint param = k->nuser < 0 ? (cl_uint)i : k->param_of[i];
+        acc_status st;
+
+        if (a->flags & ACC_ARG_MEMORY) {
+            uintptr_t address;
+
+            memcpy(&address, a->value, sizeof(address));
+            st = CL(clSetKernelArgSVMPointer, (k->kernel, param,
+                                               (const void *)address));
+        }
+        else {
+            st = CL(clSetKernelArg, (k->kernel, param, a->size, a->value));
+        }
+        if (st != ACC_OK) {
+            return st;
+        }
+    }
+    for (cl_uint i = 0; i < k->nargs; i++) {
+        if (k->local[i]
+            && CL(clSetKernelArg, (k->kernel, i, c->shared_mem, NULL))
+                   != ACC_OK) {
+            return err->status;
+        }
+    }
+    return ACC_OK;
+}
+
+/* OpenCL's NDRange: global = grid x block work-items, local = block. */
+static acc_status
+ocl_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
+           acc_error *err)
+{
+    ocl_kernel *k = kernel;
+    cl_command_queue queue = NULL;
+    size_t global[3], local[3];
+    cl_uint dims = 1;
+    acc_status st = ocl_memory_queue(s, &queue, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    for (int i = 0; i < 3; i++) {
+        global[i] = (size_t)c->grid[i] * c->block[i];
+        local[i] = c->block[i];
+        if (global[i] > 1) {
+            dims = (cl_uint)i + 1;
+        }
+    }
+    pthread_mutex_lock(&k->lock);
+    st = ocl_set_args(k, c, err);
+    if (st == ACC_OK) {
+        st = CL(clEnqueueNDRangeKernel, (queue, k->kernel, dims, NULL, global,
+                                         local, 0, NULL, NULL));
+    }
+    pthread_mutex_unlock(&k->lock);
+    if (st == ACC_OK) {
+        st = ocl_submit(queue, err);
+    }
+    return st;
+}
+
 const acc_backend acc_opencl_backend = {
     .name = "opencl",
     .device_type = "opencl",
@@ -1302,6 +1752,9 @@ const acc_backend acc_opencl_backend = {
     .torch_device_type = 4,  /* c10::DeviceType::OPENCL */
     .dlpack_device_type = 4, /* kDLOpenCL */
     .caps = 0,
+    .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_OPENCL_C)
+                    | ACC_FORMAT_BIT(ACC_FORMAT_SPIRV)
+                    | ACC_FORMAT_BIT(ACC_FORMAT_NATIVE),
     .graphs_unsupported =
         "an OpenCL graph would be a command buffer (cl_khr_command_buffer), "
         "and the versions of it that this backend is built against and "
@@ -1336,4 +1789,10 @@ const acc_backend acc_opencl_backend = {
     .mem_copy = ocl_mem_copy,
     .mem_fill = ocl_mem_fill,
     .pointer_info = ocl_pointer_info,
+    .module_load = ocl_module_load,
+    .module_unload = ocl_module_unload,
+    .kernel_get = ocl_kernel_get,
+    .kernel_release = ocl_kernel_release,
+    .launch = ocl_launch,
+    .kernel_names = ocl_kernel_names,
 };

@@ -6,8 +6,9 @@
  * tests/drivers/check_opencl_api.c compiles this header together with
  * Khronos' CL/cl.h (ACC_OPENCL_API_CHECK) with -Werror, so every type,
  * constant and function signature here provably matches the standard's.
- * Entry points up to OpenCL 2.0 (clCreateCommandQueueWithProperties and
- * the shared virtual memory functions), which every ICD loader exports.
+ * Entry points up to OpenCL 2.1 (clCreateCommandQueueWithProperties, the
+ * shared virtual memory functions, clCreateProgramWithIL), which every ICD
+ * loader exports.
  */
 #ifndef ACC_OPENCL_API_H
 #define ACC_OPENCL_API_H
@@ -110,7 +111,23 @@
     X(CL_MEM_SVM_FINE_GRAIN_BUFFER, (1 << 10))               \
     X(CL_DEVICE_SVM_CAPABILITIES, 0x1053)                    \
     X(CL_DEVICE_SVM_COARSE_GRAIN_BUFFER, (1 << 0))           \
-    X(CL_DEVICE_SVM_FINE_GRAIN_BUFFER, (1 << 1))
+    X(CL_DEVICE_SVM_FINE_GRAIN_BUFFER, (1 << 1))             \
+    X(CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS, 0x1003)            \
+    X(CL_DEVICE_MAX_WORK_GROUP_SIZE, 0x1004)                 \
+    X(CL_DEVICE_MAX_WORK_ITEM_SIZES, 0x1005)                 \
+    X(CL_DEVICE_LOCAL_MEM_SIZE, 0x1023)                      \
+    X(CL_DEVICE_IL_VERSION, 0x105B)                          \
+    X(CL_PROGRAM_KERNEL_NAMES, 0x1168)                       \
+    X(CL_PROGRAM_BUILD_LOG, 0x1183)                          \
+    X(CL_KERNEL_NUM_ARGS, 0x1191)                            \
+    X(CL_KERNEL_ARG_ADDRESS_QUALIFIER, 0x1196)               \
+    X(CL_KERNEL_ARG_TYPE_NAME, 0x1198)                       \
+    X(CL_KERNEL_ARG_ADDRESS_GLOBAL, 0x119B)                  \
+    X(CL_KERNEL_ARG_ADDRESS_LOCAL, 0x119C)                   \
+    X(CL_KERNEL_ARG_ADDRESS_CONSTANT, 0x119D)                \
+    X(CL_KERNEL_WORK_GROUP_SIZE, 0x11B0)                     \
+    X(CL_KERNEL_LOCAL_MEM_SIZE, 0x11B2)                      \
+    X(CL_KERNEL_PRIVATE_MEM_SIZE, 0x11B4)
 
 #ifndef ACC_OPENCL_API_CHECK
 
@@ -143,6 +160,14 @@ typedef struct _cl_device_id *cl_device_id;
 typedef struct _cl_context *cl_context;
 typedef struct _cl_command_queue *cl_command_queue;
 typedef struct _cl_event *cl_event;
+typedef struct _cl_program *cl_program;
+typedef struct _cl_kernel *cl_kernel;
+typedef cl_uint cl_program_info;
+typedef cl_uint cl_program_build_info;
+typedef cl_uint cl_kernel_info;
+typedef cl_uint cl_kernel_arg_info;
+typedef cl_uint cl_kernel_work_group_info;
+typedef cl_uint cl_kernel_arg_address_qualifier;
 
 #endif /* ACC_OPENCL_API_CHECK */
 
@@ -150,6 +175,9 @@ typedef struct _cl_event *cl_event;
 typedef void (*acc_cl_context_notify)(const char *errinfo,
                                       const void *private_info, size_t cb,
                                       void *user_data);
+
+/* clBuildProgram's completion callback type (we pass NULL). */
+typedef void (*acc_cl_program_notify)(cl_program program, void *user_data);
 
 /*
  * Every OpenCL function we call, once: X(name, return type, parameters).
@@ -214,6 +242,54 @@ typedef void (*acc_cl_context_notify)(const char *errinfo,
     X(clEnqueueSVMMemFill, cl_int,                                           \
       (cl_command_queue command_queue, void *svm_ptr, const void *pattern,   \
        size_t pattern_size, size_t size, cl_uint num_events_in_wait_list,    \
+       const cl_event *event_wait_list, cl_event *event))                    \
+    X(clCreateProgramWithSource, cl_program,                                 \
+      (cl_context context, cl_uint count, const char **strings,              \
+       const size_t *lengths, cl_int *errcode_ret))                          \
+    X(clCreateProgramWithBinary, cl_program,                                 \
+      (cl_context context, cl_uint num_devices,                              \
+       const cl_device_id *device_list, const size_t *lengths,               \
+       const unsigned char **binaries, cl_int *binary_status,                \
+       cl_int *errcode_ret))                                                 \
+    X(clCreateProgramWithIL, cl_program,                                     \
+      (cl_context context, const void *il, size_t length,                    \
+       cl_int *errcode_ret))                                                 \
+    X(clBuildProgram, cl_int,                                                \
+      (cl_program program, cl_uint num_devices,                              \
+       const cl_device_id *device_list, const char *options,                 \
+       acc_cl_program_notify pfn_notify, void *user_data))                   \
+    X(clGetProgramBuildInfo, cl_int,                                         \
+      (cl_program program, cl_device_id device,                              \
+       cl_program_build_info param_name, size_t param_value_size,            \
+       void *param_value, size_t *param_value_size_ret))                     \
+    X(clGetProgramInfo, cl_int,                                              \
+      (cl_program program, cl_program_info param_name,                       \
+       size_t param_value_size, void *param_value,                           \
+       size_t *param_value_size_ret))                                        \
+    X(clReleaseProgram, cl_int, (cl_program program))                        \
+    X(clCreateKernel, cl_kernel,                                             \
+      (cl_program program, const char *kernel_name, cl_int *errcode_ret))    \
+    X(clReleaseKernel, cl_int, (cl_kernel kernel))                           \
+    X(clGetKernelInfo, cl_int,                                               \
+      (cl_kernel kernel, cl_kernel_info param_name, size_t param_value_size, \
+       void *param_value, size_t *param_value_size_ret))                     \
+    X(clGetKernelArgInfo, cl_int,                                            \
+      (cl_kernel kernel, cl_uint arg_index, cl_kernel_arg_info param_name,   \
+       size_t param_value_size, void *param_value,                           \
+       size_t *param_value_size_ret))                                        \
+    X(clGetKernelWorkGroupInfo, cl_int,                                      \
+      (cl_kernel kernel, cl_device_id device,                                \
+       cl_kernel_work_group_info param_name, size_t param_value_size,        \
+       void *param_value, size_t *param_value_size_ret))                     \
+    X(clSetKernelArg, cl_int,                                                \
+      (cl_kernel kernel, cl_uint arg_index, size_t arg_size,                 \
+       const void *arg_value))                                               \
+    X(clSetKernelArgSVMPointer, cl_int,                                      \
+      (cl_kernel kernel, cl_uint arg_index, const void *arg_value))          \
+    X(clEnqueueNDRangeKernel, cl_int,                                        \
+      (cl_command_queue command_queue, cl_kernel kernel, cl_uint work_dim,   \
+       const size_t *global_work_offset, const size_t *global_work_size,     \
+       const size_t *local_work_size, cl_uint num_events_in_wait_list,       \
        const cl_event *event_wait_list, cl_event *event))
 
 /* Function pointer types: acc_pfn_<name>. */

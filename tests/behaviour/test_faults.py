@@ -63,10 +63,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy
 import pytest
 
 import accelerator as acc
 import fake_drivers
+import kernel_code as kernel_code_module
 from fake_drivers import (DEFERRED, EXIT, FALLBACK, FRESH, NULLED, OPTIONAL,
                           PROBE, RAISE, REPORTER, SILENT, TOLERATED, Site)
 
@@ -316,6 +318,50 @@ def with_instantiated_kept_graph() -> State:
     return state
 
 
+def kernel_code() -> bytes:
+    """The test kernels in the format of the backend under test."""
+    return kernel_code_module.for_format(
+        fake_drivers.under_test().kernel_format)
+
+
+def with_kernel_code() -> State:
+    acc.set_device_index(0)
+    return {"code": kernel_code()}
+
+
+def with_module() -> State:
+    state = with_kernel_code()
+    state["m"] = acc.Module(state["code"])
+    return state
+
+
+def with_kernel() -> State:
+    """add_one of a module, a buffer for it and a stream."""
+    state = with_module()
+    state["k"] = state["m"].get_kernel("add_one")
+    state["s"] = acc.Stream(0)
+    state["b"] = acc.Buffer(256, stream=state["s"])
+    state["b"].fill(0, stream=state["s"])
+    acc.synchronize(0)
+    return state
+
+
+def launch_add_one(state: State) -> None:
+    acc.launch(state["k"], 1, 64, state["b"], numpy.uint32(64),
+               stream=state["s"])
+    state["s"].synchronize()
+
+
+def drop_module(state: State) -> None:
+    """A module launched once and dropped with its kernel: its unload
+    waits for the launch, then runs at the next settling (empty_cache)."""
+    launch_add_one(state)
+    state.clear()
+    gc.collect()
+    acc.synchronize(0)
+    acc.empty_cache()
+
+
 def capture_begin(state: State) -> None:
     with state["s"]:
         state["g"].capture_begin()
@@ -395,6 +441,10 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "Graph.instantiate()": lambda st: st["g"].instantiate(),
     "Graph.replay()": replay,
     "drop a graph": drop,
+    "Module()": lambda st: acc.Module(st["code"]),
+    "get_kernel()": lambda st: st["m"].get_kernel("add_one"),
+    "launch()": launch_add_one,
+    "drop a module": drop_module,
 }
 
 #: the state each action needs
@@ -436,6 +486,10 @@ PREPARE: dict[str, Callable[[], State]] = {
     "Graph.instantiate()": with_kept_graph,
     "Graph.replay()": with_captured,
     "drop a graph": with_instantiated_kept_graph,
+    "Module()": with_kernel_code,
+    "get_kernel()": with_module,
+    "launch()": with_kernel,
+    "drop a module": with_kernel,
 }
 
 

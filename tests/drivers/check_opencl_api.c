@@ -23,6 +23,10 @@ _Static_assert(__builtin_types_compatible_p(
                    void (CL_CALLBACK *)(const char *, const void *, size_t,
                                         void *)),
                "the context notify callback differs");
+_Static_assert(__builtin_types_compatible_p(
+                   acc_cl_program_notify,
+                   void (CL_CALLBACK *)(cl_program, void *)),
+               "the program notify callback differs");
 
 /* Each function: our pointer type is the type of a pointer to Khronos'
  * declaration. */

@@ -81,10 +81,11 @@ static const dc_fn fake_fns[FN_COUNT] = {ACC_OPENCL_FUNCTIONS(FAKE_FN_NAME)};
 
 enum {
     LIVE_CONTEXT, LIVE_QUEUE, LIVE_EVENT, LIVE_ALLOC, LIVE_HOST_ALLOC,
-    LIVE_BAD_ACCESS, LIVE_KINDS
+    LIVE_BAD_ACCESS, LIVE_PROGRAM, LIVE_KERNEL, LIVE_KINDS
 };
 static const char *const live_kinds[LIVE_KINDS] = {
     "context", "queue", "event", "alloc", "host_alloc", "bad_access",
+    "program", "kernel",
 };
 static long long svm_guard_damage(const char *kind);
 static void svm_reset_detectors(void);
@@ -830,4 +831,183 @@ int
 fake_ocl_open_gate(int gate)
 {
     return dc_gate_open(gate);
+}
+
+/* Programs and kernels ------------------------------------------------- */
+
+/* An object from real's call, counted live when made. */
+#define MADE(obj, rc, kind)                                            \
+    do {                                                               \
+        counted((obj) != NULL ? (rc) : CL_OUT_OF_RESOURCES, (kind), 1); \
+        if (errcode_ret != NULL) {                                     \
+            *errcode_ret = (rc);                                       \
+        }                                                              \
+    } while (0)
+
+cl_program
+clCreateProgramWithSource(cl_context context, cl_uint count,
+                          const char **strings, const size_t *lengths,
+                          cl_int *errcode_ret)
+{
+    cl_program p;
+    cl_int rc = CL_SUCCESS;
+
+    ENTER_OBJECT(clCreateProgramWithSource, errcode_ret);
+    p = real.clCreateProgramWithSource(context, count, strings, lengths, &rc);
+    MADE(p, rc, LIVE_PROGRAM);
+    return p;
+}
+
+cl_program
+clCreateProgramWithBinary(cl_context context, cl_uint num_devices,
+                          const cl_device_id *device_list,
+                          const size_t *lengths,
+                          const unsigned char **binaries,
+                          cl_int *binary_status, cl_int *errcode_ret)
+{
+    cl_program p;
+    cl_int rc = CL_SUCCESS;
+
+    ENTER_OBJECT(clCreateProgramWithBinary, errcode_ret);
+    p = real.clCreateProgramWithBinary(context, num_devices, device_list,
+                                       lengths, binaries, binary_status, &rc);
+    MADE(p, rc, LIVE_PROGRAM);
+    return p;
+}
+
+cl_program
+clCreateProgramWithIL(cl_context context, const void *il, size_t length,
+                      cl_int *errcode_ret)
+{
+    cl_program p;
+    cl_int rc = CL_SUCCESS;
+
+    ENTER_OBJECT(clCreateProgramWithIL, errcode_ret);
+    p = real.clCreateProgramWithIL(context, il, length, &rc);
+    MADE(p, rc, LIVE_PROGRAM);
+    return p;
+}
+
+cl_int
+clBuildProgram(cl_program program, cl_uint num_devices,
+               const cl_device_id *device_list, const char *options,
+               acc_cl_program_notify pfn_notify, void *user_data)
+{
+    ENTER(clBuildProgram);
+    return real.clBuildProgram(program, num_devices, device_list, options,
+                               pfn_notify, user_data);
+}
+
+cl_int
+clGetProgramBuildInfo(cl_program program, cl_device_id device,
+                      cl_program_build_info param_name,
+                      size_t param_value_size, void *param_value,
+                      size_t *param_value_size_ret)
+{
+    ENTER(clGetProgramBuildInfo);
+    return real.clGetProgramBuildInfo(program, device, param_name,
+                                      param_value_size, param_value,
+                                      param_value_size_ret);
+}
+
+cl_int
+clGetProgramInfo(cl_program program, cl_program_info param_name,
+                 size_t param_value_size, void *param_value,
+                 size_t *param_value_size_ret)
+{
+    ENTER(clGetProgramInfo);
+    return real.clGetProgramInfo(program, param_name, param_value_size,
+                                 param_value, param_value_size_ret);
+}
+
+cl_int
+clReleaseProgram(cl_program program)
+{
+    ENTER(clReleaseProgram);
+    return counted(real.clReleaseProgram(program), LIVE_PROGRAM, -1);
+}
+
+cl_kernel
+clCreateKernel(cl_program program, const char *kernel_name,
+               cl_int *errcode_ret)
+{
+    cl_kernel k;
+    cl_int rc = CL_SUCCESS;
+
+    ENTER_OBJECT(clCreateKernel, errcode_ret);
+    k = real.clCreateKernel(program, kernel_name, &rc);
+    MADE(k, rc, LIVE_KERNEL);
+    return k;
+}
+
+cl_int
+clReleaseKernel(cl_kernel kernel)
+{
+    ENTER(clReleaseKernel);
+    return counted(real.clReleaseKernel(kernel), LIVE_KERNEL, -1);
+}
+
+cl_int
+clGetKernelInfo(cl_kernel kernel, cl_kernel_info param_name,
+                size_t param_value_size, void *param_value,
+                size_t *param_value_size_ret)
+{
+    ENTER(clGetKernelInfo);
+    return real.clGetKernelInfo(kernel, param_name, param_value_size,
+                                param_value, param_value_size_ret);
+}
+
+cl_int
+clGetKernelArgInfo(cl_kernel kernel, cl_uint arg_index,
+                   cl_kernel_arg_info param_name, size_t param_value_size,
+                   void *param_value, size_t *param_value_size_ret)
+{
+    ENTER(clGetKernelArgInfo);
+    return real.clGetKernelArgInfo(kernel, arg_index, param_name,
+                                   param_value_size, param_value,
+                                   param_value_size_ret);
+}
+
+cl_int
+clGetKernelWorkGroupInfo(cl_kernel kernel, cl_device_id device,
+                         cl_kernel_work_group_info param_name,
+                         size_t param_value_size, void *param_value,
+                         size_t *param_value_size_ret)
+{
+    ENTER(clGetKernelWorkGroupInfo);
+    return real.clGetKernelWorkGroupInfo(kernel, device, param_name,
+                                         param_value_size, param_value,
+                                         param_value_size_ret);
+}
+
+cl_int
+clSetKernelArg(cl_kernel kernel, cl_uint arg_index, size_t arg_size,
+               const void *arg_value)
+{
+    ENTER(clSetKernelArg);
+    return real.clSetKernelArg(kernel, arg_index, arg_size, arg_value);
+}
+
+cl_int
+clSetKernelArgSVMPointer(cl_kernel kernel, cl_uint arg_index,
+                         const void *arg_value)
+{
+    ENTER(clSetKernelArgSVMPointer);
+    return real.clSetKernelArgSVMPointer(kernel, arg_index, arg_value);
+}
+
+cl_int
+clEnqueueNDRangeKernel(cl_command_queue command_queue, cl_kernel kernel,
+                       cl_uint work_dim, const size_t *global_work_offset,
+                       const size_t *global_work_size,
+                       const size_t *local_work_size,
+                       cl_uint num_events_in_wait_list,
+                       const cl_event *event_wait_list, cl_event *event)
+{
+    ENTER(clEnqueueNDRangeKernel);
+    return real.clEnqueueNDRangeKernel(command_queue, kernel, work_dim,
+                                       global_work_offset, global_work_size,
+                                       local_work_size,
+                                       num_events_in_wait_list,
+                                       event_wait_list, event);
 }
