@@ -76,6 +76,7 @@ class Gate:
 # How tests/behaviour/test_faults.py reaches a driver function and what a
 # failure there must do (its docstring says each in full).
 RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
+NAMES = "names"
 PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
 DEFERRED, FALLBACK = "deferred", "fallback"
 NULLED = "nulled"
@@ -452,6 +453,7 @@ class CudaDouble(DriverDouble):
     torch_device_type = 1
     dlpack_device_type = 2
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
+                    ("csrc/backends/cuda_api.h", "ACC_CUDA_OPTIONAL_FUNCTIONS"),
                     ("csrc/backends/nvml_api.h", "ACC_NVML_FUNCTIONS"))
     functions = {"stream_create": "cuStreamCreateWithPriority",
                  "event_create": "cuEventCreate",
@@ -465,9 +467,13 @@ class CudaDouble(DriverDouble):
                  "mem_alloc": "cuMemAlloc", "mem_free": "cuMemFree",
                  "mem_fill": "cuMemsetD8Async"}
     env_devices = "FAKE_CUDA_DEVICES"
+    kernel_format = "native"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",
-                  "graph_exec")
+                  "graph_exec", "module", "kernel_misuse")
+    #: kernel_misuse: a module unloaded while a launch of it was queued,
+    #: or a launch run after its module's unload (double_kernels.h)
+    detectors = ("bad_access", "guard_damage", "kernel_misuse")
     fail_env = "FAKE_CUDA_FAIL"
     library_env = "ACCELERATOR_CUDA_LIBRARY"
     total_mem_env = "FAKE_CUDA_TOTAL_MEM"
@@ -594,6 +600,19 @@ class CudaDouble(DriverDouble):
              refused=(("graph_exec", 1),)),
         Site("cuGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
         Site("cuPointerGetAttribute", RAISE, "from_dlpack(capsule)"),
+        Site("cuModuleLoadDataEx", RAISE, "Module()"),
+        Site("cuModuleGetFunction", RAISE, "get_kernel()"),
+        Site("cuFuncGetAttribute", RAISE, "get_kernel()"),
+        Site("cuDeviceGetAttribute", RAISE, "get_kernel()",
+             note="the device's launch limits"),
+        Site("cuFuncGetParamInfo", RAISE, "get_kernel()"),
+        Site("cuLaunchKernel", RAISE, "launch()"),
+        Site("cuModuleUnload", SILENT, "drop a module",
+             refused=(("module", 1),)),
+        Site("cuModuleGetFunctionCount", NAMES, "get_kernel() of no kernel"),
+        Site("cuModuleEnumerateFunctions", NAMES,
+             "get_kernel() of no kernel"),
+        Site("cuFuncGetName", NAMES, "get_kernel() of no kernel"),
     )
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:

@@ -23,6 +23,7 @@
 #include "cuda_nvml.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@ static struct {
     void *library;
     struct {
         ACC_CUDA_FUNCTIONS(CUDA_FN_FIELD)
+        ACC_CUDA_OPTIONAL_FUNCTIONS(CUDA_FN_FIELD)
     } fn;
     int count;
     CUdevice devices[ACC_MAX_DEVICES];
@@ -137,6 +139,22 @@ cuda_resolve(acc_error *err)
     memcpy(&cu.fn.name, &p, sizeof(p));
     ACC_CUDA_FUNCTIONS(CUDA_RESOLVE)
 #undef CUDA_RESOLVE
+    /* Newer than our ABI: asked for at their own version, NULL where the
+     * driver is older (never by dlsym where cuGetProcAddress exists: the
+     * library may export a symbol its version does not offer). */
+#define CUDA_RESOLVE_OPTIONAL(name, symbol, version, params)               \
+    p = NULL;                                                              \
+    if (get_proc == NULL) {                                                \
+        p = dlsym(cu.library, #symbol);                                    \
+    }                                                                      \
+    else if (get_proc(#name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT,     \
+                      &status) != CUDA_SUCCESS) {                          \
+        p = NULL;                                                          \
+    }                                                                      \
+    acc_trace("cuda: %s %s", #name, p ? "found" : "missing (optional)");  \
+    memcpy(&cu.fn.name, &p, sizeof(p));
+    ACC_CUDA_OPTIONAL_FUNCTIONS(CUDA_RESOLVE_OPTIONAL)
+#undef CUDA_RESOLVE_OPTIONAL
     return ACC_OK;
 }
 
@@ -970,6 +988,298 @@ cuda_graph_destroy(int device, void *graph, void *exec)
     }
 }
 
+/* Kernels ---------------------------------------------------------------- */
+
+/* Bytes of each JIT log buffer cuModuleLoadDataEx fills. */
+#define CUDA_LOG_BYTES 16384
+
+/* Codes of cuModuleLoadDataEx that mean the JIT refused the code: a
+ * BuildError with the error log.  Others (an image the driver cannot
+ * read, or has no binary in for this device) are driver errors. */
+static int
+cuda_is_build_error(CUresult rc)
+{
+    return rc == CUDA_ERROR_INVALID_PTX
+           || rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+}
+
+static acc_status
+cuda_no_memory(acc_error *err)
+{
+    acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+    return ACC_ERR_HOST_MEMORY;
+}
+
+static acc_status
+cuda_module_load(int device, acc_code_format format, const void *code,
+                 size_t size, const char *options, void **module, char **log,
+                 acc_error *err)
+{
+    /* The info log is asked for only so that the driver keeps it; the
+     * error log is the build log. */
+    CUjit_option keys[4] = {
+        CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+    char *logs = NULL, *text = NULL;
+    void *values[4];
+    const void *image = code;
+    CUmodule m = NULL;
+    CUresult rc = CUDA_SUCCESS;
+    int pushed;
+    acc_status st;
+
+    *log = NULL;
+    if (options != NULL && options[0] != '\0') {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the CUDA driver "
+                      "takes no build options (got '%.100s'): it loads PTX "
+                      "and binaries already compiled; pass options to "
+                      "NVRTC or nvcc instead", options);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    logs = calloc(2, CUDA_LOG_BYTES);
+    if (logs != NULL && format == ACC_FORMAT_PTX) {
+        /* The driver reads PTX up to its NUL. */
+        text = malloc(size + 1);
+        if (text != NULL) {
+            memcpy(text, code, size);
+            text[size] = '\0';
+        }
+        image = text;
+    }
+    if (logs == NULL || image == NULL) {
+        free(logs);
+        return cuda_no_memory(err);
+    }
+    values[0] = logs;
+    values[1] = (void *)(uintptr_t)CUDA_LOG_BYTES;
+    values[2] = logs + CUDA_LOG_BYTES;
+    values[3] = (void *)(uintptr_t)CUDA_LOG_BYTES;
+    st = cuda_enter(device, &pushed, err);
+    if (st == ACC_OK) {
+        rc = cu.fn.cuModuleLoadDataEx(&m, image, 4, keys, values);
+        st = cuda_check(rc, "cuModuleLoadDataEx", err);
+    }
+    st = cuda_leave(pushed, st, err);
+    free(text);
+    if (st != ACC_OK && m != NULL) {
+        /* Loaded, but restoring the caller's context failed: no leak. */
+        (void)cu.fn.cuModuleUnload(m);
+    }
+    if (st != ACC_OK && rc != CUDA_SUCCESS && cuda_is_build_error(rc)) {
+        logs[CUDA_LOG_BYTES - 1] = '\0';
+        if (logs[0] != '\0') {
+            *log = strdup(logs);
+        }
+        err->status = st = ACC_ERR_BUILD;
+    }
+    free(logs);
+    if (st == ACC_OK) {
+        *module = m;
+    }
+    return st;
+}
+
+static void
+cuda_module_unload(int device, void *module)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuModuleUnload, ((CUmodule)module));
+    }
+    if (cuda_leave(pushed, st, err) != ACC_OK) {
+        acc_trace("cuda: %s", err->message);
+    }
+}
+
+/* The parameters' sizes, where the driver tells them (CUDA 12.4's
+ * cuFuncGetParamInfo); nparams stays -1 (unknown) elsewhere. */
+static acc_status
+cuda_kernel_params(CUfunction f, acc_kernel_info *info, acc_error *err)
+{
+    size_t offset, size;
+    CUresult rc;
+    int n = 0;
+
+    if (cu.fn.cuFuncGetParamInfo == NULL) {
+        return ACC_OK;
+    }
+    for (;;) {
+        rc = cu.fn.cuFuncGetParamInfo(f, (size_t)n, &offset, &size);
+        if (rc == CUDA_ERROR_INVALID_VALUE) {
+            break;  /* past the last parameter */
+        }
+        if (rc != CUDA_SUCCESS) {
+            return cuda_fail("cuFuncGetParamInfo", rc, err);
+        }
+        if (n == ACC_MAX_KERNEL_PARAMS) {
+            return ACC_OK;  /* more than we keep: unknown */
+        }
+        info->params[n].size = size;
+        info->params[n].kind = ACC_PARAM_UNKNOWN;
+        n++;
+    }
+    info->nparams = n;
+    return ACC_OK;
+}
+
+/* What the driver tells of f and of its device's launch limits. */
+static acc_status
+cuda_kernel_info(int device, CUfunction f, acc_kernel_info *info,
+                 acc_error *err)
+{
+    static const CUdevice_attribute block[3] = {
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z};
+    static const CUdevice_attribute grid[3] = {
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z};
+    CUdevice dev = cu.devices[device];
+    int value = 0;
+    acc_status st = ACC_OK;
+
+#define CUDA_FUNC_ATTRIBUTE(attr, dest)                           \
+    if (st == ACC_OK) {                                           \
+        st = CU(cuFuncGetAttribute, (&value, attr, f));           \
+        dest = value;                                             \
+    }
+    CUDA_FUNC_ATTRIBUTE(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                        info->max_threads_per_block)
+    CUDA_FUNC_ATTRIBUTE(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                        info->shared_bytes)
+    CUDA_FUNC_ATTRIBUTE(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                        info->local_bytes)
+    CUDA_FUNC_ATTRIBUTE(CU_FUNC_ATTRIBUTE_NUM_REGS, info->registers)
+    CUDA_FUNC_ATTRIBUTE(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        info->max_shared_bytes)
+#undef CUDA_FUNC_ATTRIBUTE
+    for (int i = 0; i < 3 && st == ACC_OK; i++) {
+        st = CU(cuDeviceGetAttribute, (&value, block[i], dev));
+        info->max_block[i] = value;
+        if (st == ACC_OK) {
+            st = CU(cuDeviceGetAttribute, (&value, grid[i], dev));
+            info->max_grid[i] = value;
+        }
+    }
+    return st == ACC_OK ? cuda_kernel_params(f, info, err) : st;
+}
+
+static acc_status
+cuda_kernel_get(int device, void *module, const char *name, void **kernel,
+                acc_kernel_info *info, acc_error *err)
+{
+    CUfunction f = NULL;
+    CUresult rc;
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        rc = cu.fn.cuModuleGetFunction(&f, (CUmodule)module, name);
+        st = rc == CUDA_ERROR_NOT_FOUND
+                 ? ACC_ERR_NOT_FOUND
+                 : cuda_check(rc, "cuModuleGetFunction", err);
+    }
+    if (st == ACC_OK) {
+        st = cuda_kernel_info(device, f, info, err);
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        *kernel = f;
+    }
+    return st;
+}
+
+static void
+cuda_kernel_release(int device, void *kernel)
+{
+    /* A function belongs to its module: unloading it releases both. */
+    (void)device;
+    (void)kernel;
+}
+
+/* The names of a module's kernels, where the driver lists them (CUDA
+ * 12.4: cuModuleEnumerateFunctions, cuFuncGetName). */
+static acc_status
+cuda_kernel_names(int device, void *module, char *names, size_t size,
+                  acc_error *err)
+{
+    CUfunction *fs;
+    unsigned int count = 0;
+    size_t used = 0;
+    acc_status st;
+
+    (void)device;
+    names[0] = '\0';
+    if (cu.fn.cuModuleGetFunctionCount == NULL
+        || cu.fn.cuModuleEnumerateFunctions == NULL
+        || cu.fn.cuFuncGetName == NULL) {
+        return ACC_OK;
+    }
+    st = CU(cuModuleGetFunctionCount, (&count, (CUmodule)module));
+    if (st != ACC_OK || count == 0) {
+        return st;
+    }
+    fs = calloc(count, sizeof(*fs));
+    if (fs == NULL) {
+        return cuda_no_memory(err);
+    }
+    st = CU(cuModuleEnumerateFunctions, (fs, count, (CUmodule)module));
+    for (unsigned int i = 0; st == ACC_OK && i < count && used < size;
+         i++) {
+        const char *name = NULL;
+
+        st = CU(cuFuncGetName, (&name, fs[i]));
+        if (st == ACC_OK && name != NULL) {
+            used += (size_t)snprintf(names + used, size - used, "%s%s",
+                                     used > 0 ? ", " : "", name);
+        }
+    }
+    free(fs);
+    return st;
+}
+
+static acc_status
+cuda_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
+            acc_error *err)
+{
+    void *stack[32];
+    void **params = stack;
+    int pushed;
+    acc_status st;
+
+    if (c->shared_mem > UINT_MAX) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "shared_mem is %zu "
+                      "bytes, beyond what CUDA launches take (%u)",
+                      c->shared_mem, UINT_MAX);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (c->nargs > (int)(sizeof(stack) / sizeof(stack[0]))) {
+        params = malloc((size_t)c->nargs * sizeof(*params));
+        if (params == NULL) {
+            return cuda_no_memory(err);
+        }
+    }
+    /* The driver copies each argument's bytes at the call. */
+    for (int i = 0; i < c->nargs; i++) {
+        params[i] = (void *)c->args[i].value;
+    }
+    st = cuda_enter_stream(s, &pushed, err);
+    if (st == ACC_OK) {
+        st = CU(cuLaunchKernel,
+                ((CUfunction)kernel, c->grid[0], c->grid[1], c->grid[2],
+                 c->block[0], c->block[1], c->block[2],
+                 (unsigned int)c->shared_mem, cuda_stream(s),
+                 c->nargs > 0 ? params : NULL, NULL));
+    }
+    if (params != stack) {
+        free(params);
+    }
+    return cuda_leave(pushed, st, err);
+}
+
 const acc_backend acc_cuda_backend = {
     .name = "cuda",
     .device_type = "cuda",
@@ -1014,4 +1324,14 @@ const acc_backend acc_cuda_backend = {
     .graph_instantiate = cuda_graph_instantiate,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
+    .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_PTX)
+                    | ACC_FORMAT_BIT(ACC_FORMAT_CUBIN)
+                    | ACC_FORMAT_BIT(ACC_FORMAT_FATBIN)
+                    | ACC_FORMAT_BIT(ACC_FORMAT_NATIVE),
+    .module_load = cuda_module_load,
+    .module_unload = cuda_module_unload,
+    .kernel_get = cuda_kernel_get,
+    .kernel_release = cuda_kernel_release,
+    .launch = cuda_launch,
+    .kernel_names = cuda_kernel_names,
 };

@@ -31,7 +31,11 @@
     X(CUDA_ERROR_DEVICE_UNAVAILABLE, 46)             \
     X(CUDA_ERROR_NO_DEVICE, 100)                     \
     X(CUDA_ERROR_INVALID_DEVICE, 101)                \
+    X(CUDA_ERROR_INVALID_IMAGE, 200)                 \
     X(CUDA_ERROR_INVALID_CONTEXT, 201)               \
+    X(CUDA_ERROR_NO_BINARY_FOR_GPU, 209)             \
+    X(CUDA_ERROR_INVALID_PTX, 218)                   \
+    X(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222)       \
     X(CUDA_ERROR_INVALID_HANDLE, 400)                \
     X(CUDA_ERROR_NOT_FOUND, 500)                     \
     X(CUDA_ERROR_NOT_READY, 600)                     \
@@ -50,6 +54,15 @@
 
 /* Device attributes we read. */
 #define ACC_CUDA_ATTRIBUTES(X)                                \
+    X(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1)           \
+    X(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 2)                 \
+    X(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 3)                 \
+    X(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 4)                 \
+    X(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, 5)                  \
+    X(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 6)                  \
+    X(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 7)                  \
+    X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 8)     \
+    X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 97) \
     X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 16)           \
     X(CU_DEVICE_ATTRIBUTE_INTEGRATED, 18)                     \
     X(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 33)                     \
@@ -66,6 +79,24 @@
     X(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, 119) \
     X(CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED, 142) \
     X(CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED, 144)
+
+/* Kernel (function) attributes we read (cuFuncGetAttribute). */
+#define ACC_CUDA_FUNC_ATTRIBUTES(X)                           \
+    X(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0)             \
+    X(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, 1)                 \
+    X(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, 2)                  \
+    X(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, 3)                  \
+    X(CU_FUNC_ATTRIBUTE_NUM_REGS, 4)                          \
+    X(CU_FUNC_ATTRIBUTE_PTX_VERSION, 5)                       \
+    X(CU_FUNC_ATTRIBUTE_BINARY_VERSION, 6)                    \
+    X(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8)
+
+/* Options of cuModuleLoadDataEx (the JIT's) we pass: the logs. */
+#define ACC_CUDA_JIT_OPTIONS(X)                               \
+    X(CU_JIT_INFO_LOG_BUFFER, 3)                              \
+    X(CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, 4)                   \
+    X(CU_JIT_ERROR_LOG_BUFFER, 5)                             \
+    X(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, 6)
 
 /* cuGetProcAddress symbol status. */
 #define ACC_CUDA_PROC_STATUS(X)                              \
@@ -129,6 +160,12 @@ typedef enum CUdevice_attribute_enum {
     ACC_CUDA_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
     ACC_CUDA_PEER_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
 } CUdevice_attribute;
+typedef enum CUfunction_attribute_enum {
+    ACC_CUDA_FUNC_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
+} CUfunction_attribute;
+typedef enum CUjit_option_enum {
+    ACC_CUDA_JIT_OPTIONS(ACC_CUDA_ENUM_ENTRY)
+} CUjit_option;
 typedef enum CUpointer_attribute_enum {
     ACC_CUDA_POINTER_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
     ACC_CUDA_PEER_POINTER_ATTRIBUTES(ACC_CUDA_ENUM_ENTRY)
@@ -158,6 +195,8 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 /* A device address (64-bit builds only, as cuda.h's CUdeviceptr_v2). */
 typedef unsigned long long CUdeviceptr;
 typedef struct CUuuid_st {
@@ -253,7 +292,37 @@ typedef struct CUuuid_st {
       (CUgraphExec hGraphExec, CUstream hStream))                           \
     X(cuGraphExecDestroy, cuGraphExecDestroy, 10000,                        \
       (CUgraphExec hGraphExec))                                             \
-    X(cuGraphDestroy, cuGraphDestroy, 10000, (CUgraph hGraph))
+    X(cuGraphDestroy, cuGraphDestroy, 10000, (CUgraph hGraph))             \
+    X(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010,                         \
+      (CUmodule *module, const void *image, unsigned int numOptions,        \
+       CUjit_option *options, void **optionValues))                         \
+    X(cuModuleUnload, cuModuleUnload, 2000, (CUmodule hmod))                \
+    X(cuModuleGetFunction, cuModuleGetFunction, 2000,                       \
+      (CUfunction *hfunc, CUmodule hmod, const char *name))                 \
+    X(cuFuncGetAttribute, cuFuncGetAttribute, 2020,                         \
+      (int *pi, CUfunction_attribute attrib, CUfunction hfunc))             \
+    X(cuLaunchKernel, cuLaunchKernel, 4000,                                 \
+      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY,          \
+       unsigned int gridDimZ, unsigned int blockDimX,                       \
+       unsigned int blockDimY, unsigned int blockDimZ,                      \
+       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,  \
+       void **extra))
+
+/*
+ * Functions newer than ACC_CUDA_ABI_VERSION that the backend uses where
+ * the driver has them (listed as above; each is asked for at its own
+ * version, and a driver too old for it leaves it NULL).
+ */
+#define ACC_CUDA_OPTIONAL_FUNCTIONS(X)                                      \
+    X(cuFuncGetName, cuFuncGetName, 12030,                                  \
+      (const char **name, CUfunction hfunc))                                \
+    X(cuFuncGetParamInfo, cuFuncGetParamInfo, 12040,                        \
+      (CUfunction func, size_t paramIndex, size_t *paramOffset,             \
+       size_t *paramSize))                                                  \
+    X(cuModuleGetFunctionCount, cuModuleGetFunctionCount, 12040,            \
+      (unsigned int *count, CUmodule mod))                                  \
+    X(cuModuleEnumerateFunctions, cuModuleEnumerateFunctions, 12040,        \
+      (CUfunction *functions, unsigned int numFunctions, CUmodule mod))
 
 /*
  * Functions only the driver double exports, for peers that run on it
@@ -271,12 +340,15 @@ typedef struct CUuuid_st {
        CUstream hStream))                                                   \
     X(cuPointerGetAttributes, cuPointerGetAttributes, 7000,                 \
       (unsigned int numAttributes, CUpointer_attribute *attributes,        \
-       void **data, CUdeviceptr ptr))
+       void **data, CUdeviceptr ptr))                                       \
+    X(cuModuleLoadData, cuModuleLoadData, 2000,                             \
+      (CUmodule *module, const void *image))
 
 /* Function pointer types: acc_pfn_<base name>. */
 #define ACC_CUDA_PFN_TYPEDEF(name, symbol, version, params) \
     typedef CUresult (*acc_pfn_##name) params;
 ACC_CUDA_FUNCTIONS(ACC_CUDA_PFN_TYPEDEF)
+ACC_CUDA_OPTIONAL_FUNCTIONS(ACC_CUDA_PFN_TYPEDEF)
 #undef ACC_CUDA_PFN_TYPEDEF
 
 typedef CUresult (*acc_pfn_cuGetProcAddress)(

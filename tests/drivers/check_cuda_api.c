@@ -14,6 +14,8 @@
 ACC_CUDA_RESULTS(CHECK_VALUE)
 ACC_CUDA_ATTRIBUTES(CHECK_VALUE)
 ACC_CUDA_PEER_ATTRIBUTES(CHECK_VALUE)
+ACC_CUDA_FUNC_ATTRIBUTES(CHECK_VALUE)
+ACC_CUDA_JIT_OPTIONS(CHECK_VALUE)
 ACC_CUDA_PROC_STATUS(CHECK_VALUE)
 ACC_CUDA_FLAGS(CHECK_VALUE)
 ACC_CUDA_POINTER_ATTRIBUTES(CHECK_VALUE)
@@ -31,6 +33,17 @@ ACC_CUDA_CAPTURE_STATUS(CHECK_VALUE)
     _Static_assert((version) <= ACC_CUDA_ABI_VERSION,                       \
                    #name " needs a newer ABI than we declare");
 ACC_CUDA_FUNCTIONS(CHECK_FUNCTION)
+
+/* The optional ones are asked for at their own version: the base name's
+ * type at cuda.h's version, and a version cuda.h has. */
+#define CHECK_OPTIONAL_FUNCTION(name, symbol, version, params)              \
+    _Static_assert(__builtin_types_compatible_p(acc_pfn_##name,             \
+                                                __typeof__(&name)),         \
+                   #name " signature differs");                             \
+    _Static_assert((version) > ACC_CUDA_ABI_VERSION                         \
+                   && (version) <= CUDA_VERSION,                            \
+                   #name " is not optional at our ABI, or newer than cuda.h");
+ACC_CUDA_OPTIONAL_FUNCTIONS(CHECK_OPTIONAL_FUNCTION)
 
 /* The double's extra functions: each variant's own symbol. */
 #define CHECK_PEER_FUNCTION(name, symbol, version, params)                  \
@@ -53,5 +66,8 @@ _Static_assert(sizeof(CUuuid) == 16 && offsetof(CUuuid, bytes) == 0,
 _Static_assert(__builtin_types_compatible_p(CUdeviceptr, unsigned long long),
                "CUdeviceptr");
 _Static_assert(sizeof(CUresult) == sizeof(int), "CUresult size");
+_Static_assert(sizeof(CUjit_option) == sizeof(int), "CUjit_option size");
+_Static_assert(sizeof(CUfunction_attribute) == sizeof(int),
+               "CUfunction_attribute size");
 
 int acc_cuda_api_check_unit;

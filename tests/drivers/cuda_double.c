@@ -163,6 +163,7 @@
 
 #include "../../csrc/backends/cuda_api.h"
 #include "double_control.h"
+#include "double_kernels.h"
 #include "double_memory.h"
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
@@ -180,6 +181,7 @@
 #define FAKE_DECLARE(name, symbol, version, params) \
     FAKE_EXPORT CUresult symbol params;
 ACC_CUDA_FUNCTIONS(FAKE_DECLARE)
+ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_DECLARE)
 ACC_CUDA_PEER_FUNCTIONS(FAKE_DECLARE)
 #undef FAKE_DECLARE
 
@@ -220,6 +222,7 @@ FAKE_EXPORT long long fake_cuda_event_sync_spun(void);
 #define FAKE_FN_ID(name, symbol, version, params) FN_##name,
 enum fake_fn {
     ACC_CUDA_FUNCTIONS(FAKE_FN_ID)
+    ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_FN_ID)
     ACC_CUDA_PEER_FUNCTIONS(FAKE_FN_ID)
     FN_cuGetProcAddress,
     FN_COUNT
@@ -229,6 +232,7 @@ enum fake_fn {
 #define FAKE_FN_NAME(name, symbol, version, params) {#name, #symbol},
 static const dc_fn fake_fns[FN_COUNT] = {
     ACC_CUDA_FUNCTIONS(FAKE_FN_NAME)
+    ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_FN_NAME)
     ACC_CUDA_PEER_FUNCTIONS(FAKE_FN_NAME)
     {"cuGetProcAddress", "cuGetProcAddress_v2"},
 };
@@ -246,7 +250,9 @@ struct fake_mark {
     double stamp_ms;
 };
 
-enum fake_op_kind { OP_SLEEP, OP_GATE, OP_RECORD, OP_WAIT, OP_MEMORY };
+enum fake_op_kind {
+    OP_SLEEP, OP_GATE, OP_RECORD, OP_WAIT, OP_MEMORY, OP_LAUNCH
+};
 
 struct fake_op {
     struct fake_op *next;
@@ -255,6 +261,7 @@ struct fake_op {
     int gate; /* OP_GATE: a double_control gate */
     struct fake_mark *mark;
     dm_op mem; /* OP_MEMORY: a copy or fill */
+    dk_launch *launch; /* OP_LAUNCH: a kernel launch */
 };
 
 struct CUctx_st {
@@ -375,18 +382,22 @@ static pthread_once_t g_pin_once = PTHREAD_ONCE_INIT;
 static atomic_llong g_sync_blocked, g_sync_spun;
 
 /* Counters and faults: the control layer the doubles share. */
-enum { LIVE_STREAM, LIVE_EVENT, LIVE_GRAPH, LIVE_GRAPH_EXEC, LIVE_KINDS };
-static const char *const g_live_kinds[LIVE_KINDS] = {"stream", "event",
-                                                     "graph", "graph_exec"};
+enum {
+    LIVE_STREAM, LIVE_EVENT, LIVE_GRAPH, LIVE_GRAPH_EXEC, LIVE_MODULE,
+    LIVE_KINDS
+};
+static const char *const g_live_kinds[LIVE_KINDS] = {
+    "stream", "event", "graph", "graph_exec", "module"};
 static atomic_llong g_calls[FN_COUNT];
 static atomic_llong g_live[LIVE_KINDS];
 static void reset_sync_counters(void);
 static long long live_contexts(const char *kind);
+static void reset_detectors(void);
 static dc_control g_ctl = {
     DC_CONTROL_INIT("fake libcuda", fake_fns, g_calls, g_live_kinds, g_live),
     .on_reset = reset_sync_counters,
     .live_extra = live_contexts,
-    .reset_detectors = dm_reset_detectors,
+    .reset_detectors = reset_detectors,
 };
 
 static _Thread_local struct CUctx_st *t_stack[FAKE_CTX_STACK];
@@ -541,6 +552,7 @@ op_free(struct fake_op *op)
     if (op != NULL) {
         mark_unref(op->mark);
         dm_op_release(&op->mem);
+        dk_launch_free(op->launch);
         free(op);
     }
 }
@@ -563,6 +575,9 @@ op_run(struct fake_op *op)
         break;
     case OP_MEMORY:
         dm_op_run(&op->mem);
+        break;
+    case OP_LAUNCH:
+        dk_launch_run(op->launch, "cuLaunchKernel");
         break;
     }
 }
@@ -1059,8 +1074,16 @@ error_string(CUresult code)
         return "no CUDA-capable device is detected";
     case CUDA_ERROR_INVALID_DEVICE:
         return "invalid device ordinal";
+    case CUDA_ERROR_INVALID_IMAGE:
+        return "device kernel image is invalid";
     case CUDA_ERROR_INVALID_CONTEXT:
         return "invalid device context";
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+        return "no kernel image is available for execution on the device";
+    case CUDA_ERROR_INVALID_PTX:
+        return "a PTX JIT compilation failed";
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+        return "the provided PTX was compiled with an unsupported toolchain.";
     case CUDA_ERROR_INVALID_HANDLE:
         return "invalid resource handle";
     case CUDA_ERROR_NOT_FOUND:
@@ -1332,6 +1355,33 @@ cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     }
     switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        *pi = DK_MAX_THREADS;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+        *pi = DK_MAX_BLOCK_X;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+        *pi = DK_MAX_BLOCK_Y;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+        *pi = DK_MAX_BLOCK_Z;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+        *pi = (int)DK_MAX_GRID_X;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+        *pi = (int)DK_MAX_GRID_Y;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+        *pi = (int)DK_MAX_GRID_Z;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+        *pi = (int)DK_MAX_SHARED;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+        *pi = (int)DK_MAX_SHARED_OPTIN;
+        return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
         *pi = cfg.sms;
         return CUDA_SUCCESS;
@@ -2454,9 +2504,11 @@ cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
     return rc;
 }
 
-/* A copy of the ops of list (NULL and *ok false when memory ran out). */
+/* A copy of the ops of list (NULL and *ok false when memory ran out);
+ * queued: the copies are work on a stream (a launch), not an
+ * executable graph's nodes. */
 static struct fake_op *
-op_list_copy(const struct fake_op *list, bool *ok)
+op_list_copy(const struct fake_op *list, bool queued, bool *ok)
 {
     struct fake_op *head = NULL, **tail = &head;
 
@@ -2471,6 +2523,15 @@ op_list_copy(const struct fake_op *list, bool *ok)
         }
         op->mem = list->mem; /* captured copies have no staging */
         op->gate = list->gate;
+        if (list->launch != NULL) {
+            op->launch = dk_launch_copy(list->launch, queued);
+            if (op->launch == NULL) {
+                op_free(op);
+                op_list_free(head);
+                *ok = false;
+                return NULL;
+            }
+        }
         *tail = op;
         tail = &op->next;
     }
@@ -2500,7 +2561,7 @@ cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
     else {
-        x->head = op_list_copy(hGraph->head, &ok);
+        x->head = op_list_copy(hGraph->head, false, &ok);
         x->count = hGraph->count;
         if (!ok || !dc_handles_add(&g_graph_set.execs, x)) {
             op_list_free(x->head);
@@ -2568,7 +2629,7 @@ cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
         rc = capture_refuse(s);
     }
     if (rc == CUDA_SUCCESS) {
-        ops = op_list_copy(hGraphExec->head, &ok);
+        ops = op_list_copy(hGraphExec->head, true, &ok);
         rc = ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (rc == CUDA_SUCCESS) {
@@ -2618,6 +2679,486 @@ cuGraphDestroy(CUgraph hGraph)
         op_list_free(hGraph->head);
         free(hGraph);
         rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* Modules and kernels ------------------------------------------------- */
+
+/* Device code is double_kernels.c's (shared with the Level Zero and HIP
+ * doubles): the native format (a host shared object) runs on the stream
+ * workers; PTX is read (entries, parameters) but has no binary for this
+ * device: its launches fail with CUDA_ERROR_NO_BINARY_FOR_GPU, as a
+ * device the JIT cannot target would. */
+
+struct CUfunc_st {
+    struct CUmod_st *mod;
+    const dk_kernel *k;
+};
+
+struct CUmod_st {
+    struct CUctx_st *ctx;
+    dk_module *dk;
+    int nfuncs;
+    struct CUfunc_st *funcs;
+};
+
+/* Under g_mu. */
+static dc_handles g_module_set, g_func_set;
+
+/* Under g_mu.  A call the driver deems unsafe during a capture (it may
+ * synchronise: loading a module) made where a capture forbids it: any
+ * thread while a global-mode capture runs, the capturing thread of a
+ * thread-local one.  That capture is invalidated and the call refused
+ * with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the driver's rule. */
+static CUresult
+capture_forbids_unsafe(void)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    for (struct CUstream_st *t = g_streams; t != NULL; t = t->next) {
+        if (t->cap_origin == t && t->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE
+            && (t->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+                || (t->capture_mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+                    && pthread_equal(t->capture_thread, pthread_self())))) {
+            t->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+            rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    return rc;
+}
+
+/* The JIT's log options of cuModuleLoadDataEx. */
+struct jit_logs {
+    char *info, *error;
+    size_t info_size, error_size;
+    int info_at, error_at; /* the size options' indices, -1: none */
+};
+
+static CUresult
+jit_logs_read(unsigned int n, const CUjit_option *options, void **values,
+              struct jit_logs *logs)
+{
+    memset(logs, 0, sizeof(*logs));
+    logs->info_at = logs->error_at = -1;
+    if (n > 0 && (options == NULL || values == NULL)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        switch ((int)options[i]) {
+        case CU_JIT_INFO_LOG_BUFFER:
+            logs->info = values[i];
+            break;
+        case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+            logs->info_size = (size_t)(uintptr_t)values[i];
+            logs->info_at = (int)i;
+            break;
+        case CU_JIT_ERROR_LOG_BUFFER:
+            logs->error = values[i];
+            break;
+        case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+            logs->error_size = (size_t)(uintptr_t)values[i];
+            logs->error_at = (int)i;
+            break;
+        default:
+            /* Other JIT options (optimisation level, target...) change
+             * nothing here; no option is numbered this high. */
+            if ((unsigned int)options[i] >= 64) {
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+            break;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* text into a log buffer (cut, NUL-terminated); the size option's value
+ * becomes the bytes written, as the driver reports them. */
+static void
+jit_log_write(char *buf, size_t size, int at, void **values,
+              const char *text)
+{
+    size_t n = strlen(text);
+
+    if (buf == NULL || size == 0) {
+        return;
+    }
+    if (n >= size) {
+        n = size - 1;
+    }
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    if (at >= 0) {
+        values[at] = (void *)(uintptr_t)n;
+    }
+}
+
+static CUresult
+module_result(enum dk_result r)
+{
+    switch (r) {
+    case DK_OK:
+        return CUDA_SUCCESS;
+    case DK_OTHER_MACHINE:
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    case DK_INVALID_CODE:
+        return CUDA_ERROR_INVALID_PTX;
+    case DK_OUT_OF_MEMORY:
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    default:
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+}
+
+static CUresult
+module_load(CUmodule *module, const void *image, unsigned int n,
+            CUjit_option *options, void **values)
+{
+    char log[DK_LOG_MAX], info[DK_LOG_MAX];
+    struct jit_logs logs;
+    struct CUctx_st *ctx;
+    struct CUmod_st *m = NULL;
+    dk_module *dk = NULL;
+    enum dk_result r;
+    CUresult rc;
+    size_t used = 0;
+
+    if (module == NULL || image == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    rc = jit_logs_read(n, options, values, &logs);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
+    }
+    pthread_mutex_lock(&g_mu);
+    ctx = live_current_ctx();
+    rc = ctx == NULL ? CUDA_ERROR_INVALID_CONTEXT : capture_forbids_unsafe();
+    pthread_mutex_unlock(&g_mu);
+    if (rc != CUDA_SUCCESS) {
+        return rc;
+    }
+    r = dk_module_load(image, 0, &dk, log, sizeof(log));
+    if (r == DK_OK && dk_module_format(dk) == DK_SPIRV) {
+        /* SPIR-V is not CUDA's. */
+        dk_module_unload(dk, "cuModuleLoadData");
+        r = DK_NOT_IMAGE;
+    }
+    if (r != DK_OK) {
+        jit_log_write(logs.error, logs.error_size, logs.error_at, values,
+                      log);
+        jit_log_write(logs.info, logs.info_size, logs.info_at, values, "");
+        return module_result(r);
+    }
+    info[0] = '\0';
+    for (int i = 0; dk_module_format(dk) == DK_PTX
+                    && i < dk_kernel_count(dk) && used < sizeof(info);
+         i++) {
+        used += (size_t)snprintf(info + used, sizeof(info) - used,
+                                 "ptxas info    : Compiling entry function "
+                                 "'%s' for 'sm_%d%d'\n",
+                                 dk_kernel_at(dk, i)->name, cfg.cc_major,
+                                 cfg.cc_minor);
+    }
+    jit_log_write(logs.info, logs.info_size, logs.info_at, values, info);
+    jit_log_write(logs.error, logs.error_size, logs.error_at, values, "");
+    m = calloc(1, sizeof(*m));
+    if (m != NULL) {
+        m->nfuncs = dk_kernel_count(dk);
+        m->funcs = calloc(m->nfuncs ? (size_t)m->nfuncs : 1,
+                          sizeof(*m->funcs));
+    }
+    rc = m != NULL && m->funcs != NULL ? CUDA_SUCCESS
+                                       : CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_mu);
+    if (rc == CUDA_SUCCESS && !dc_handles_add(&g_module_set, m)) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; rc == CUDA_SUCCESS && i < m->nfuncs; i++) {
+        m->funcs[i].mod = m;
+        m->funcs[i].k = dk_kernel_at(dk, i);
+        if (!dc_handles_add(&g_func_set, &m->funcs[i])) {
+            for (int j = 0; j < i; j++) {
+                dc_handles_remove(&g_func_set, &m->funcs[j]);
+            }
+            dc_handles_remove(&g_module_set, m);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (rc == CUDA_SUCCESS) {
+        m->ctx = ctx;
+        m->dk = dk;
+        dc_live_add(&g_ctl, LIVE_MODULE, 1);
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc != CUDA_SUCCESS) {
+        dk_module_unload(dk, "cuModuleLoadData");
+        if (m != NULL) {
+            free(m->funcs);
+        }
+        free(m);
+        m = NULL;
+    }
+    *module = m;
+    return rc;
+}
+
+CUresult
+cuModuleLoadData(CUmodule *module, const void *image)
+{
+    FAKE_ENTER(cuModuleLoadData, true);
+    return module_load(module, image, 0, NULL, NULL);
+}
+
+CUresult
+cuModuleLoadDataEx(CUmodule *module, const void *image,
+                   unsigned int numOptions, CUjit_option *options,
+                   void **optionValues)
+{
+    FAKE_ENTER(cuModuleLoadDataEx, true);
+    return module_load(module, image, numOptions, options, optionValues);
+}
+
+CUresult
+cuModuleUnload(CUmodule hmod)
+{
+    FAKE_ENTER(cuModuleUnload, true);
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_has(&g_module_set, hmod)) {
+        pthread_mutex_unlock(&g_mu);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    dc_handles_remove(&g_module_set, hmod);
+    for (int i = 0; i < hmod->nfuncs; i++) {
+        dc_handles_remove(&g_func_set, &hmod->funcs[i]);
+    }
+    dc_live_add(&g_ctl, LIVE_MODULE, -1);
+    pthread_mutex_unlock(&g_mu);
+    /* A launch still queued is the caller's bug: the kernel layer reports
+     * and counts it ("kernel_misuse"), and keeps the code until it ran. */
+    dk_module_unload(hmod->dk, "cuModuleUnload");
+    free(hmod->funcs);
+    free(hmod);
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+
+    FAKE_ENTER(cuModuleGetFunction, true);
+    if (hfunc == NULL || name == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (dc_handles_has(&g_module_set, hmod)) {
+        rc = CUDA_ERROR_NOT_FOUND;
+        for (int i = 0; i < hmod->nfuncs; i++) {
+            if (strcmp(hmod->funcs[i].k->name, name) == 0) {
+                *hfunc = &hmod->funcs[i];
+                rc = CUDA_SUCCESS;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
+{
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+
+    FAKE_ENTER(cuModuleGetFunctionCount, true);
+    if (count == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (dc_handles_has(&g_module_set, mod)) {
+        *count = (unsigned int)mod->nfuncs;
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+CUresult
+cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions,
+                           CUmodule mod)
+{
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+
+    FAKE_ENTER(cuModuleEnumerateFunctions, true);
+    if (functions == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (dc_handles_has(&g_module_set, mod)) {
+        for (unsigned int i = 0; i < numFunctions
+                                 && i < (unsigned int)mod->nfuncs; i++) {
+            functions[i] = &mod->funcs[i];
+        }
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* Under g_mu.  A live function handle, or NULL. */
+static struct CUfunc_st *
+func_lookup(CUfunction f)
+{
+    return dc_handles_has(&g_func_set, f) ? f : NULL;
+}
+
+CUresult
+cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+
+    FAKE_ENTER(cuFuncGetName, true);
+    if (name == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (func_lookup(hfunc) != NULL) {
+        *name = hfunc->k->name;
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* What the double's device tells of a kernel: registers are a fixed
+ * figure (no code is compiled), the limits are the device's. */
+#define FAKE_KERNEL_REGISTERS 32
+
+CUresult
+cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+    const dk_kernel *k;
+
+    FAKE_ENTER(cuFuncGetAttribute, true);
+    if (pi == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    k = func_lookup(hfunc) != NULL ? hfunc->k : NULL;
+    pthread_mutex_unlock(&g_mu);
+    if (k == NULL) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        *pi = k->max_threads;
+        return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+        *pi = (int)k->static_shared;
+        return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+        *pi = 0;
+        return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+        *pi = FAKE_KERNEL_REGISTERS;
+        return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+        *pi = cfg.cc_major * 10 + cfg.cc_minor;
+        return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        /* The default: what the static part leaves of 48 KiB (no
+         * cuFuncSetAttribute opt-in is modelled). */
+        *pi = (int)(DK_MAX_SHARED - (k->static_shared < DK_MAX_SHARED
+                                         ? k->static_shared
+                                         : DK_MAX_SHARED));
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult
+cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                   size_t *paramSize)
+{
+    const dk_kernel *k;
+
+    FAKE_ENTER(cuFuncGetParamInfo, true);
+    pthread_mutex_lock(&g_mu);
+    k = func_lookup(func) != NULL ? func->k : NULL;
+    pthread_mutex_unlock(&g_mu);
+    if (k == NULL) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (paramOffset == NULL || paramSize == NULL
+        || paramIndex >= (size_t)k->nparams) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *paramOffset = k->params[paramIndex].offset;
+    *paramSize = k->params[paramIndex].size;
+    return CUDA_SUCCESS;
+}
+
+CUresult
+cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+               unsigned int gridDimZ, unsigned int blockDimX,
+               unsigned int blockDimY, unsigned int blockDimZ,
+               unsigned int sharedMemBytes, CUstream hStream,
+               void **kernelParams, void **extra)
+{
+    const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ};
+    const unsigned block[3] = {blockDimX, blockDimY, blockDimZ};
+    struct CUstream_st *s;
+    struct fake_op *op;
+    dk_launch *l = NULL;
+    const dk_kernel *k;
+    CUresult rc;
+
+    FAKE_ENTER(cuLaunchKernel, true);
+    if (extra != NULL) {
+        /* The packed-buffer form (CU_LAUNCH_PARAM_BUFFER_POINTER) is not
+         * modelled; both forms at once the driver refuses too. */
+        return kernelParams != NULL ? CUDA_ERROR_INVALID_VALUE
+                                    : CUDA_ERROR_NOT_SUPPORTED;
+    }
+    pthread_mutex_lock(&g_mu);
+    k = func_lookup(f) != NULL ? f->k : NULL;
+    rc = k == NULL ? CUDA_ERROR_INVALID_HANDLE
+                   : stream_resolve(hStream, &s);
+    if (rc == CUDA_SUCCESS && s->ctx != f->mod->ctx) {
+        /* A kernel runs in its module's context only. */
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (rc == CUDA_SUCCESS && kernelParams == NULL && k->nparams > 0) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS
+        && dk_check_geometry(k, grid, block, sharedMemBytes, DK_MAX_SHARED)
+               != DK_OK) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        /* Captured, it is a graph's node: queued only by its replays. */
+        enum dk_result r = dk_launch_new(
+            k, grid, block, sharedMemBytes, kernelParams,
+            s->capture == CU_STREAM_CAPTURE_STATUS_NONE, &l);
+
+        rc = r == DK_OK ? CUDA_SUCCESS
+             : r == DK_NO_BINARY ? CUDA_ERROR_NO_BINARY_FOR_GPU
+                                 : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc == CUDA_SUCCESS) {
+        op = op_new(OP_LAUNCH, 0, NULL);
+        if (op == NULL) {
+            dk_launch_free(l);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        else {
+            op->launch = l;
+            rc = stream_enqueue(s, op);
+        }
     }
     pthread_mutex_unlock(&g_mu);
     return rc;
@@ -2815,6 +3356,7 @@ struct fake_proc {
     {#name, version, (void *)symbol},
 static const struct fake_proc fake_procs[] = {
     ACC_CUDA_FUNCTIONS(FAKE_PROC)
+    ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_PROC)
     ACC_CUDA_PEER_FUNCTIONS(FAKE_PROC)
     {"cuStreamGetCtx", 12050, (void *)cuStreamGetCtx_v2},
     {"cuDeviceGetUuid", 9020, (void *)cuDeviceGetUuid},
@@ -2904,7 +3446,8 @@ reset_sync_counters(void)
 }
 
 /* "context": primary contexts with a retain count > 0; "retain": the sum
- * of the retain counts; the memory kinds of double_memory.h. */
+ * of the retain counts; the memory kinds of double_memory.h and the
+ * kernel detector of double_kernels.h. */
 static long long
 live_contexts(const char *kind)
 {
@@ -2912,7 +3455,8 @@ live_contexts(const char *kind)
     bool contexts = strcmp(kind, "context") == 0;
 
     if (!contexts && strcmp(kind, "retain") != 0) {
-        return dm_live(kind); /* memory kinds, or -1 */
+        n = dm_live(kind); /* memory kinds, or -1 */
+        return n >= 0 ? n : dk_live(kind);
     }
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < cfg.devices; i++) {
@@ -2920,6 +3464,13 @@ live_contexts(const char *kind)
     }
     pthread_mutex_unlock(&g_mu);
     return n;
+}
+
+static void
+reset_detectors(void)
+{
+    dm_reset_detectors();
+    dk_reset_detectors();
 }
 
 static void

@@ -445,6 +445,33 @@ dm_op_run(const dm_op *op)
     pthread_mutex_unlock(&dm.mu);
 }
 
+bool
+dm_run_resolved(const char *api, int n, const unsigned long long *addrs,
+                void **hosts, void (*fn)(void *ctx, void *const *hosts),
+                void *ctx)
+{
+    bool ok = true;
+
+    pthread_mutex_lock(&dm.mu);
+    for (int i = 0; i < n && ok; i++) {
+        if (addrs[i] == 0) {
+            hosts[i] = NULL;
+        }
+        else if (find(addrs[i], 0, true) != NULL) {
+            hosts[i] = (void *)(uintptr_t)addrs[i];
+        }
+        else {
+            hosts[i] = device_bytes(api, addrs[i], 0, -1);
+            ok = hosts[i] != NULL;
+        }
+    }
+    if (ok) {
+        fn(ctx, hosts);
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return ok;
+}
+
 void
 dm_op_release(dm_op *op)
 {

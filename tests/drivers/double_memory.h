@@ -97,6 +97,15 @@ typedef struct dm_range {
  * none does (one past the end is in none). */
 dm_range dm_query(unsigned long long addr);
 
+/* Run fn(ctx, hosts) with hosts[i] the host bytes behind addrs[i] (a
+ * kernel's pointer arguments): device memory of any device, page-locked
+ * host memory as it is, 0 as NULL; the memory is held during the run,
+ * so nothing is freed under it.  When an address is none of those it is
+ * reported (api) and fn does not run: false. */
+bool dm_run_resolved(const char *api, int n, const unsigned long long *addrs,
+                     void **hosts, void (*fn)(void *ctx, void *const *hosts),
+                     void *ctx);
+
 /* Copy a pageable source now (so the caller may reuse it); DM_OUT_OF_
  * MEMORY when staging fails. */
 enum dm_result dm_op_stage(dm_op *op);
