@@ -43,12 +43,15 @@ class NvrtcError(RuntimeError):
     pass
 
 
-def find_nvrtc() -> tuple[ctypes.CDLL | None, str]:
-    """libnvrtc, or None, and where it was (or where it was looked for)."""
-    names = [os.environ.get("NVRTC_LIBRARY", ""), "libnvrtc.so.13",
-             "libnvrtc.so.12", "libnvrtc.so"]
+def find_nvrtc(major: str) -> tuple[ctypes.CDLL | None, str]:
+    """libnvrtc, or None, and where it was (or where it was looked for):
+    of the driver's CUDA major version first (major; a newer NVRTC writes
+    PTX and cubins that an older driver refuses)."""
+    names = [os.environ.get("NVRTC_LIBRARY", ""), f"libnvrtc.so.{major}",
+             "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
     dirs = sorted(glob.glob("/usr/local/cuda*/lib64")
-                  + glob.glob("/usr/local/cuda*/lib"), reverse=True)
+                  + glob.glob("/usr/local/cuda*/lib"),
+                  key=lambda d: (f"/cuda-{major}." in d, d), reverse=True)
     dirs += [os.path.join(p, "nvidia", "cuda_nvrtc", "lib")
              for p in site.getsitepackages()]
     paths = [n for n in names if n] + [
@@ -62,6 +65,15 @@ def find_nvrtc() -> tuple[ctypes.CDLL | None, str]:
             continue
     return None, "searched NVRTC_LIBRARY, " + ", ".join(names[1:]) + \
         " and " + ", ".join(dirs)
+
+
+def driver_major() -> str:
+    """The CUDA major version of the selected driver ('' if unknown)."""
+    import accelerator
+
+    version = next((b["driver_version"] for b in accelerator.backends()
+                    if b["selected"]), None) or ""
+    return version.split(".")[0]
 
 
 def nvrtc_version(lib: ctypes.CDLL) -> str:
@@ -105,7 +117,7 @@ def nvrtc_compile(lib: ctypes.CDLL, source: str, arch: str,
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def compile_in_child(arch: str, output: str) -> bytes:
+def compile_in_child(arch: str, output: str, major: str) -> bytes:
     """nvrtc_compile in a child process that cannot see the CUDA driver
     double: NVRTC 13 dlopens libcuda.so.1 when it finds one and reads a
     table the double lacks (cuGetExportTable), crashing the process."""
@@ -114,7 +126,7 @@ def compile_in_child(arch: str, output: str) -> bytes:
         d for d in env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
         if d and Path(d).resolve() != REPO / "tests" / "drivers" / "build")
     proc = subprocess.run([sys.executable, __file__, "--compile", arch,
-                           output], env=env, capture_output=True,
+                           output, major], env=env, capture_output=True,
                           timeout=300)
     if proc.returncode != 0:
         raise NvrtcError(proc.stderr.decode(errors="replace").strip()
@@ -145,7 +157,7 @@ def saxpy_matches(module: Any) -> str:
     return "" if error <= 2 ** -23 else f"relative error {error:.3g}"
 
 
-def check_form(cc: str, output: str, double: bool
+def check_form(cc: str, output: str, major: str, double: bool
                ) -> tuple[bool, str]:
     """(passed, what happened) for one NVRTC form."""
     import accelerator
@@ -153,7 +165,7 @@ def check_form(cc: str, output: str, double: bool
     arch = ("compute_" if output == "ptx" else "sm_") + cc
     code, params = b"", None
     try:
-        code = compile_in_child(arch, output)
+        code = compile_in_child(arch, output, major)
         module = accelerator.Module(code, format=output)
         params = module.get_kernel("saxpy").attributes["num_args"]
         wrong = saxpy_matches(module)
@@ -186,22 +198,24 @@ def main() -> int:
                         help="the dry run on the CUDA driver double")
     parser.add_argument("--markdown", type=Path,
                         help="write the lines here too")
-    parser.add_argument("--compile", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--compile", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.compile:   # the child of compile_in_child: code to stdout
-        lib, where = find_nvrtc()
+        arch, output, major = args.compile
+        lib, where = find_nvrtc(major)
         if lib is None:
             sys.exit(f"no libnvrtc ({where})")
         try:
             sys.stdout.buffer.write(nvrtc_compile(lib, kernel_code.CUDA_C,
-                                                  *args.compile))
+                                                  arch, output))
         except NvrtcError as exc:
             sys.exit(str(exc))
         return 0
     import accelerator
 
     lines, ok = [], True
-    lib, where = find_nvrtc()
+    major = driver_major() if accelerator.is_available() else ""
+    lib, where = find_nvrtc(major)
     if lib is None:
         lines.append(f"- nvrtc: not run: no libnvrtc ({where})")
     elif not accelerator.is_available():
@@ -210,9 +224,9 @@ def main() -> int:
         props = accelerator.get_device_properties(0)
         cc = f"{props.major}{props.minor}"
         lines.append(f"- NVRTC {nvrtc_version(lib)} ({where}), "
-                     f"{props.name} (sm_{cc})")
+                     f"{props.name} (sm_{cc}, driver CUDA {major})")
         for output in ("ptx", "cubin"):
-            passed, text = check_form(cc, output, args.double)
+            passed, text = check_form(cc, output, major, args.double)
             ok &= passed
             lines.append(f"- nvrtc {output}: {text}")
     if args.double:
