@@ -188,6 +188,13 @@ extern "C" __global__ void add_one(unsigned *data, unsigned n)
 _CACHE = Path(tempfile.mkdtemp(prefix="accelerator-kernels-"))
 
 
+def _tool_env() -> dict[str, str]:
+    """The environment of a build tool: without the sanitizer runtime the
+    instrumented stages preload (nvcc crashes under it; the tools are not
+    what is tested)."""
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
 def _cached(name: str, text: str, build: list[str], suffix: str) -> bytes:
     """Run build (with {src} and {out}) on text once per process."""
     key = hashlib.sha256((name + text + " ".join(build)).encode()).hexdigest()
@@ -197,7 +204,7 @@ def _cached(name: str, text: str, build: list[str], suffix: str) -> bytes:
         src.write_text(text)
         argv = [a.format(src=src, out=out, drivers=DRIVERS) for a in build]
         subprocess.run(argv, check=True, capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, env=_tool_env())
     return out.read_bytes()
 
 
@@ -233,6 +240,12 @@ def ptx(source: str = CUDA_C) -> bytes:
                    ".ptx")
 
 
+def cubin(source: str = CUDA_C, arch: str = "sm_90") -> bytes:
+    """A CUDA device ELF (machine EM_CUDA) from CUDA C++ (nvcc -cubin)."""
+    return _cached("cu", source, [NVCC, "-cubin", f"-arch={arch}", "-o",
+                                  "{out}", "{src}"], ".cubin")
+
+
 def spirv(source: str = OPENCL_C) -> bytes:
     """A SPIR-V module from OpenCL C (clang-15, then llvm-spirv-15)."""
     bc = _cached("cl", source, ["clang-15", "-c", "-target", "spir64",
@@ -244,7 +257,8 @@ def spirv(source: str = OPENCL_C) -> bytes:
     if not out.exists():
         bc_path.write_bytes(bc)
         subprocess.run(["llvm-spirv-15", str(bc_path), "-o", str(out)],
-                       check=True, capture_output=True, timeout=300)
+                       check=True, capture_output=True, timeout=300,
+                       env=_tool_env())
     return out.read_bytes()
 
 

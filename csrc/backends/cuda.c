@@ -1132,10 +1132,12 @@ cuda_kernel_info(int device, CUfunction f, acc_kernel_info *info,
                  acc_error *err)
 {
     static const CUdevice_attribute block[3] = {
-        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
         CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z};
     static const CUdevice_attribute grid[3] = {
-        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
         CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z};
     CUdevice dev = cu.devices[device];
     int value = 0;

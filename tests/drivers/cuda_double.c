@@ -47,7 +47,9 @@
  *       allocation (out of bounds, after free, another device's, freed
  *       page-locked memory), each also printed on stderr; "guard_damage":
  *       allocations whose guard bytes were found overwritten (at free, or
- *       live now).  -1 for an unknown kind.
+ *       live now); "module": loaded modules; "kernel_misuse": modules
+ *       unloaded under a queued launch, and such launches.  -1 for an
+ *       unknown kind.
  *   void fake_cuda_report_at_exit(void)
  *       Prints the live retain, stream and event counts (and the driver
  *       calls made so far, all functions) on stderr at exit,
@@ -144,6 +146,24 @@
  *     to pageable memory returns when it has run; page-locked memory is
  *     fully asynchronous.  cuMemFree does not synchronise (real drivers
  *     do), so that freeing memory that queued work still uses is caught.
+ *   - Kernels (tests/drivers/double_kernels.h): cuModuleLoadData(Ex) takes
+ *     the doubles' native format (a host ELF shared object), which runs
+ *     on the stream's worker, and PTX, whose entries and parameters are
+ *     read (cuFuncGetParamInfo) but whose launches fail with
+ *     CUDA_ERROR_NO_BINARY_FOR_GPU; an ELF for another machine (a real
+ *     cubin) fails to load with that code, PTX that does not parse with
+ *     CUDA_ERROR_INVALID_PTX and a ptxas-like CU_JIT_ERROR_LOG_BUFFER,
+ *     anything else (SPIR-V, fat binaries) with CUDA_ERROR_INVALID_IMAGE.
+ *     Kernel attributes: the device's 1024 threads and 48 KiB of dynamic
+ *     shared memory (no cuFuncSetAttribute opt-in), 32 registers.
+ *     cuLaunchKernel takes kernelParams only (extra: NOT_SUPPORTED) and
+ *     checks the geometry against the device limits (INVALID_VALUE); on a
+ *     capturing stream it is a graph node that each cuGraphLaunch queues.
+ *     Loading a module during a global-mode capture (or on the thread of
+ *     a thread-local one) fails with STREAM_CAPTURE_UNSUPPORTED and
+ *     invalidates that capture.  Live kind "module"; the detector
+ *     "kernel_misuse" counts a module unloaded while a launch of it was
+ *     queued (and that launch, which then does not run).
  */
 #define _GNU_SOURCE
 
