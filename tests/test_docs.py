@@ -260,3 +260,18 @@ def test_kernels_page_native_kernel_runs_on_the_doubles(
                           **double.environment(1)})
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
+
+
+def test_kernels_page_examples_type_check(tmp_path: pathlib.Path) -> None:
+    """The page's Python, as a user's editor sees it: mypy --strict with
+    the package's stubs (numpy arrays and scalars where a copy or a launch
+    takes host data, dict code, sized scalars)."""
+    pytest.importorskip("mypy")
+    (tmp_path / "session.py").write_text(kernels_session())
+    (tmp_path / "test_saxpy.py").write_text(kernels_pytest_example())
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+         "--cache-dir", os.devnull, "session.py", "test_saxpy.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(fake_drivers.SRC)})
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -194,6 +194,19 @@ class _BufferProtocol(Protocol):
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
 @type_check_only
+class _NumpyData(Protocol):
+    """A numpy array or scalar: its buffer holds its bytes.  numpy declares
+    __buffer__ for Python 3.12 and later only, so it is recognised here by
+    __array_interface__ (an object with that but no buffer is refused at
+    run time)."""
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...
+
+# Host memory a copy reads or writes: any object with the buffer protocol.
+_HostData: TypeAlias = _BufferProtocol | _NumpyData
+
+@type_check_only
 class _DLPackProducer(Protocol):
     """An array of another library (torch, CuPy, dpctl ...)."""
 
@@ -215,8 +228,8 @@ class Buffer:
     def closed(self) -> bool: ...
     @property
     def owner(self) -> object: ...
-    def copy_from(self, src: Buffer | HostBuffer | _BufferProtocol, /, *, stream: Stream | None = None) -> None: ...
-    def copy_to(self, dst: Buffer | HostBuffer | _BufferProtocol, /, *, stream: Stream | None = None) -> None: ...
+    def copy_from(self, src: Buffer | HostBuffer | _HostData, /, *, stream: Stream | None = None) -> None: ...
+    def copy_to(self, dst: Buffer | HostBuffer | _HostData, /, *, stream: Stream | None = None) -> None: ...
     def fill(self, value: SupportsIndex, /, *, stream: Stream | None = None) -> None: ...
     def record_stream(self, stream: Stream, /) -> None: ...
     def close(self, stream: Stream | None = None) -> None: ...
@@ -281,7 +294,7 @@ class HostBuffer:
 _CodeFormat: TypeAlias = Literal["ptx", "cubin", "fatbin", "spirv", "opencl-c", "hsaco", "native"]
 # One module's code, or a dict from device type ("cuda", "xpu", "opencl" ...)
 # to code, whose entry for the selected backend is loaded.
-_Code: TypeAlias = bytes | str | _BufferProtocol | dict[str, bytes] | dict[str, str] | dict[str, bytes | str]
+_Code: TypeAlias = bytes | str | _HostData | dict[str, bytes] | dict[str, str] | dict[str, bytes | str]
 _BuildOptions: TypeAlias = str | list[str] | tuple[str, ...] | None
 # A grid or block: an int or 1 to 3 ints.
 _Dims: TypeAlias = (
@@ -291,19 +304,9 @@ _Dims: TypeAlias = (
     | tuple[SupportsIndex, SupportsIndex, SupportsIndex]
     | list[SupportsIndex]
 )
-@type_check_only
-class _NumpyScalar(Protocol):
-    """A numpy scalar such as numpy.float32(2.0): its buffer holds its
-    bytes (numpy declares __buffer__ for Python 3.12 and later only)."""
-
-    @property
-    def itemsize(self) -> int: ...
-    @property
-    def ndim(self) -> int: ...
-
 # A kernel argument: memory by address; numpy or ctypes scalars by value;
 # a bare int or float only where the driver tells the parameter's size.
-_KernelArg: TypeAlias = Buffer | HostBuffer | int | float | _NumpyScalar | _BufferProtocol
+_KernelArg: TypeAlias = Buffer | HostBuffer | int | float | _HostData
 
 @final
 class Module:
