@@ -16,7 +16,7 @@ every library launches the same kernel on the same device, interleaved
   bench_peers.py does) with cuda.core and raw cuda.bindings beside us: the
   double runs its native format (a host shared object), which each
   library loads as it would load a cubin.  Without --double the real
-  driver runs PTX that NVRTC (cuda.core's Program) compiled.
+  driver runs PTX that NVRTC compiled (bench/nvrtc_check.py).
 
 Rows: the launch call alone (the work queues; each timing drains the
 queues after it), and a launch followed by a wait for it.  Figures are ns
@@ -128,14 +128,17 @@ def opencl_names() -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def cuda_code(double: bool) -> bytes:
-    """add_one for the CUDA driver: the double's native object, or PTX."""
-    code = kernel_code()
+    """add_one for the CUDA driver: the double's native object, or PTX
+    that NVRTC compiles for the device (nvrtc_check.py's compile)."""
     if double:
-        return code.native()
-    from cuda.core import Program, ProgramOptions
+        return kernel_code().native()
+    import accelerator
+    import nvrtc_check
 
-    return Program(code.CUDA_C, "c++", ProgramOptions()).compile(
-        "ptx").code
+    props = accelerator.get_device_properties(0)
+    return nvrtc_check.compile_in_child(
+        f"compute_{props.major}{props.minor}", "ptx",
+        nvrtc_check.driver_major())
 
 
 def cuda_names(double: bool) -> tuple[dict[str, Any], dict[str, str]]:
@@ -163,6 +166,13 @@ def cuda_names(double: bool) -> tuple[dict[str, Any], dict[str, str]]:
         assert err == drv.CUresult.CUDA_SUCCESS, err
         values = (ctypes.c_uint64(int(raw)), ctypes.c_uint32(N))
         kp = (ctypes.c_void_p * 2)(*(ctypes.addressof(v) for v in values))
+        # The timed calls return their error without raising: one checked
+        # launch first, so that a refused launch is not timed as one.
+        err, = drv.cuLaunchKernel(f, GRID, 1, 1, BLOCK, 1, 1, 0, stream,
+                                  ctypes.addressof(kp), 0)
+        assert err == drv.CUresult.CUDA_SUCCESS, err
+        err, = drv.cuStreamSynchronize(stream)
+        assert err == drv.CUresult.CUDA_SUCCESS, err
         names.update(cuLaunchKernel=drv.cuLaunchKernel,
                      cuStreamSynchronize=drv.cuStreamSynchronize, f=f,
                      cs_h=stream, kp_addr=ctypes.addressof(kp), _keep=(

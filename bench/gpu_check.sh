@@ -12,7 +12,8 @@
 # suite on the real driver, then a kernel that NVRTC compiles, launched and
 # checked against numpy (bench/nvrtc_check.py), then the benchmark side by side with
 # torch.accelerator / torch.cuda, cuda.core and CuPy where installed, and
-# accelerator beside cuda.core in one process (bench_peers.py), and writes
+# accelerator beside cuda.core in one process (bench_peers.py) and a kernel
+# launch beside cuda.core and cuda.bindings (bench_kernels.py), and writes
 # bench/results/<date>-<gpu>.md and .json.  It prints a short table last.
 # Exit status: 0, or 1 when the install, the suite or the NVRTC kernel
 # failed or the benchmark did not run (the results are written either way).  Without a
@@ -200,6 +201,12 @@ budget=$(($(left) - 5))
 ((budget < 30)) && budget=30
 timeout "$budget" "$py" bench/bench_peers.py --quick --no-install \
     --markdown "$work/peers.md" || true
+echo "== kernel launch beside cuda.core and cuda.bindings"
+kernels_args=(--only cuda --quick --no-install --markdown "$work/kernels.md")
+((double)) && kernels_args+=(--double)
+budget=$(($(left) - 5))
+((budget < 30)) && budget=30
+timeout "$budget" "$py" bench/bench_kernels.py "${kernels_args[@]}" || true
 
 host="$(uname -srm)"
 versions="$("$py" - <<'EOF'
@@ -231,6 +238,10 @@ EOF
     if [[ -s "$work/peers.md" ]]; then
         echo
         cat -- "$work/peers.md"
+    fi
+    if [[ -s "$work/kernels.md" ]]; then
+        echo
+        cat -- "$work/kernels.md"
     fi
 } >"$base.md"
 

@@ -10,6 +10,7 @@ results file with its table.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,9 @@ def test_gpu_check_runs_through_to_its_results_table(tmp_path: Path) -> None:
     assert "| current_stream()" in text      # the benchmark's table
     # The NVRTC step: PTX and a cubin refused as the double refuses code it
     # cannot run (or no libnvrtc on this machine), the native saxpy checked.
+    # The kernel launch beside cuda.bindings, ours measured (a figure).
+    assert re.search(r"^\| launch add_one \(queued, not waited for\)\s*\|"
+                     r"\s*[\d,]+\s*\|", text, re.MULTILINE), text[-3000:]
     nvrtc = [line for line in text.splitlines() if "nvrtc" in line.lower()
              or line.startswith("- native saxpy")]
     assert "- native saxpy on the double: matches numpy" in nvrtc, nvrtc
