@@ -2,15 +2,15 @@
  * core.h - what only the core's files share: the dispatcher (error.c,
  * hooks.c, visible.c, registry.c, device.c, cache.c, event.c, stream.c,
  * restore.c) and the layers on it (uses.c, memory.c, allocator.c,
- * graph.c).  The Python layer includes accel.h, never this; backends
- * include backend.h.
+ * graph.c, kernel.c).  The Python layer includes accel.h, never this;
+ * backends include backend.h.
  *
  * The core is one-way.  From the bottom: errors and tracing, the hook
  * table and the visible-devices parser; the registry (probe, selection,
  * deferred initialisation, the fork guard); devices; the cache of driver
  * streams and events; events; streams; `with` blocks; then the books of
- * uses, memory, the allocator and graphs.  A file calls only files below
- * it.  Where a lower file must let a higher one act (a stream is
+ * uses, memory, the allocator, graphs and kernels.  A file calls only
+ * files below it.  Where a lower file must let a higher one act (a stream is
  * destroyed, the child after fork), it runs the hooks that the higher
  * one registered (hooks.c), never a function by name.
  */

@@ -36,7 +36,7 @@ struct acc_module {
     acc_kernel *kernels;
 };
 
-/* Formats ------------------------------------------------------------------ */
+/* Formats ----------------------------------------------------------------- */
 
 static const char *const format_names[ACC_FORMAT_COUNT] = {
     [ACC_FORMAT_PTX] = "ptx",
@@ -220,7 +220,8 @@ acc_code_format_resolve(const void *code, size_t size,
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if ((f == ACC_FORMAT_SPIRV && !is_spirv(p, size))
-        || ((f == ACC_FORMAT_CUBIN || f == ACC_FORMAT_HSACO)
+        || ((f == ACC_FORMAT_CUBIN || f == ACC_FORMAT_HSACO
+             || f == ACC_FORMAT_NATIVE)
             && !is_elf(p, size))
         || ((f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
             && !is_text(p, size))) {
@@ -237,7 +238,7 @@ acc_code_format_resolve(const void *code, size_t size,
     return ACC_OK;
 }
 
-/* Modules ------------------------------------------------------------------ */
+/* Modules ----------------------------------------------------------------- */
 
 static void
 info_unknown(acc_kernel_info *info)
@@ -340,7 +341,7 @@ acc_module_release(acc_module *m)
     acc_defer_release(m->device, (uintptr_t)m, module_unload, &m->uses);
 }
 
-/* Kernels ------------------------------------------------------------------ */
+/* Kernels ----------------------------------------------------------------- */
 
 static acc_kernel *
 find_kernel(acc_module *m, const char *name)
@@ -437,7 +438,7 @@ acc_kernel_info_of(const acc_kernel *k)
     return &k->info;
 }
 
-/* Launches ----------------------------------------------------------------- */
+/* Launches ---------------------------------------------------------------- */
 
 static const char *const dim_names[3] = {"x", "y", "z"};
 

@@ -31,7 +31,7 @@ kernel_state(PyObject *self)
     return acc_state_from_type(Py_TYPE(self));
 }
 
-/* Module ------------------------------------------------------------------- */
+/* Module ------------------------------------------------------------------ */
 
 /* The entry of a dict of code for the selected backend (its device type,
  * or the alias users write for it): borrowed. */
@@ -517,7 +517,7 @@ PyType_Spec acc_module_spec = {
     .slots = module_slots,
 };
 
-/* Kernel ------------------------------------------------------------------- */
+/* Kernel ------------------------------------------------------------------ */
 
 static PyObject *
 kernel_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
@@ -615,8 +615,9 @@ static PyGetSetDef kernel_getset[] = {
 };
 
 PyDoc_STRVAR(kernel_doc,
+"Kernel()\n--\n\n"
 "One entry point of a Module, from Module.get_kernel(name); launch it\n"
-"with accelerator.launch().");
+"with accelerator.launch().  Not made directly.");
 
 static PyType_Slot kernel_slots[] = {
     {Py_tp_new, kernel_new},
@@ -637,7 +638,7 @@ PyType_Spec acc_kernel_spec = {
     .slots = kernel_slots,
 };
 
-/* launch() ----------------------------------------------------------------- */
+/* launch() ---------------------------------------------------------------- */
 
 /* A grid or block: an int or a sequence of one to three ints, padded with
  * 1.  Out-of-range values are clamped to what the core then refuses,

@@ -9,7 +9,7 @@
  *   py_device.c, py_device_index.c, py_stream.c, py_event.c,
  *   py_buffer.c (Buffer), py_hostbuffer.c (HostBuffer), py_graph.c,
  *   py_memory.c (accelerator.memory's functions), py_capability.c
- *   (get_device_capability)
+ *   (get_device_capability), py_kernel.c (Module, Kernel, launch)
  *                       one file per type or family of functions
  *   py_dlpack.c         DLPack both ways: the methods Buffer and
  *                       HostBuffer list, and from_dlpack

@@ -130,6 +130,9 @@ class DriverDouble:
     #: "native" (a double's host shared object), "opencl-c" (source the
     #: driver builds); "" without kernels
     kernel_format = ""
+    #: the driver tells each kernel parameter's size (a bare int or float
+    #: then passes at that size; a mismatched size is refused)
+    kernel_param_sizes = True
     #: what the backend's descriptor calls the units that
     #: multi_processor_count counts (the report's word for them)
     processor_label = ""
@@ -1253,6 +1256,26 @@ class OpenCLDouble(DriverDouble):
         Site("clEnqueueSVMMemFill", RAISE, "fill()"),
         Site("clFlush", RAISE, "fill()"),
         Site("clFlush", RAISE, "copy_from(HostBuffer)"),
+        Site("clCreateProgramWithSource", RAISE, "Module()"),
+        Site("clBuildProgram", RAISE, "Module()"),
+        # Only a failed build asks for its log: lost, the BuildError stays.
+        Site("clGetProgramBuildInfo", SILENT, "Module(broken code)"),
+        # The kernel names only complete a KeyError's message.
+        Site("clGetProgramInfo", SILENT, "get_kernel(unknown name)"),
+        Site("clReleaseProgram", SILENT, "drop a module",
+             refused=(("program", 1),)),
+        Site("clCreateKernel", RAISE, "get_kernel()"),
+        Site("clReleaseKernel", SILENT, "drop a module",
+             refused=(("kernel", 1),)),
+        Site("clGetKernelInfo", RAISE, "get_kernel()"),
+        Site("clGetKernelArgInfo", RAISE, "get_kernel()"),
+        Site("clGetKernelArgInfo", RAISE, "get_kernel()", nth=2),
+        Site("clGetKernelWorkGroupInfo", RAISE, "get_kernel()"),
+        Site("clGetDeviceInfo", RAISE, "get_kernel()"),
+        Site("clSetKernelArgSVMPointer", RAISE, "launch()"),
+        Site("clSetKernelArg", RAISE, "launch()"),
+        Site("clEnqueueNDRangeKernel", RAISE, "launch()"),
+        Site("clFlush", RAISE, "launch()"),
     )
 
     def __init__(self, path: pathlib.Path = OPENCL_INTERPOSER) -> None:

@@ -185,6 +185,18 @@ extern "C" __global__ void add_one(unsigned *data, unsigned n)
 }
 """
 
+#: the smallest PTX a CUDA driver loads (recognised as PTX: .version and
+#: an entry)
+PTX_SAMPLE = """.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry empty()
+{
+    ret;
+}
+"""
+
 _CACHE = Path(tempfile.mkdtemp(prefix="accelerator-kernels-"))
 
 
@@ -270,3 +282,11 @@ def for_format(fmt: str) -> bytes:
     if fmt == "native":
         return native()
     raise ValueError(f"no test kernels in format {fmt!r}")
+
+
+def broken(fmt: str) -> bytes | None:
+    """Code in fmt that its driver fails to build, or None where the
+    driver builds nothing (a native object is loaded as it is)."""
+    if fmt == "opencl-c":
+        return b"__kernel void broken(__global float *x) { x[0] = y; }\n"
+    return None

@@ -2,8 +2,9 @@
 
 The dispatcher refuses, when it registers a backend, one with a required
 slot left NULL or an optional group filled in part: the five graph slots,
-the four device memory slots, the two page-locked host memory slots (all
-or none each, backend.h).  No backend of this build is incomplete, so the
+the four device memory slots, the two page-locked host memory slots, the
+five kernel slots (all or none each, backend.h), and kernels without the
+formats they load (code_formats) or formats without kernels.  No backend of this build is incomplete, so the
 check is run here on descriptors with slots left out: a small C program
 (tests/drivers/check_backend_slots.c) compiled with the very file the
 extension links.
@@ -23,6 +24,8 @@ GROUPS = {
               "graph_instantiate", "graph_launch", "graph_destroy"),
     "device memory": ("mem_alloc", "mem_free", "mem_copy", "mem_fill"),
     "page-locked host memory": ("host_alloc", "host_free"),
+    "kernel": ("module_load", "module_unload", "kernel_get",
+               "kernel_release", "launch"),
 }
 
 
@@ -70,3 +73,11 @@ def test_a_lone_slot_of_a_group_is_refused(verdicts) -> None:
     why = verdicts["only mem_fill"]
     assert why.startswith("its device memory slots are filled in part: "
                           "mem_alloc is NULL"), why
+
+
+def test_kernels_and_their_formats_come_together(verdicts) -> None:
+    assert verdicts["without kernels"] == "complete"
+    assert verdicts["kernels without code_formats"] == \
+        "it has kernels but no code_formats"
+    assert verdicts["code_formats without kernels"] == \
+        "it has code_formats but no kernels"

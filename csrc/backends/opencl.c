@@ -1368,7 +1368,7 @@ ocl_module_load(int device, acc_code_format format, const void *code,
     ocl_program *p = calloc(1, sizeof(*p));
     cl_device_id dev = ocl.devices[device];
     cl_context ctx = NULL;
-    cl_int rc = CL_SUCCESS, status = CL_SUCCESS;
+    cl_int rc = CL_SUCCESS;
     const char *api;
     char *flags;
     acc_status st;
@@ -1385,26 +1385,14 @@ ocl_module_load(int device, acc_code_format format, const void *code,
         free(p);
         return st;
     }
-    if (format == ACC_FORMAT_OPENCL_C) {
+    /* code_formats: OpenCL C only (see the descriptor). */
+    (void)format;
+    {
         const char *text = code;
 
         api = "clCreateProgramWithSource";
         p->program = ocl.fn.clCreateProgramWithSource(ctx, 1, &text, &size,
                                                       &rc);
-    }
-    else if (format == ACC_FORMAT_SPIRV) {
-        api = "clCreateProgramWithIL";
-        p->program = ocl.fn.clCreateProgramWithIL(ctx, code, size, &rc);
-    }
-    else {
-        const unsigned char *binary = code;
-
-        api = "clCreateProgramWithBinary";
-        p->program = ocl.fn.clCreateProgramWithBinary(
-            ctx, 1, &dev, &size, &binary, &status, &rc);
-        if (rc == CL_SUCCESS && status != CL_SUCCESS) {
-            rc = status;
-        }
     }
     if (rc != CL_SUCCESS || p->program == NULL) {
         if (p->program != NULL) {
@@ -1752,9 +1740,10 @@ const acc_backend acc_opencl_backend = {
     .torch_device_type = 4,  /* c10::DeviceType::OPENCL */
     .dlpack_device_type = 4, /* kDLOpenCL */
     .caps = 0,
-    .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_OPENCL_C)
-                    | ACC_FORMAT_BIT(ACC_FORMAT_SPIRV)
-                    | ACC_FORMAT_BIT(ACC_FORMAT_NATIVE),
+    /* OpenCL C, built by the driver.  SPIR-V (clCreateProgramWithIL) and
+     * program binaries are not taken: PoCL 3.1, the runtime this backend
+     * is tested on, takes no IL and gives no binary to test with. */
+    .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_OPENCL_C),
     .graphs_unsupported =
         "an OpenCL graph would be a command buffer (cl_khr_command_buffer), "
         "and the versions of it that this backend is built against and "

@@ -6,9 +6,8 @@
  * tests/drivers/check_opencl_api.c compiles this header together with
  * Khronos' CL/cl.h (ACC_OPENCL_API_CHECK) with -Werror, so every type,
  * constant and function signature here provably matches the standard's.
- * Entry points up to OpenCL 2.1 (clCreateCommandQueueWithProperties, the
- * shared virtual memory functions, clCreateProgramWithIL), which every ICD
- * loader exports.
+ * Entry points up to OpenCL 2.0 (clCreateCommandQueueWithProperties and
+ * the shared virtual memory functions), which every ICD loader exports.
  */
 #ifndef ACC_OPENCL_API_H
 #define ACC_OPENCL_API_H
@@ -116,7 +115,6 @@
     X(CL_DEVICE_MAX_WORK_GROUP_SIZE, 0x1004)                 \
     X(CL_DEVICE_MAX_WORK_ITEM_SIZES, 0x1005)                 \
     X(CL_DEVICE_LOCAL_MEM_SIZE, 0x1023)                      \
-    X(CL_DEVICE_IL_VERSION, 0x105B)                          \
     X(CL_PROGRAM_KERNEL_NAMES, 0x1168)                       \
     X(CL_PROGRAM_BUILD_LOG, 0x1183)                          \
     X(CL_KERNEL_NUM_ARGS, 0x1191)                            \
@@ -246,14 +244,6 @@ typedef void (*acc_cl_program_notify)(cl_program program, void *user_data);
     X(clCreateProgramWithSource, cl_program,                                 \
       (cl_context context, cl_uint count, const char **strings,              \
        const size_t *lengths, cl_int *errcode_ret))                          \
-    X(clCreateProgramWithBinary, cl_program,                                 \
-      (cl_context context, cl_uint num_devices,                              \
-       const cl_device_id *device_list, const size_t *lengths,               \
-       const unsigned char **binaries, cl_int *binary_status,                \
-       cl_int *errcode_ret))                                                 \
-    X(clCreateProgramWithIL, cl_program,                                     \
-      (cl_context context, const void *il, size_t length,                    \
-       cl_int *errcode_ret))                                                 \
     X(clBuildProgram, cl_int,                                                \
       (cl_program program, cl_uint num_devices,                              \
        const cl_device_id *device_list, const char *options,                 \

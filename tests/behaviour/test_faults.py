@@ -357,6 +357,20 @@ def launch_add_one(state: State) -> None:
     state["s"].synchronize()
 
 
+def build_broken(state: State) -> None:
+    """Code the driver fails to build: a BuildError, with or without
+    its log."""
+    with pytest.raises(acc.BuildError):
+        acc.Module(kernel_code_module.broken(
+            fake_drivers.under_test().kernel_format))
+
+
+def unknown_kernel(state: State) -> None:
+    """A KeyError, with or without the module's kernel names."""
+    with pytest.raises(KeyError, match="no kernel named 'nope'"):
+        state["m"].get_kernel("nope")
+
+
 def drop_module(state: State) -> None:
     """A module launched once and dropped with its kernel: its unload
     waits for the launch, then runs at the next settling (empty_cache)."""
@@ -451,6 +465,8 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "launch()": launch_add_one,
     "drop a module": drop_module,
     "get_kernel() of no kernel": lambda st: st["m"].get_kernel("no_such"),
+    "Module(broken code)": build_broken,
+    "get_kernel(unknown name)": unknown_kernel,
 }
 
 #: the state each action needs
@@ -497,6 +513,8 @@ PREPARE: dict[str, Callable[[], State]] = {
     "launch()": with_kernel,
     "drop a module": with_kernel,
     "get_kernel() of no kernel": with_module,
+    "Module(broken code)": on_device_0,
+    "get_kernel(unknown name)": with_module,
 }
 
 

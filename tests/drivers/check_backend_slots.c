@@ -19,6 +19,9 @@
     X(graph_launch) X(graph_destroy)
 #define MEMORY_SLOTS(X) X(mem_alloc) X(mem_free) X(mem_copy) X(mem_fill)
 #define HOST_SLOTS(X) X(host_alloc) X(host_free)
+#define KERNEL_SLOTS(X)                                                   \
+    X(module_load) X(module_unload) X(kernel_get) X(kernel_release)       \
+    X(launch)
 
 static acc_backend complete;
 
@@ -53,6 +56,7 @@ main(void)
     GRAPH_SLOTS(WITHOUT)
     MEMORY_SLOTS(WITHOUT)
     HOST_SLOTS(WITHOUT)
+    KERNEL_SLOTS(WITHOUT)
     {
         acc_backend b = complete;
         GRAPH_SLOTS(CLEAR)
@@ -67,6 +71,22 @@ main(void)
         acc_backend b = complete;
         HOST_SLOTS(CLEAR)
         report("without host memory", &b);
+    }
+    {
+        acc_backend b = complete;
+        KERNEL_SLOTS(CLEAR)
+        b.code_formats = 0;
+        report("without kernels", &b);
+    }
+    {
+        acc_backend b = complete;
+        b.code_formats = 0;
+        report("kernels without code_formats", &b);
+    }
+    {
+        acc_backend b = complete;
+        KERNEL_SLOTS(CLEAR)
+        report("code_formats without kernels", &b);
     }
     {
         acc_backend b = complete;

@@ -858,36 +858,6 @@ clCreateProgramWithSource(cl_context context, cl_uint count,
     return p;
 }
 
-cl_program
-clCreateProgramWithBinary(cl_context context, cl_uint num_devices,
-                          const cl_device_id *device_list,
-                          const size_t *lengths,
-                          const unsigned char **binaries,
-                          cl_int *binary_status, cl_int *errcode_ret)
-{
-    cl_program p;
-    cl_int rc = CL_SUCCESS;
-
-    ENTER_OBJECT(clCreateProgramWithBinary, errcode_ret);
-    p = real.clCreateProgramWithBinary(context, num_devices, device_list,
-                                       lengths, binaries, binary_status, &rc);
-    MADE(p, rc, LIVE_PROGRAM);
-    return p;
-}
-
-cl_program
-clCreateProgramWithIL(cl_context context, const void *il, size_t length,
-                      cl_int *errcode_ret)
-{
-    cl_program p;
-    cl_int rc = CL_SUCCESS;
-
-    ENTER_OBJECT(clCreateProgramWithIL, errcode_ret);
-    p = real.clCreateProgramWithIL(context, il, length, &rc);
-    MADE(p, rc, LIVE_PROGRAM);
-    return p;
-}
-
 cl_int
 clBuildProgram(cl_program program, cl_uint num_devices,
                const cl_device_id *device_list, const char *options,

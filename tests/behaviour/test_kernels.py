@@ -1,0 +1,471 @@
+"""Kernels: load device code, launch it, check the results against numpy.
+
+The same tests for every backend: the code is the test kernels of
+kernel_code.py in the format the backend under test runs (its double
+class's kernel_format): OpenCL C built by PoCL, or the doubles' native
+host objects, which the doubles run block by block on their stream
+workers.  Results are checked byte for byte.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import accelerator as acc
+import fake_drivers
+import kernel_code
+
+SUFFIX = {"opencl-c": ".cl", "native": ".so"}
+
+
+@pytest.fixture(scope="module")
+def code() -> bytes:
+    fmt = fake_drivers.under_test().kernel_format
+    if not fmt:
+        pytest.skip("the backend under test has no kernels (its double "
+                    "class names no kernel_format)")
+    return kernel_code.for_format(fmt)
+
+
+def test_a_backend_without_kernels_says_so(
+        facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    if facts.kernel_format:
+        pytest.skip("the backend has kernels")
+    with pytest.raises(NotImplementedError, match="does not support "
+                       "kernels"):
+        acc.Module(kernel_code.OPENCL_C)
+
+
+@pytest.fixture
+def module(code: bytes, driver: fake_drivers.DriverDouble) -> acc.Module:
+    acc.set_device_index(0)
+    return acc.Module(code)
+
+
+def upload(array: np.ndarray, stream: acc.Stream | None = None) -> acc.Buffer:
+    buffer = acc.Buffer(array.nbytes, stream=stream)
+    buffer.copy_from(array, stream=stream)
+    return buffer
+
+
+def download(buffer: acc.Buffer, dtype: type, count: int) -> np.ndarray:
+    out = np.empty(count, dtype)
+    buffer.copy_to(out)
+    return out
+
+
+def blocks(n: int, block: int) -> int:
+    return (n + block - 1) // block
+
+
+# Results ------------------------------------------------------------------
+
+
+def test_saxpy_matches_numpy(module: acc.Module) -> None:
+    n = 1000   # not a multiple of the block: the kernel's bounds check
+    # Small integers and a = 2.5: every product and sum is exact, so a
+    # device that fuses them (fma) gives numpy's very bytes.
+    x = np.random.default_rng(1).integers(0, 1 << 12, n).astype(np.float32)
+    y = np.random.default_rng(2).integers(0, 1 << 12, n).astype(np.float32)
+    bx, by = upload(x), upload(y)
+    acc.launch(module.get_kernel("saxpy"), blocks(n, 64), 64, by, bx,
+               np.float32(2.5), np.uint32(n))
+    expected = np.float32(2.5) * x + y
+    assert download(by, np.float32, n).tobytes() == expected.tobytes()
+
+
+def test_ctypes_scalars_pass_by_value(module: acc.Module) -> None:
+    n = 100
+    x = np.arange(n, dtype=np.float32)
+    bx, by = upload(x), upload(np.zeros(n, np.float32))
+    acc.launch(module.get_kernel("saxpy"), blocks(n, 32), (32,), by, bx,
+               ctypes.c_float(3.0), ctypes.c_uint32(n))
+    assert np.array_equal(download(by, np.float32, n), 3 * x)
+
+
+def test_reduce_sum_uses_shared_memory(module: acc.Module) -> None:
+    n, block = 4000, 64
+    x = np.arange(n, dtype=np.float32) % 7
+    bx = upload(x)
+    nblocks = blocks(n, block)
+    out = acc.Buffer(4 * nblocks)
+    acc.launch(module.get_kernel("reduce_sum"), nblocks, block, bx, out,
+               np.uint32(n), shared_mem=block * 4)
+    sums = download(out, np.float32, nblocks)
+    padded = np.zeros(nblocks * block, np.float32)
+    padded[:n] = x
+    assert np.array_equal(sums, padded.reshape(nblocks, block).sum(axis=1))
+
+
+def test_fill2d_runs_a_two_dimensional_grid(module: acc.Module) -> None:
+    width, height = 50, 30
+    out = acc.Buffer(4 * width * height)
+    out.fill(0xFF)
+    acc.launch(module.get_kernel("fill2d"),
+               (blocks(width, 8), blocks(height, 4)), [8, 4], out,
+               np.uint32(width), np.uint32(height))
+    ys, xs = np.mgrid[0:height, 0:width]
+    expected = (ys * 1000 + xs).astype(np.uint32).ravel()
+    assert np.array_equal(download(out, np.uint32, width * height), expected)
+
+
+def test_host_buffer_arguments_pass_their_address(module: acc.Module) -> None:
+    n = 256
+    host = acc.HostBuffer(4 * n)
+    view = np.frombuffer(memoryview(host), dtype=np.uint32)
+    view[:] = np.arange(n, dtype=np.uint32)
+    acc.launch(module.get_kernel("add_one"), blocks(n, 64), 64, host,
+               np.uint32(n))
+    acc.current_stream(0).synchronize()
+    assert np.array_equal(view, np.arange(n, dtype=np.uint32) + 1)
+    del view
+
+
+def test_views_pass_their_own_address(module: acc.Module) -> None:
+    n = 64
+    data = upload(np.zeros(2 * n, np.uint32))
+    acc.launch(module.get_kernel("add_one"), 1, 64, data[4 * n:],
+               np.uint32(n))
+    result = download(data, np.uint32, 2 * n)
+    assert not result[:n].any() and (result[n:] == 1).all()
+
+
+def test_bare_numbers_take_the_size_the_driver_tells(
+        module: acc.Module, facts: type[fake_drivers.DriverDouble]) -> None:
+    n = 100
+    kernel = module.get_kernel("saxpy")
+    x = np.arange(n, dtype=np.float32)
+    bx, by = upload(x), upload(np.zeros(n, np.float32))
+    if not facts.kernel_param_sizes:
+        with pytest.raises(TypeError, match="sized scalar"):
+            acc.launch(kernel, blocks(n, 64), 64, by, bx, 2.0, n)
+        return
+    acc.launch(kernel, blocks(n, 64), 64, by, bx, 2.0, n)
+    assert np.array_equal(download(by, np.float32, n), 2 * x)
+    with pytest.raises(ValueError, match="outside"):
+        acc.launch(kernel, 1, 64, by, bx, 2.0, -1)
+    with pytest.raises(ValueError, match="has 8 bytes, expected 4"):
+        acc.launch(kernel, 1, 64, by, bx, np.float64(2.0), np.uint32(n))
+    with pytest.raises(TypeError, match="pointer"):
+        acc.launch(kernel, 1, 64, by, 12345, 2.0, n)
+
+
+# Streams, events, graphs ---------------------------------------------------
+
+
+def test_two_streams_are_ordered_by_events(
+        module: acc.Module, driver: fake_drivers.DriverDouble) -> None:
+    n = 512
+    add_one = module.get_kernel("add_one")
+    first, second = acc.Stream(0), acc.Stream(0)
+    data = upload(np.zeros(n, np.uint32))
+    acc.synchronize(0)
+    driver.enqueue_sleep(first, 100)
+    acc.launch(add_one, blocks(n, 64), 64, data, np.uint32(n), stream=first)
+    done = first.record_event()
+    second.wait_event(done)
+    acc.launch(add_one, blocks(n, 64), 64, data, np.uint32(n),
+               stream=second)
+    # Read on the second stream: both launches, in that order, then this.
+    out = np.empty(n, np.uint32)
+    data.copy_to(out, stream=second)
+    assert (out == 2).all()
+
+
+def test_events_time_a_launch(module: acc.Module) -> None:
+    n = 1 << 14
+    stream = acc.Stream(0)
+    data = upload(np.zeros(n, np.uint32), stream)
+    start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    start.record(stream)
+    acc.launch(module.get_kernel("add_one"), blocks(n, 128), 128, data,
+               np.uint32(n), stream=stream)
+    end.record(stream)
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0
+    assert (download(data, np.uint32, n) == 1).all()
+
+
+def test_a_graph_replays_a_captured_launch(
+        module: acc.Module, facts: type[fake_drivers.DriverDouble]) -> None:
+    if not facts.has("graphs"):
+        pytest.skip(facts.lacks["graphs"])
+    n = 256
+    stream = acc.Stream(0)
+    data = upload(np.zeros(n, np.uint32), stream)
+    add_one = module.get_kernel("add_one")
+    stream.synchronize()
+    graph = acc.Graph()
+    with stream:
+        graph.capture_begin()
+        acc.launch(add_one, blocks(n, 64), 64, data, np.uint32(n))
+        graph.capture_end()
+    stream.synchronize()
+    assert not download(data, np.uint32, n).any(), "captured work ran"
+    with stream:
+        graph.replay()
+        graph.replay()
+    stream.synchronize()
+    assert (download(data, np.uint32, n) == 2).all()
+
+
+def test_threads_launch_one_kernel_at_once(module: acc.Module) -> None:
+    n, rounds = 256, 20
+    add_one = module.get_kernel("add_one")
+    errors: list[BaseException] = []
+    results: list[np.ndarray] = []
+
+    def work() -> None:
+        try:
+            stream = acc.Stream(0)
+            data = upload(np.zeros(n, np.uint32), stream)
+            for _ in range(rounds):
+                acc.launch(add_one, blocks(n, 64), 64, data, np.uint32(n),
+                           stream=stream)
+            out = np.empty(n, np.uint32)
+            data.copy_to(out, stream=stream)
+            results.append(out)
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 4 and all((r == rounds).all() for r in results)
+
+
+# Lifetime -------------------------------------------------------------------
+
+
+def test_memory_closed_during_a_launch_is_not_reused_before_it_ends(
+        module: acc.Module, driver: fake_drivers.DriverDouble) -> None:
+    n = 1024
+    stream, other = acc.Stream(0), acc.Stream(0)
+    # The memory is ordered on `other`; the launch uses it on `stream`,
+    # which only the launch's record of that use tells the allocator.
+    used = upload(np.zeros(n, np.uint32), other)
+    other.synchronize()
+    gate = driver.stall(stream)
+    acc.launch(module.get_kernel("add_one"), blocks(n, 64), 64, used,
+               np.uint32(n), stream=stream)
+    used.close()
+    fresh = acc.Buffer(4 * n, stream=other)
+    fresh.fill(0x11, stream=other)
+    other.synchronize()
+    gate.open()
+    stream.synchronize()
+    assert download(fresh, np.uint8, 4 * n).tobytes() == b"\x11" * (4 * n)
+
+
+def test_a_module_dropped_during_its_launch_lives_until_it_ends(
+        code: bytes, driver: fake_drivers.DriverDouble) -> None:
+    n = 256
+    stream = acc.Stream(0)
+    data = upload(np.zeros(n, np.uint32), stream)
+    stream.synchronize()
+    module = acc.Module(code)
+    kernel = module.get_kernel("add_one")
+    gate = driver.stall(stream)
+    acc.launch(kernel, blocks(n, 64), 64, data, np.uint32(n), stream=stream)
+    del module, kernel
+    gc.collect()
+    acc.Buffer(256).close()   # settles deferred releases: this one waits
+    gate.open()
+    stream.synchronize()
+    acc.empty_cache()
+    assert (download(data, np.uint32, n) == 1).all()
+
+
+# The objects -----------------------------------------------------------------
+
+
+def test_module_and_kernel_describe_themselves(
+        module: acc.Module, facts: type[fake_drivers.DriverDouble]) -> None:
+    assert module.device == 0
+    assert module.format == facts.kernel_format
+    assert facts.kernel_format in repr(module)
+    kernel = module.get_kernel("saxpy")
+    assert kernel.name == "saxpy" and "saxpy" in repr(kernel)
+    assert kernel.module is module
+    assert module.get_kernel("saxpy") is kernel
+    attributes = kernel.attributes
+    assert set(attributes) == {
+        "max_threads_per_block", "shared_memory_bytes", "local_memory_bytes",
+        "registers", "max_dynamic_shared_memory_bytes", "num_args"}
+    assert attributes["num_args"] in (None, 4)
+    assert attributes["max_threads_per_block"] is None or (
+        attributes["max_threads_per_block"] >= 64)
+    with pytest.raises(TypeError, match="get_kernel"):
+        acc.Kernel()
+
+
+def test_code_dict_takes_the_backend_entry(
+        code: bytes, accel_type: str, driver: fake_drivers.DriverDouble
+) -> None:
+    module = acc.Module({"elsewhere": b"junk", accel_type: code})
+    assert module.get_kernel("add_one").name == "add_one"
+    with pytest.raises(ValueError, match="no entry for device type"):
+        acc.Module({"elsewhere": code})
+
+
+def test_from_file_reads_code(
+        code: bytes, tmp_path: Path,
+        facts: type[fake_drivers.DriverDouble]) -> None:
+    path = tmp_path / ("kernels" + SUFFIX[facts.kernel_format])
+    path.write_bytes(code)
+    module = acc.Module.from_file(path, device=1)
+    assert module.device == 1 and module.format == facts.kernel_format
+    with pytest.raises(FileNotFoundError):
+        acc.Module.from_file(tmp_path / "missing.cl")
+
+
+def test_build_options_reach_the_driver(
+        module: acc.Module, code: bytes) -> None:
+    assert acc.Module(code, options=[]).format == module.format
+    with pytest.raises(TypeError, match="options"):
+        acc.Module(code, options=3)
+    with pytest.raises(TypeError, match="only str"):
+        acc.Module(code, options=["-O2", 3])
+
+
+# Bad input ------------------------------------------------------------------
+
+
+def test_unknown_kernel_name_lists_the_module_s_kernels(
+        module: acc.Module) -> None:
+    with pytest.raises(KeyError, match="no kernel named 'nope'") as info:
+        module.get_kernel("nope")
+    assert "saxpy" in str(info.value) or "its kernels" not in str(info.value)
+    with pytest.raises(TypeError, match="str"):
+        module.get_kernel(3)
+
+
+@pytest.mark.parametrize("grid, block, error, match", [
+    (0, 64, ValueError, r"grid\[0\] \(x\) is 0"),
+    (-1, 64, ValueError, r"grid\[0\] \(x\) is -1"),
+    (1, 0, ValueError, r"block\[0\] \(x\) is 0"),
+    (1, (64, -2), ValueError, r"block\[1\] \(y\) is -2"),
+    ((1, 1, 1, 1), 64, ValueError, "4 dimensions"),
+    ((), 64, ValueError, "0 dimensions"),
+    (1, 1 << 40, ValueError, "beyond"),
+    (1 << 70, 64, ValueError, "beyond"),
+    (1.5, 64, TypeError, "grid must be an int"),
+    (True, 64, TypeError, "grid must be an int"),
+    ((1, "2"), 64, TypeError, r"grid\[1\] must be an int"),
+])
+def test_bad_geometry_is_refused(
+        module: acc.Module, grid: object, block: object,
+        error: type[Exception], match: str) -> None:
+    data = upload(np.zeros(64, np.uint32))
+    with pytest.raises(error, match=match):
+        acc.launch(module.get_kernel("add_one"), grid, block, data,
+                   np.uint32(64))
+    assert not download(data, np.uint32, 64).any()
+
+
+def test_blocks_beyond_the_kernel_s_limit_are_refused(
+        module: acc.Module) -> None:
+    kernel = module.get_kernel("add_one")
+    limit = kernel.attributes["max_threads_per_block"]
+    if limit is None:
+        pytest.skip("the driver tells no limit on threads per block")
+    data = upload(np.zeros(64, np.uint32))
+    with pytest.raises(ValueError, match="beyond"):
+        acc.launch(kernel, 1, (limit, 2), data, np.uint32(64))
+
+
+def test_wrong_argument_count_is_refused(module: acc.Module) -> None:
+    kernel = module.get_kernel("add_one")
+    if kernel.attributes["num_args"] is None:
+        pytest.skip("the driver does not tell the argument count")
+    data = upload(np.zeros(64, np.uint32))
+    with pytest.raises(ValueError, match="takes 2 arguments, got 1"):
+        acc.launch(kernel, 1, 64, data)
+    with pytest.raises(ValueError, match="takes 2 arguments, got 3"):
+        acc.launch(kernel, 1, 64, data, np.uint32(64), np.uint32(1))
+
+
+@pytest.mark.parametrize("arg, match", [
+    ("text", "is a str"),
+    (np.zeros(4, np.uint32), "1 dimension"),
+    (True, "bool"),
+    (None, "NoneType"),
+])
+def test_arguments_that_cannot_pass_are_refused(
+        module: acc.Module, arg: object, match: str) -> None:
+    data = upload(np.zeros(64, np.uint32))
+    with pytest.raises(TypeError, match=match):
+        acc.launch(module.get_kernel("add_one"), 1, 64, data, arg)
+
+
+def test_launch_needs_a_kernel_and_known_keywords(module: acc.Module) -> None:
+    data = upload(np.zeros(64, np.uint32))
+    with pytest.raises(TypeError, match="at least 3"):
+        acc.launch(module.get_kernel("add_one"), 1)
+    with pytest.raises(TypeError, match="Kernel"):
+        acc.launch("add_one", 1, 64, data, np.uint32(64))
+    with pytest.raises(TypeError):
+        acc.launch(module.get_kernel("add_one"), 1, 64, data, np.uint32(64),
+                   grid=3)
+    with pytest.raises(ValueError):
+        acc.launch(module.get_kernel("add_one"), 1, 64, data, np.uint32(64),
+                   shared_mem=-1)
+
+
+def test_memory_of_another_device_is_refused(
+        module: acc.Module, two_devices: None) -> None:
+    other = acc.Buffer(256, 1)
+    with pytest.raises(ValueError, match="memory of device 1, expected "
+                       "memory of device 0"):
+        acc.launch(module.get_kernel("add_one"), 1, 64, other,
+                   np.uint32(64))
+    with pytest.raises(ValueError, match="stream is on device 1"):
+        acc.launch(module.get_kernel("add_one"), 1, 64,
+                   upload(np.zeros(64, np.uint32)), np.uint32(64),
+                   stream=acc.Stream(1))
+
+
+def test_a_closed_buffer_is_refused(module: acc.Module) -> None:
+    data = upload(np.zeros(64, np.uint32))
+    data.close()
+    with pytest.raises(ValueError, match="closed"):
+        acc.launch(module.get_kernel("add_one"), 1, 64, data, np.uint32(64))
+
+
+def test_code_of_another_backend_is_refused(
+        code: bytes, facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    foreign = (kernel_code.OPENCL_C if facts.kernel_format != "opencl-c"
+               else kernel_code.PTX_SAMPLE)
+    with pytest.raises(ValueError, match="another backend"):
+        acc.Module(foreign)
+    with pytest.raises(ValueError, match="unknown format 'cuda'"):
+        acc.Module(foreign, format="cuda")
+    with pytest.raises(ValueError, match="the code is not "
+                       + facts.kernel_format):
+        acc.Module(b"\x00\x01binary" * 8, format=facts.kernel_format)
+    with pytest.raises(ValueError, match="empty"):
+        acc.Module(b"")
+    with pytest.raises(TypeError, match="code must be"):
+        acc.Module(42)
+
+
+def test_a_build_error_carries_the_driver_s_log(
+        code: bytes, facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    broken = kernel_code.broken(facts.kernel_format)
+    if broken is None:
+        pytest.skip(f"{facts.kernel_format} code is not built by the driver")
+    with pytest.raises(acc.BuildError) as info:
+        acc.Module(broken)
+    assert isinstance(info.value, acc.AcceleratorError)
+    assert info.value.log and info.value.log in str(info.value)
