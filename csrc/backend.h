@@ -83,9 +83,9 @@ struct acc_backend {
                               * kDLOneAPI 14 */
     unsigned caps;           /* ACC_CAP_* (accel.h) */
     /* ACC_FORMAT_BIT()s of the code formats module_load takes (0 without
-     * kernels).  Recognising code (format=None), an ELF image is the
-     * first of cubin, hsaco and native that the backend takes, and text
-     * that is not PTX is OpenCL C. */
+     * kernels).  Recognising code (format=None), an ELF image is a
+     * cubin for machine EM_CUDA, an hsaco for EM_AMDGPU and native code
+     * for any other, and text that is not PTX is OpenCL C. */
     unsigned code_formats;
     /* OPTIONAL.  Why a backend without the graph slots has no graphs:
      * accelerator.Graph's error says it after "does not support graphs: ".

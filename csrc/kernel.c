@@ -108,7 +108,8 @@ is_spirv(const unsigned char *p, size_t size)
 static int
 is_elf(const unsigned char *p, size_t size)
 {
-    return size >= 16 && memcmp(p, "\177ELF", 4) == 0;
+    /* Through e_machine (elf_format). */
+    return size >= 20 && memcmp(p, "\177ELF", 4) == 0;
 }
 
 /* Text: no NUL before the end (a final one is allowed). */
@@ -140,23 +141,33 @@ looks_like_ptx(const unsigned char *p, size_t size)
     return found;
 }
 
-/* What the bytes are, where the backend (mask) could load them. */
+#define EM_CUDA 190
+#define EM_AMDGPU 224
+
+/* An ELF image's format, by its machine: a cubin is for EM_CUDA, an
+ * hsaco for EM_AMDGPU; any other machine's is a device's own binary
+ * (a Level Zero device's, the doubles' host objects). */
 static acc_code_format
-recognise(const unsigned char *p, size_t size, unsigned mask)
+elf_format(const unsigned char *p)
+{
+    /* e_machine, in the byte order EI_DATA names (2: big endian). */
+    unsigned machine = p[5] == 2 ? (unsigned)p[18] << 8 | p[19]
+                                 : (unsigned)p[19] << 8 | p[18];
+
+    return machine == EM_CUDA ? ACC_FORMAT_CUBIN
+           : machine == EM_AMDGPU ? ACC_FORMAT_HSACO
+                                  : ACC_FORMAT_NATIVE;
+}
+
+/* What the bytes are. */
+static acc_code_format
+recognise(const unsigned char *p, size_t size)
 {
     if (is_spirv(p, size)) {
         return ACC_FORMAT_SPIRV;
     }
     if (is_elf(p, size)) {
-        static const acc_code_format elf[] = {
-            ACC_FORMAT_CUBIN, ACC_FORMAT_HSACO, ACC_FORMAT_NATIVE};
-
-        for (size_t i = 0; i < sizeof(elf) / sizeof(elf[0]); i++) {
-            if (mask & ACC_FORMAT_BIT(elf[i])) {
-                return elf[i];
-            }
-        }
-        return ACC_FORMAT_NATIVE;
+        return elf_format(p);
     }
     if (size >= 4 && word_at(p, 0) == FATBIN_MAGIC) {
         return ACC_FORMAT_FATBIN;
@@ -204,7 +215,7 @@ acc_code_format_resolve(const void *code, size_t size,
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if (f == ACC_FORMAT_NONE) {
-        f = recognise(p, size, b->code_formats);
+        f = recognise(p, size);
         if (f == ACC_FORMAT_NONE) {
             acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "cannot tell the "
                           "code's format (not SPIR-V, ELF, a fat binary or "

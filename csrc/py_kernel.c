@@ -466,7 +466,8 @@ PyDoc_STRVAR(module_doc,
 "code is bytes or a str, or a dict from device type to code (its entry\n"
 "for the selected backend is loaded).  format is 'ptx', 'cubin',\n"
 "'fatbin', 'spirv', 'opencl-c', 'hsaco', 'native', or None to recognise\n"
-"it (SPIR-V and ELF by their magic numbers, PTX text, else OpenCL C\n"
+"it (SPIR-V by its magic number; an ELF image is a cubin for machine\n"
+"EM_CUDA, an hsaco for EM_AMDGPU, else native; PTX text; else OpenCL C\n"
 "source).  options are the driver's build options (a str or a list of\n"
 "str).  device defaults to the current device.  A module the driver\n"
 "fails to build raises BuildError with its log.");

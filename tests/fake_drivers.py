@@ -76,7 +76,6 @@ class Gate:
 # How tests/behaviour/test_faults.py reaches a driver function and what a
 # failure there must do (its docstring says each in full).
 RAISE, FRESH, SILENT, REPORTER = "raise", "fresh", "silent", "reporter"
-NAMES = "names"
 PROBE, TOLERATED, EXIT, OPTIONAL = "probe", "tolerated", "exit", "optional"
 DEFERRED, FALLBACK = "deferred", "fallback"
 NULLED = "nulled"
@@ -133,6 +132,10 @@ class DriverDouble:
     #: the driver tells each kernel parameter's size (a bare int or float
     #: then passes at that size; a mismatched size is refused)
     kernel_param_sizes = True
+    #: the driver tells each parameter's kind too (a pointer, a signed or
+    #: unsigned integer): a bare int outside the kind's range, or for a
+    #: pointer, is refused.  CUDA's cuFuncGetParamInfo tells sizes only.
+    kernel_param_kinds = True
     #: what the backend's descriptor calls the units that
     #: multi_processor_count counts (the report's word for them)
     processor_label = ""
@@ -471,6 +474,7 @@ class CudaDouble(DriverDouble):
                  "mem_fill": "cuMemsetD8Async"}
     env_devices = "FAKE_CUDA_DEVICES"
     kernel_format = "native"
+    kernel_param_kinds = False
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",
                   "graph_exec", "module", "kernel_misuse")
@@ -612,10 +616,11 @@ class CudaDouble(DriverDouble):
         Site("cuLaunchKernel", RAISE, "launch()"),
         Site("cuModuleUnload", SILENT, "drop a module",
              refused=(("module", 1),)),
-        Site("cuModuleGetFunctionCount", NAMES, "get_kernel() of no kernel"),
-        Site("cuModuleEnumerateFunctions", NAMES,
-             "get_kernel() of no kernel"),
-        Site("cuFuncGetName", NAMES, "get_kernel() of no kernel"),
+        # Only for the names in get_kernel()'s KeyError.
+        Site("cuModuleGetFunctionCount", SILENT, "get_kernel(unknown name)"),
+        Site("cuModuleEnumerateFunctions", SILENT,
+             "get_kernel(unknown name)"),
+        Site("cuFuncGetName", SILENT, "get_kernel(unknown name)"),
     )
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:

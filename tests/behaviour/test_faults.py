@@ -48,10 +48,6 @@ there must do:
             no code (clSVMAlloc): whatever code the fault names, the call
             raises the backend's out-of-memory error (driver.oom_error),
             with the RAISE checks otherwise.
-  NAMES     a function that only names things for an error message (the
-            kernels of a module, when get_kernel() asks for one it lacks):
-            the call raises its own error (KeyError), without the names,
-            and nothing leaks.
 """
 from __future__ import annotations
 
@@ -73,9 +69,8 @@ import pytest
 import accelerator as acc
 import fake_drivers
 import kernel_code as kernel_code_module
-from fake_drivers import (DEFERRED, EXIT, FALLBACK, FRESH, NAMES, NULLED,
-                          OPTIONAL, PROBE, RAISE, REPORTER, SILENT, TOLERATED,
-                          Site)
+from fake_drivers import (DEFERRED, EXIT, FALLBACK, FRESH, NULLED, OPTIONAL,
+                          PROBE, RAISE, REPORTER, SILENT, TOLERATED, Site)
 
 #: the device type under test when a double sits underneath, else "real"
 BACKEND = (fake_drivers.TEST_BACKEND
@@ -464,7 +459,6 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "get_kernel()": lambda st: st["m"].get_kernel("add_one"),
     "launch()": launch_add_one,
     "drop a module": drop_module,
-    "get_kernel() of no kernel": lambda st: st["m"].get_kernel("no_such"),
     "Module(broken code)": build_broken,
     "get_kernel(unknown name)": unknown_kernel,
 }
@@ -512,7 +506,6 @@ PREPARE: dict[str, Callable[[], State]] = {
     "get_kernel()": with_module,
     "launch()": with_kernel,
     "drop a module": with_kernel,
-    "get_kernel() of no kernel": with_module,
     "Module(broken code)": on_device_0,
     "get_kernel(unknown name)": with_module,
 }
@@ -927,40 +920,6 @@ def test_reporter(driver, site: Site) -> None:
             assert (str(info.value) == text) == reporter_fails, \
                 str(info.value)
     action(state)
-
-
-@pytest.mark.parametrize("code", CODES)
-@pytest.mark.parametrize("site", site_params(NAMES))
-def test_names(driver, site: Site, code: str) -> None:
-    """A function that only names things for a message fails: the call
-    raises its own error without the names; nothing leaks."""
-    prepare = preparer(site)
-
-    def message(state: State) -> str:
-        with pytest.raises(KeyError) as info:
-            ACTIONS[site.action](state)
-        return str(info.value)
-
-    named = message(prepare())
-    assert "its kernels: " in named, named
-    settle()
-    baseline = driver.live_all()
-    rounds = []
-    for _ in range(ROUNDS):
-        state = prepare()
-        calls = driver.calls(site.api)
-        driver.fail(site.api, site.nth, expected(driver, code)[0])
-        try:
-            unnamed = message(state)
-        finally:
-            driver.clear_faults()
-        assert driver.calls(site.api) > calls, "the site was not reached"
-        assert "its kernels: " not in unnamed, unnamed
-        assert message(state) == named, "not named again without the fault"
-        del state
-        settle()
-        rounds.append(driver.live_all())
-    check_counts(driver, baseline, rounds)
 
 
 @pytest.mark.parametrize("site", site_params(OPTIONAL))

@@ -148,12 +148,13 @@ def test_bare_numbers_take_the_size_the_driver_tells(
         return
     acc.launch(kernel, blocks(n, 64), 64, by, bx, 2.0, n)
     assert np.array_equal(download(by, np.float32, n), 2 * x)
-    with pytest.raises(ValueError, match="outside"):
-        acc.launch(kernel, 1, 64, by, bx, 2.0, -1)
     with pytest.raises(ValueError, match="has 8 bytes, expected 4"):
         acc.launch(kernel, 1, 64, by, bx, np.float64(2.0), np.uint32(n))
-    with pytest.raises(TypeError, match="pointer"):
-        acc.launch(kernel, 1, 64, by, 12345, 2.0, n)
+    if facts.kernel_param_kinds:
+        with pytest.raises(ValueError, match="outside"):
+            acc.launch(kernel, 1, 64, by, bx, 2.0, -1)
+        with pytest.raises(TypeError, match="pointer"):
+            acc.launch(kernel, 1, 64, by, 12345, 2.0, n)
 
 
 # Streams, events, graphs ---------------------------------------------------
