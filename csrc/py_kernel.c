@@ -16,7 +16,7 @@ typedef struct {
     PyObject_HEAD
     acc_module *m;            /* NULL only while being made */
     int device;
-    PyObject *kernels;        /* {name: Kernel} */
+    PyObject *weakreflist;
 } ModuleObject;
 
 typedef struct {
@@ -249,11 +249,6 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
     }
     self->m = m;
     self->device = (int)device;
-    self->kernels = PyDict_New();
-    if (self->kernels == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
     return (PyObject *)self;
 
 fail:
@@ -362,32 +357,28 @@ module_get_kernel(ModuleObject *self, PyObject *name)
     acc_state *st = kernel_state((PyObject *)self);
     KernelObject *kernel;
     const char *text;
+    Py_ssize_t length;
     acc_kernel *k;
     acc_error err;
     acc_status status;
-    int found;
 
     if (!PyUnicode_Check(name)) {
         PyErr_Format(PyExc_TypeError, "get_kernel() expected the kernel's "
                      "name as a str, got %.100s", acc_type_name(name));
         return NULL;
     }
-    found = PyDict_Contains(self->kernels, name);
-    if (found != 0) {
-        return found < 0 ? NULL
-                         : Py_NewRef(PyDict_GetItemWithError(self->kernels,
-                                                             name));
-    }
-    text = PyUnicode_AsUTF8AndSize(name, NULL);
+    text = PyUnicode_AsUTF8AndSize(name, &length);
     if (text == NULL || acc_require_usable(st) < 0) {
         return NULL;
     }
-    if (strlen(text) != (size_t)PyUnicode_GetLength(name)
-        && memchr(text, '\0', strlen(text) + 1) != text + strlen(text)) {
+    if (strlen(text) != (size_t)length) {
         PyErr_SetString(PyExc_ValueError, "get_kernel(): the name holds a "
                         "NUL character");
         return NULL;
     }
+    /* The core makes each kernel once per module; the Kernel objects are
+     * not cached here, so that a Module and its Kernels form no cycle
+     * (the module unloads as soon as the last of them goes). */
     Py_BEGIN_ALLOW_THREADS
     status = acc_kernel_get(self->m, text, &k, &err);
     Py_END_ALLOW_THREADS
@@ -400,10 +391,6 @@ module_get_kernel(ModuleObject *self, PyObject *name)
     }
     kernel->module = Py_NewRef((PyObject *)self);
     kernel->k = k;
-    if (PyDict_SetItem(self->kernels, name, (PyObject *)kernel) < 0) {
-        Py_DECREF(kernel);
-        return NULL;
-    }
     return (PyObject *)kernel;
 }
 
@@ -435,14 +422,6 @@ static int
 module_traverse(ModuleObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE((PyObject *)self));
-    Py_VISIT(self->kernels);
-    return 0;
-}
-
-static int
-module_clear(ModuleObject *self)
-{
-    Py_CLEAR(self->kernels);
     return 0;
 }
 
@@ -452,7 +431,9 @@ module_dealloc(ModuleObject *self)
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
 
     PyObject_GC_UnTrack(self);
-    module_clear(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
     if (self->m != NULL) {
         acc_module_release(self->m);
     }
@@ -498,11 +479,17 @@ static PyGetSetDef module_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef module_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ModuleObject, weakreflist),
+     READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot module_slots[] = {
+    {Py_tp_members, module_members},
     {Py_tp_new, module_new},
     {Py_tp_dealloc, module_dealloc},
     {Py_tp_traverse, module_traverse},
-    {Py_tp_clear, module_clear},
     {Py_tp_repr, module_repr},
     {Py_tp_methods, module_methods},
     {Py_tp_getset, module_getset},
@@ -569,6 +556,29 @@ kernel_get_attributes(KernelObject *self, void *closure)
         "num_args", known(info->nparams));
 }
 
+/* Two Kernel objects of one kernel (get_kernel twice) are equal. */
+static PyObject *
+kernel_richcompare(PyObject *a, PyObject *b, int op)
+{
+    acc_state *st = kernel_state(a);
+    int same;
+
+    if ((op != Py_EQ && op != Py_NE)
+        || !PyObject_TypeCheck(b, st->kernel_type)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    same = ((KernelObject *)a)->k == ((KernelObject *)b)->k;
+    return PyBool_FromLong(op == Py_EQ ? same : !same);
+}
+
+static Py_hash_t
+kernel_hash(KernelObject *self)
+{
+    Py_hash_t h = (Py_hash_t)((uintptr_t)self->k >> 4);
+
+    return h == -1 ? -2 : h;
+}
+
 static PyObject *
 kernel_repr(KernelObject *self)
 {
@@ -626,6 +636,8 @@ static PyType_Slot kernel_slots[] = {
     {Py_tp_traverse, kernel_traverse},
     {Py_tp_clear, kernel_clear},
     {Py_tp_repr, kernel_repr},
+    {Py_tp_richcompare, kernel_richcompare},
+    {Py_tp_hash, kernel_hash},
     {Py_tp_getset, kernel_getset},
     {Py_tp_doc, (void *)kernel_doc},
     {0, NULL},

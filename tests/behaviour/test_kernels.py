@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -277,8 +278,9 @@ def test_a_module_dropped_during_its_launch_lives_until_it_ends(
     kernel = module.get_kernel("add_one")
     gate = driver.stall(stream)
     acc.launch(kernel, blocks(n, 64), 64, data, np.uint32(n), stream=stream)
+    module_ref = weakref.ref(module)
     del module, kernel
-    gc.collect()
+    assert module_ref() is None, "a Module is freed with its last reference"
     acc.Buffer(256).close()   # settles deferred releases: this one waits
     gate.open()
     stream.synchronize()
@@ -297,7 +299,9 @@ def test_module_and_kernel_describe_themselves(
     kernel = module.get_kernel("saxpy")
     assert kernel.name == "saxpy" and "saxpy" in repr(kernel)
     assert kernel.module is module
-    assert module.get_kernel("saxpy") is kernel
+    again = module.get_kernel("saxpy")
+    assert again == kernel and hash(again) == hash(kernel)
+    assert kernel != module.get_kernel("add_one") and kernel != "saxpy"
     attributes = kernel.attributes
     assert set(attributes) == {
         "max_threads_per_block", "shared_memory_bytes", "local_memory_bytes",
