@@ -29,10 +29,7 @@ def public_callables():
     for name in accelerator.__all__:
         obj = getattr(accelerator, name)
         if inspect.isclass(obj):
-            # Kernel is not constructible (Module.get_kernel makes them):
-            # no signature to show, and no callable member.
-            if (issubclass(obj, BaseException)
-                    or name in ("DeviceProperties", "Kernel")):
+            if issubclass(obj, BaseException) or name == "DeviceProperties":
                 continue
             yield name, obj
             for attr, member in vars(obj).items():
