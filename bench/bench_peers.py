@@ -39,6 +39,7 @@ DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME",
                                    Path.home() / ".cache")) / \
     "accelerator-bench" / "peers-venv"
 PEER_PACKAGES = ["cuda-core", "cuda-bindings<13"]
+PEER_PROBE = "import cuda.core, cuda.bindings.driver"
 
 # (key, label, ours, cuda.core candidates, cuda.bindings candidates); the
 # first candidate that runs is timed.  Names are bound in worker_names().
@@ -189,17 +190,23 @@ def calibrate(timer: timeit.Timer, target: float) -> int:
         n = max(n + 1, int(n * min(grow * 1.1, 10.0)))
 
 
-def run_worker(target: float, repeats: int) -> dict[str, Any]:
-    names, missing = worker_names()
-    settle = make_timer(names, "synchronize()")
+def time_rows(names: dict[str, Any],
+              rows: list[tuple[str, list[list[str]]]], libs: tuple[str, ...],
+              settle_stmt: str, target: float, repeats: int
+              ) -> dict[str, Any]:
+    """Time each row's statements, one candidate list per library (libs[0]
+    is ours), interleaved in a random order per repeat, each net of the
+    empty loop; with the medians of the per-repeat ratios ours/peer.
+    settle_stmt runs between timings (to drain queued work)."""
+    settle = make_timer(names, settle_stmt)
     loop = make_timer(names, "pass")
     loop_n = calibrate(loop, target)
-    rows: dict[str, Any] = {}
+    result: dict[str, Any] = {}
     plans: dict[str, dict[str, tuple[timeit.Timer, int]]] = {}
-    for key, _label, ours, core, raw in ROWS:
+    for key, per_lib in rows:
         plan: dict[str, tuple[timeit.Timer, int]] = {}
         info: dict[str, Any] = {"stmt": {}, "why": {}}
-        for lib, candidates in zip(LIBS, ([ours], core, raw)):
+        for lib, candidates in zip(libs, per_lib):
             timer, stmt = first_that_runs(names, candidates)
             settle.timeit(1)
             if timer is None:
@@ -209,7 +216,7 @@ def run_worker(target: float, repeats: int) -> dict[str, Any]:
             plan[lib] = (timer, calibrate(timer, target))
             settle.timeit(1)
         plans[key] = plan
-        rows[key] = info
+        result[key] = info
     for key, plan in plans.items():
         samples: dict[str, list[float]] = {lib: [] for lib in plan}
         for _ in range(repeats):
@@ -220,14 +227,22 @@ def run_worker(target: float, repeats: int) -> dict[str, Any]:
                 settle.timeit(1)
             for lib in plan:
                 samples[lib].append(raw[lib] - raw["loop"])
-        rows[key]["ns"] = {lib: statistics.median(v)
-                           for lib, v in samples.items()}
-        for peer in LIBS[1:]:
-            if "accelerator" in samples and peer in samples:
-                ratios = [a / b for a, b in zip(samples["accelerator"],
+        result[key]["ns"] = {lib: statistics.median(v)
+                             for lib, v in samples.items()}
+        for peer in libs[1:]:
+            if libs[0] in samples and peer in samples:
+                ratios = [a / b for a, b in zip(samples[libs[0]],
                                                 samples[peer]) if b > 0]
-                rows[key][f"ratio_{peer}"] = (statistics.median(ratios)
-                                              if ratios else None)
+                result[key][f"ratio_{peer}"] = (statistics.median(ratios)
+                                                if ratios else None)
+    return result
+
+
+def run_worker(target: float, repeats: int) -> dict[str, Any]:
+    names, missing = worker_names()
+    rows = time_rows(names, [(key, [[ours], core, raw])
+                             for key, _label, ours, core, raw in ROWS],
+                     LIBS, "synchronize()", target, repeats)
     import cuda.core
     return {"rows": rows, "missing": missing,
             "versions": {"cuda.core": getattr(cuda.core, "__version__", "?"),
@@ -237,27 +252,30 @@ def run_worker(target: float, repeats: int) -> dict[str, Any]:
 # The orchestrator ---------------------------------------------------------
 
 
-def has_cuda_core(python: str) -> bool:
-    probe = "import cuda.core, cuda.bindings.driver"
+def imports(python: str, probe: str) -> bool:
     return subprocess.run([python, "-c", probe], capture_output=True
                           ).returncode == 0
 
 
-def peer_python(venv: Path, install: bool) -> tuple[str | None, str]:
-    """An interpreter with cuda.core, or None and why not."""
-    if has_cuda_core(sys.executable):
+def peer_python(venv: Path, install: bool, packages: list[str] = PEER_PACKAGES,
+                probe: str = PEER_PROBE) -> tuple[str | None, str]:
+    """An interpreter where probe (the peers' imports) runs, or None and
+    why not: this one, else the venv, else the venv after pip installs
+    packages into it."""
+    what = probe.replace("import ", "")
+    if imports(sys.executable, probe):
         return sys.executable, "this interpreter"
     python = venv / "bin" / "python"
-    if python.exists() and has_cuda_core(str(python)):
+    if python.exists() and imports(str(python), probe):
         return str(python), f"the venv {venv}"
     if not install:
-        return None, "cuda.core is not installed and --no-install was given"
-    print(f"installing {' '.join(PEER_PACKAGES)} into a throwaway venv "
+        return None, f"{what} is not installed and --no-install was given"
+    print(f"installing {' '.join(packages)} into a throwaway venv "
           f"({venv}) ...", flush=True)
     steps = [[sys.executable, "-m", "venv", "--system-site-packages",
               str(venv)],
              [str(python), "-m", "pip", "install", "-q",
-              "--disable-pip-version-check", *PEER_PACKAGES]]
+              "--disable-pip-version-check", *packages]]
     for step in steps:
         try:
             proc = subprocess.run(step, capture_output=True, text=True,
@@ -268,8 +286,8 @@ def peer_python(venv: Path, install: bool) -> tuple[str | None, str]:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-2:]
             return None, (f"{' '.join(step[:4])} failed: "
                           + " | ".join(tail))
-    if not has_cuda_core(str(python)):
-        return None, "cuda.core installed but does not import"
+    if not imports(str(python), probe):
+        return None, f"{what} installed but does not import"
     return str(python), f"the venv {venv} (just made)"
 
 
@@ -287,6 +305,21 @@ def child_env(double: bool) -> dict[str, str]:
 
 def fmt(value: float | None, digits: int = 0, suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}{suffix}"
+
+
+def markdown_table(headers: list[str], lines: list[list[str]]) -> str:
+    """A Markdown table: the first column left-aligned, the rest right."""
+    widths = [max(len(str(r[i])) for r in [headers, *lines])
+              for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+
+    sep = "|" + "|".join("-" * (w + 1) + ("-" if i == 0 else ":")
+                         for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(headers), sep, *(line(r) for r in lines)])
 
 
 def render(result: dict[str, Any]) -> str:
@@ -310,43 +343,41 @@ def render(result: dict[str, Any]) -> str:
                       fmt(row.get("ratio_cuda.bindings"), 2, "x"), verdict])
         for lib, why in row["why"].items():
             notes.append(f"- {label}, {lib}: {why}")
-    widths = [max(len(str(r[i])) for r in [headers, *lines])
-              for i in range(len(headers))]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths))) + " |"
-
-    sep = "|" + "|".join("-" * (w + 1) + ("-" if i == 0 else ":")
-                         for i, w in enumerate(widths)) + "|"
-    text = "\n".join([line(headers), sep, *(line(r) for r in lines)])
+    text = markdown_table(headers, lines)
     if notes:
         text += "\n\nNot measured (the statement tried, and why):\n" + \
             "\n".join(notes)
     return text
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_options(parser: argparse.ArgumentParser, peers: str,
+                  **worker: Any) -> tuple[argparse.Namespace, float, int]:
+    """The side-by-side scripts' options (parser may hold more), and the
+    time per timing (s) and repeats they ask for.  worker: add_argument's
+    keywords for --worker (the option that makes a process a worker)."""
     parser.add_argument("--double", action="store_true",
                         help="run on the CUDA driver double "
                         "(tests/drivers/build)")
     parser.add_argument("--quick", action="store_true",
                         help="2 ms per timing, 5 repeats")
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV,
-                        help="where to install cuda.core when missing")
+                        help=f"where to install {peers} when missing")
     parser.add_argument("--no-install", action="store_true",
-                        help="never install; skip when cuda.core is missing")
+                        help=f"never install; skip when {peers} is missing")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     parser.add_argument("--json", type=Path, help="write all data here")
-    parser.add_argument("--worker", action="store_true",
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS, **worker)
     parser.add_argument("--target-ms", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     target = args.target_ms or (2.0 if args.quick else 10.0)
-    repeats = args.repeats or (5 if args.quick else 15)
+    return args, target, args.repeats or (5 if args.quick else 15)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    args, target, repeats = parse_options(parser, "cuda.core",
+                                          action="store_true")
     if args.worker:
         print(RESULT_TAG + json.dumps(run_worker(target / 1e3, repeats)))
         return 0

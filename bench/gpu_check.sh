@@ -9,12 +9,14 @@
 # venv (never into the interpreter the tests use, where an installed copy
 # would shadow the source tree), builds it in place too (the suite runs from
 # the source tree and imports src/, pytest's pythonpath), runs the behaviour
-# suite on the real driver, then the benchmark side by side with
+# suite on the real driver, then a kernel that NVRTC compiles, launched and
+# checked against numpy (bench/nvrtc_check.py), then the benchmark side by side with
 # torch.accelerator / torch.cuda, cuda.core and CuPy where installed, and
-# accelerator beside cuda.core in one process (bench_peers.py), and writes
+# accelerator beside cuda.core in one process (bench_peers.py) and a kernel
+# launch beside cuda.core and cuda.bindings (bench_kernels.py), and writes
 # bench/results/<date>-<gpu>.md and .json.  It prints a short table last.
-# Exit status: 0, or 1 when the install or the suite failed or the
-# benchmark did not run (the results are written either way).  Without a
+# Exit status: 0, or 1 when the install, the suite or the NVRTC kernel
+# failed or the benchmark did not run (the results are written either way).  Without a
 # GPU or driver it says so and exits 0.
 #
 # --double: the same steps with tests/drivers/build first on
@@ -169,6 +171,20 @@ else
 fi
 echo "tests: $tests"
 
+# NVRTC compiles saxpy at run time (PTX, and a cubin for the device's SM);
+# accelerator.Module loads each, and the launch's result is checked against
+# numpy.  On the double: each is refused as the double refuses code it
+# cannot run, and its native saxpy runs through the same check.
+echo "== NVRTC: compile, load with accelerator.Module, launch, check"
+nvrtc_args=(--markdown "$work/nvrtc.md")
+((double)) && nvrtc_args+=(--double)
+nvrtc_rc=0
+timeout 120 "$py" bench/nvrtc_check.py "${nvrtc_args[@]}" || nvrtc_rc=$?
+if ((nvrtc_rc != 0)); then
+    status=1
+    [[ -s "$work/nvrtc.md" ]] || echo "- nvrtc: FAILED (exit $nvrtc_rc)" >"$work/nvrtc.md"
+fi
+
 echo "== benchmark (quick), with peers"
 bench_rc=0
 budget=$(($(left) - 5))
@@ -185,6 +201,12 @@ budget=$(($(left) - 5))
 ((budget < 30)) && budget=30
 timeout "$budget" "$py" bench/bench_peers.py --quick --no-install \
     --markdown "$work/peers.md" || true
+echo "== kernel launch beside cuda.core and cuda.bindings"
+kernels_args=(--only cuda --quick --no-install --markdown "$work/kernels.md")
+((double)) && kernels_args+=(--double)
+budget=$(($(left) - 5))
+((budget < 30)) && budget=30
+timeout "$budget" "$py" bench/bench_kernels.py "${kernels_args[@]}" || true
 
 host="$(uname -srm)"
 versions="$("$py" - <<'EOF'
@@ -206,6 +228,7 @@ EOF
     echo "- installed: $installed"
     echo "- behaviour suite (ACCELERATOR_TEST_BACKEND=real): $tests"
     echo "- command: bench/gpu_check.sh ($((SECONDS))s)"
+    cat -- "$work/nvrtc.md"
     echo
     if [[ -s "$work/bench.md" ]]; then
         cat -- "$work/bench.md"
@@ -215,6 +238,10 @@ EOF
     if [[ -s "$work/peers.md" ]]; then
         echo
         cat -- "$work/peers.md"
+    fi
+    if [[ -s "$work/kernels.md" ]]; then
+        echo
+        cat -- "$work/kernels.md"
     fi
 } >"$base.md"
 

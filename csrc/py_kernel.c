@@ -1048,7 +1048,7 @@ done:
 }
 
 PyDoc_STRVAR(launch_doc,
-"launch(kernel, grid, block, *args, shared_mem=0, stream=None)\n--\n\n"
+"launch(kernel, grid, block, /, *args, shared_mem=0, stream=None)\n--\n\n"
 "Queue one launch of kernel on stream (default: the current stream of\n"
 "the kernel's device): grid blocks (work-groups) of block threads\n"
 "(work-items), each an int or a tuple of 1 to 3 ints.  A Buffer or\n"

@@ -61,6 +61,14 @@ def test_signatures_read_as_documented() -> None:
         "interprocess=False)")
     assert str(inspect.signature(accelerator.set_device_index)) == (
         "(device, /)")
+    # launch() takes kernel, grid and block by position only (the C
+    # function counts them in nargs): the stubs say so too.
+    assert str(inspect.signature(accelerator.launch)) == (
+        "(kernel, grid, block, /, *args, shared_mem=0, stream=None)")
+    assert str(inspect.signature(accelerator.Module)) == (
+        "(code, *, format=None, options=None, device=None)")
+    assert str(inspect.signature(accelerator.Module.from_file)) == (
+        "(path, *, format=None, options=None, device=None)")
 
 
 def test_exception_hierarchy() -> None:

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 import fake_drivers
+from build_info import instrumented_extension
 from test_callgrind_gate import BENCH, REPO, bench_module
 
 
@@ -54,3 +55,65 @@ def test_check_exits_nonzero_exactly_when_a_budget_is_missed() -> None:
     else:
         assert result.returncode == 0, result.stderr
         assert "every budget met" in result.stderr
+
+
+# bench/bench_kernels.py: our launch is measured on every platform whose
+# backend launches kernels; a peer that is missing or cannot launch there
+# is a row of "n/a" with the reason, never a failure.  No timing is judged.
+
+BENCH_KERNELS = REPO / "bench" / "bench_kernels.py"
+#: the peers (pyopencl, cuda.core) throw C++ exceptions, which abort under
+#: a preloaded ASan runtime; a benchmark measures the plain build anyway
+PLAIN_BUILD = pytest.mark.skipif(
+    instrumented_extension() is not None,
+    reason=f"the extension is instrumented ({instrumented_extension()}): "
+    "the kernel benchmark runs on the plain build")
+ROW_LABELS = ("launch add_one (queued, not waited for)",
+              "launch add_one and wait for it")
+
+
+def bench_kernels(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCH_KERNELS), "--quick", "--no-install",
+         "--repeats", "2", "--target-ms", "0.5", *args],
+        env=fake_drivers.clean_environment(), capture_output=True,
+        text=True, timeout=600, cwd=REPO)
+
+
+def our_figures(stdout: str) -> list[str]:
+    """The accelerator column of each kernel row."""
+    return [re.search(rf"^\| {re.escape(label)}\s*\|\s*([^|]*?)\s*\|",
+                      stdout, re.MULTILINE).group(1)
+            for label in ROW_LABELS]
+
+
+@PLAIN_BUILD
+@pytest.mark.skipif(fake_drivers.OpenCLDouble.missing() is not None,
+                    reason=fake_drivers.OpenCLDouble.missing() or "")
+def test_bench_kernels_measures_our_launch_on_pocl() -> None:
+    result = bench_kernels("--only", "opencl")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("opencl: add_one on "), result.stdout
+    for figure in our_figures(result.stdout):
+        assert re.fullmatch(r"[\d,]+", figure), result.stdout
+    # pyopencl: measured beside ours, or n/a with the reason.
+    peer = re.findall(r"^\| launch add_one[^|]*\|[^|]*\|\s*([^|]*?)\s*\|",
+                      result.stdout, re.MULTILINE)
+    assert peer and all(re.fullmatch(r"[\d,]+", p) for p in peer) or (
+        "- pyopencl: " in result.stdout), result.stdout
+
+
+@PLAIN_BUILD
+@pytest.mark.skipif(not fake_drivers.CUDA_DOUBLE.exists(),
+                    reason="the CUDA driver double is not built")
+def test_bench_kernels_on_the_cuda_double() -> None:
+    result = bench_kernels("--only", "cuda", "--double")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("cuda: add_one on "), result.stdout
+    figures = our_figures(result.stdout)
+    if fake_drivers.CudaDouble.kernel_format == "native":
+        assert all(re.fullmatch(r"[\d,]+", f) for f in figures), (
+            result.stdout)
+    else:  # the double runs no kernel yet: ours is n/a, saying why
+        assert figures == ["n/a", "n/a"], result.stdout
+        assert "- accelerator: " in result.stdout, result.stdout

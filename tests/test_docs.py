@@ -138,3 +138,140 @@ def test_readme_examples_say_why_with_no_device() -> None:
     result = run_example(memory, env)
     assert result.returncode == 1
     assert "python -m accelerator` says why" in result.stderr
+
+
+# docs/kernels.rst: its Python blocks run in order as one session on PoCL
+# (OpenCL C source), its pytest example runs under pytest, and its native
+# kernel (a C block) is built and launched on the doubles that run native
+# code.
+
+KERNELS_PAGE = (DOCS / "kernels.rst").read_text()
+
+
+def rst_blocks(text: str, language: str) -> list[str]:
+    """The code of each ``.. code-block:: language`` of text, unindented."""
+    return [re.sub(r"^   ", "", match.group(1), flags=re.MULTILINE)
+            for match in re.finditer(
+                rf"^\.\. code-block:: {language}\n\n((?:   .*\n|\n)+)",
+                text, re.MULTILINE)]
+
+
+def kernels_session() -> str:
+    return "\n".join(code for code in rst_blocks(KERNELS_PAGE, "python")
+                     if "def test_" not in code)
+
+
+def kernels_pytest_example() -> str:
+    [code] = [code for code in rst_blocks(KERNELS_PAGE, "python")
+              if "def test_" in code]
+    return code
+
+
+OPENCL = fake_drivers.DOUBLES["opencl"]
+
+
+@pytest.mark.skipif(OPENCL.missing() is not None,
+                    reason=OPENCL.missing() or "")
+def test_kernels_page_runs_on_opencl() -> None:
+    result = run_example(kernels_session(), OPENCL.environment(1))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["opencl-c 4",
+                         "clBuildProgram CL_BUILD_PROGRAM_FAILURE"], lines
+    assert lines[2] == "saxpy True", lines
+    assert lines[3].startswith("argument 2 has 8 bytes, expected 4"), lines
+    assert re.fullmatch(r"saxpy took \d+\.\d{3} ms", lines[4]), lines
+
+
+def run_pytest_example(tmp_path: pathlib.Path, env: dict[str, str]
+                       ) -> subprocess.CompletedProcess:
+    (tmp_path / "test_saxpy.py").write_text(kernels_pytest_example())
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-p", "accelerator.pytest_plugin", "-rs", "test_saxpy.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**fake_drivers.clean_environment(),
+             "PYTHONPATH": str(fake_drivers.SRC), **env})
+
+
+@pytest.mark.skipif(OPENCL.missing() is not None,
+                    reason=OPENCL.missing() or "")
+def test_kernels_pytest_example_passes_on_opencl(
+        tmp_path: pathlib.Path) -> None:
+    result = run_pytest_example(tmp_path, OPENCL.environment(1))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^5 passed", result.stdout, re.MULTILINE), (
+        result.stdout)
+
+
+def test_kernels_pytest_example_skips_without_accelerator(
+        tmp_path: pathlib.Path) -> None:
+    result = run_pytest_example(tmp_path, {"ACCELERATOR_BACKEND": "none"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^5 skipped", result.stdout, re.MULTILINE), (
+        result.stdout)
+
+
+NATIVE_DOUBLES = sorted(name for name, cls in fake_drivers.DOUBLES.items()
+                        if cls.kernel_format == "native")
+
+NATIVE_SAXPY_CHECK = """
+import sys
+import numpy as np
+import accelerator
+
+module = accelerator.Module.from_file(sys.argv[1], format="native")
+saxpy = module.get_kernel("saxpy")
+assert saxpy.attributes["num_args"] == 4, saxpy.attributes
+n = 1000
+x = np.arange(n, dtype=np.float32)
+y = np.full(n, 0.5, dtype=np.float32)
+dx, dy = accelerator.Buffer(x.nbytes), accelerator.Buffer(y.nbytes)
+dx.copy_from(x)
+dy.copy_from(y)
+accelerator.launch(saxpy, (n + 63) // 64, 64, dy, dx, 2.0, n)
+out = np.empty_like(y)
+dy.copy_to(out)
+assert out.tobytes() == (np.float32(2) * x + y).tobytes()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", NATIVE_DOUBLES)
+def test_kernels_page_native_kernel_runs_on_the_doubles(
+        backend: str, tmp_path: pathlib.Path) -> None:
+    double = fake_drivers.DOUBLES[backend]
+    if double.missing():
+        pytest.skip(double.missing())
+    [source] = [code for code in rst_blocks(KERNELS_PAGE, "c")
+                if "accelerator_native_kernels" in code]
+    build = re.search(r"^/\* saxpy\.c: (cc .*) \*/$", source, re.MULTILINE)
+    assert build, "the native example says how to build it"
+    (tmp_path / "saxpy.c").write_text(source)
+    argv = build.group(1).replace("tests/drivers",
+                                  str(REPO / "tests" / "drivers")).split()
+    subprocess.run([os.environ.get("CC", "cc"), *argv[1:]], cwd=tmp_path,
+                   check=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", NATIVE_SAXPY_CHECK,
+         str(tmp_path / "saxpy.so")], capture_output=True, text=True,
+        timeout=120, env={**fake_drivers.clean_environment(),
+                          "PYTHONPATH": str(fake_drivers.SRC),
+                          **double.environment(1)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+
+
+def test_kernels_page_examples_type_check(tmp_path: pathlib.Path) -> None:
+    """The page's Python, as a user's editor sees it: mypy --strict with
+    the package's stubs (numpy arrays and scalars where a copy or a launch
+    takes host data, dict code, sized scalars)."""
+    pytest.importorskip("mypy")
+    (tmp_path / "session.py").write_text(kernels_session())
+    (tmp_path / "test_saxpy.py").write_text(kernels_pytest_example())
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+         "--cache-dir", os.devnull, "session.py", "test_saxpy.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(fake_drivers.SRC)})
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -10,8 +10,10 @@ results file with its table.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,4 +52,50 @@ def test_gpu_check_runs_through_to_its_results_table(tmp_path: Path) -> None:
     assert "behaviour suite (ACCELERATOR_TEST_BACKEND=real): " in text
     assert " passed" in text and "failed" not in text.split("###")[0]
     assert "| current_stream()" in text      # the benchmark's table
+    # The NVRTC step: PTX and a cubin refused as the double refuses code it
+    # cannot run (or no libnvrtc on this machine), the native saxpy checked.
+    # The kernel launch beside cuda.bindings, ours measured (a figure).
+    assert re.search(r"^\| launch add_one \(queued, not waited for\)\s*\|"
+                     r"\s*[\d,]+\s*\|", text, re.MULTILINE), text[-3000:]
+    nvrtc = [line for line in text.splitlines() if "nvrtc" in line.lower()
+             or line.startswith("- native saxpy")]
+    assert "- native saxpy on the double: matches numpy" in nvrtc, nvrtc
+    if not any(line.startswith("- nvrtc: not run: no libnvrtc")
+               for line in nvrtc):
+        for form in ("ptx: compute_", "cubin: sm_"):
+            [line] = [n for n in nvrtc if n.startswith(f"- nvrtc {form}")]
+            assert "CUDA_ERROR_NO_BINARY_FOR_GPU" in line, nvrtc
+            assert "FAILED" not in line, nvrtc
     assert out.rstrip().splitlines()[-1].startswith("| ")  # printed last
+
+
+def test_nvrtc_check_catches_a_wrong_result() -> None:
+    """The NVRTC step's numpy check fails a saxpy that computes a*x only
+    (a native kernel on the CUDA double, where it runs)."""
+    import fake_drivers
+    import kernel_code
+
+    if fake_drivers.CudaDouble.missing():
+        pytest.skip(fake_drivers.CudaDouble.missing())
+    wrong = kernel_code.native(kernel_code.NATIVE_C.replace(
+        "y[i] = a * x[i] + y[i];", "y[i] = a * x[i];"))
+    code = ("import sys, accelerator\n"
+            "sys.path.insert(0, 'bench')\n"
+            "import nvrtc_check\n"
+            "print(nvrtc_check.saxpy_matches(accelerator.Module("
+            "open(sys.argv[1], 'rb').read())))\n"
+            "print(nvrtc_check.saxpy_matches(accelerator.Module("
+            "open(sys.argv[2], 'rb').read())))\n")
+    right = kernel_code.native_path()
+    wrong_path = right.with_name("wrong-saxpy.so")
+    wrong_path.write_bytes(wrong)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(wrong_path), str(right)], cwd=REPO,
+        env={**fake_drivers.clean_environment(),
+             "PYTHONPATH": str(REPO / "src"),
+             **fake_drivers.CudaDouble.environment(1)},
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("relative error "), (
+        proc.stdout)
+    assert proc.stdout.splitlines()[1] == "", proc.stdout

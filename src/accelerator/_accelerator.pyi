@@ -4,9 +4,9 @@ import builtins
 import sys
 from collections.abc import Coroutine, Generator
 from types import TracebackType
-from typing import Any, Final, NoReturn, Protocol, SupportsIndex, TypedDict, TypeVar, final, overload, type_check_only
+from typing import Any, Final, Literal, NoReturn, Protocol, SupportsIndex, TypedDict, TypeVar, final, overload, type_check_only
 
-from _typeshed import structseq
+from _typeshed import StrOrBytesPath, structseq
 from typing_extensions import CapsuleType, Self, TypeAlias, disjoint_base
 
 MAX_DEVICES: Final[int]
@@ -194,6 +194,19 @@ class _BufferProtocol(Protocol):
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
 @type_check_only
+class _NumpyData(Protocol):
+    """A numpy array or scalar: its buffer holds its bytes.  numpy declares
+    __buffer__ for Python 3.12 and later only, so it is recognised here by
+    __array_interface__ (an object with that but no buffer is refused at
+    run time)."""
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...
+
+# Host memory a copy reads or writes: any object with the buffer protocol.
+_HostData: TypeAlias = _BufferProtocol | _NumpyData
+
+@type_check_only
 class _DLPackProducer(Protocol):
     """An array of another library (torch, CuPy, dpctl ...)."""
 
@@ -215,8 +228,8 @@ class Buffer:
     def closed(self) -> bool: ...
     @property
     def owner(self) -> object: ...
-    def copy_from(self, src: Buffer | HostBuffer | _BufferProtocol, /, *, stream: Stream | None = None) -> None: ...
-    def copy_to(self, dst: Buffer | HostBuffer | _BufferProtocol, /, *, stream: Stream | None = None) -> None: ...
+    def copy_from(self, src: Buffer | HostBuffer | _HostData, /, *, stream: Stream | None = None) -> None: ...
+    def copy_to(self, dst: Buffer | HostBuffer | _HostData, /, *, stream: Stream | None = None) -> None: ...
     def fill(self, value: SupportsIndex, /, *, stream: Stream | None = None) -> None: ...
     def record_stream(self, stream: Stream, /) -> None: ...
     def close(self, stream: Stream | None = None) -> None: ...
@@ -275,6 +288,60 @@ class HostBuffer:
         /,
     ) -> None: ...
 
+# -- Kernels ---------------------------------------------------------------
+
+# The code formats Module() takes (format=None recognises the code).
+_CodeFormat: TypeAlias = Literal["ptx", "cubin", "fatbin", "spirv", "opencl-c", "hsaco", "native"]
+# One module's code, or a dict from device type ("cuda", "xpu", "opencl" ...)
+# to code, whose entry for the selected backend is loaded.
+_Code: TypeAlias = bytes | str | _HostData | dict[str, bytes] | dict[str, str] | dict[str, bytes | str]
+_BuildOptions: TypeAlias = str | list[str] | tuple[str, ...] | None
+# A grid or block: an int or 1 to 3 ints.
+_Dims: TypeAlias = (
+    SupportsIndex
+    | tuple[SupportsIndex]
+    | tuple[SupportsIndex, SupportsIndex]
+    | tuple[SupportsIndex, SupportsIndex, SupportsIndex]
+    | list[SupportsIndex]
+)
+# A kernel argument: memory by address; numpy or ctypes scalars by value;
+# a bare int or float only where the driver tells the parameter's size.
+_KernelArg: TypeAlias = Buffer | HostBuffer | int | float | _HostData
+
+@final
+class Module:
+    def __new__(
+        cls, code: _Code, *, format: _CodeFormat | None = None, options: _BuildOptions = None, device: _DeviceLike | None = None
+    ) -> Self: ...
+    @classmethod
+    def from_file(
+        cls,
+        path: StrOrBytesPath,
+        *,
+        format: _CodeFormat | None = None,
+        options: _BuildOptions = None,
+        device: _DeviceLike | None = None,
+    ) -> Self: ...
+    def get_kernel(self, name: str, /) -> Kernel: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def format(self) -> _CodeFormat: ...
+
+@final
+class Kernel:
+    # Not made directly: Module.get_kernel(name) makes them.
+    def __new__(cls) -> NoReturn: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def module(self) -> Module: ...
+    @property
+    def attributes(self) -> dict[str, int | None]: ...
+
 @final
 class DeviceProperties(structseq[Any], tuple[str, str, int, str, int, str, int, int, int, int, int, bool, tuple[str, ...]]):
     __match_args__: Final = (
@@ -330,6 +397,9 @@ class AcceleratorError(RuntimeError):
 
 class OutOfMemoryError(AcceleratorError): ...
 
+class BuildError(AcceleratorError):
+    log: str | None
+
 class DeviceIndexError(IndexError, ValueError, RuntimeError):
     # Always None: kept so that one handler can read them off any of the
     # package's errors.
@@ -356,6 +426,9 @@ def backends() -> list[_BackendInfo]: ...
 def empty_cache() -> None: ...
 def empty_host_cache() -> None: ...
 def from_dlpack(obj: _DLPackProducer | CapsuleType, /) -> Buffer: ...
+def launch(
+    kernel: Kernel, grid: _Dims, block: _Dims, /, *args: _KernelArg, shared_mem: SupportsIndex = 0, stream: Stream | None = None
+) -> None: ...
 def _noop() -> None: ...
 def _visible_devices() -> list[int] | None: ...
 def _probed() -> bool: ...
