@@ -232,8 +232,11 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
             "tests/test_callgrind_gate.py", "tests/test_gpu_check.py",
             "tests/test_first_command.py", "tests/test_pytest_plugin.py",
             "tests/test_pytest_xdist.py", "tests/test_processes.py",
-            "tests/test_api_surface.py", "tests/test_docs.py", *timing],
-            270, needs=["build"],
+            "tests/test_api_surface.py", "tests/test_docs.py",
+            # The benchmarks' own checks: pyopencl and cuda.core cannot
+            # run under the instrumented build's preloaded ASan runtime.
+            "tests/test_bench_check.py", *timing],
+            330, needs=["build"],
             doc="the uninstrumented build in place on the CUDA double: "
                 "timing, instruction counts, first commands, the plugin"),
         Stage("plain-xpu", timing, 90, env=xpu, needs=["build"],
