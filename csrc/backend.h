@@ -87,6 +87,10 @@ struct acc_backend {
      * cubin for machine EM_CUDA, an hsaco for EM_AMDGPU and native code
      * for any other, and text that is not PTX is OpenCL C. */
     unsigned code_formats;
+    /* OPTIONAL.  Why module_load takes no build options (Module(options=)
+     * is then refused, with this reason); NULL where they reach the
+     * driver's compiler. */
+    const char *no_build_options;
     /* OPTIONAL.  Why a backend without the graph slots has no graphs:
      * accelerator.Graph's error says it after "does not support graphs: ".
      * NULL where the backend has graphs. */

@@ -361,6 +361,12 @@ acc_module_load(int device, acc_code_format format, const void *code,
     if (b == NULL) {
         return err->status;
     }
+    if (options != NULL && options[0] != '\0' && b->no_build_options) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "backend %s takes no "
+                      "build options (got '%.100s'): %s; expected "
+                      "options=None", b->name, options, b->no_build_options);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
     if (acc_check_device_ready(device, err) != ACC_OK
         || acc_current_stream(device, &s, err) != ACC_OK
         || acc_check_capture_allows(s, "load a module",

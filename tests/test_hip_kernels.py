@@ -102,8 +102,9 @@ def test_build_options_are_refused() -> None:
 print(json.dumps({"error": seen, "loads": d.calls("hipModuleLoadData")}))
 """)
     assert seen["error"]["type"] == "ValueError", seen
-    assert "takes no build options; got '-O3', expected options=None" in \
-        seen["error"]["text"], seen
+    assert "backend hip takes no build options (got '-O3'): the runtime " \
+        "compiles nothing" in seen["error"]["text"], seen
+    assert seen["error"]["text"].endswith("expected options=None"), seen
     assert seen["loads"] == 0
 
 

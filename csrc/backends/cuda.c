@@ -1029,13 +1029,7 @@ cuda_module_load(int device, acc_code_format format, const void *code,
     acc_status st;
 
     *log = NULL;
-    if (options != NULL && options[0] != '\0') {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the CUDA driver "
-                      "takes no build options (got '%.100s'): it loads PTX "
-                      "and binaries already compiled; pass options to "
-                      "NVRTC or nvcc instead", options);
-        return ACC_ERR_INVALID_ARGUMENT;
-    }
+    (void)options;   /* none: the descriptor's no_build_options */
     logs = calloc(2, CUDA_LOG_BYTES);
     if (logs != NULL && format == ACC_FORMAT_PTX) {
         /* The driver reads PTX up to its NUL. */
@@ -1326,6 +1320,9 @@ const acc_backend acc_cuda_backend = {
     .graph_instantiate = cuda_graph_instantiate,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
+    /* cuModuleLoadDataEx's JIT options are not build flags. */
+    .no_build_options = "it loads PTX and binaries already compiled; pass "
+                        "options to NVRTC or nvcc instead",
     .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_PTX)
                     | ACC_FORMAT_BIT(ACC_FORMAT_CUBIN)
                     | ACC_FORMAT_BIT(ACC_FORMAT_FATBIN)

@@ -800,14 +800,8 @@ hip_module_load(int device, acc_code_format format, const void *code,
      * the dispatcher checked that they stay within size. */
     (void)size;
     *log = NULL;
-    if (options != NULL && options[0] != '\0') {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                      "the HIP runtime compiles nothing when it loads %s "
-                      "code (a finished code object), so it takes no build "
-                      "options; got '%.200s', expected options=None",
-                      acc_code_format_name(format), options);
-        return ACC_ERR_INVALID_ARGUMENT;
-    }
+    (void)options;   /* none: the descriptor's no_build_options */
+    (void)format;    /* hsaco or native: one code object either way */
     /* A module is loaded for the calling thread's current device. */
     st = hip_enter(device, &previous, err);
     if (st == ACC_OK) {
@@ -1073,6 +1067,8 @@ const acc_backend acc_hip_backend = {
     .caps = ACC_CAP_NULL_STREAM_HANDLE | ACC_CAP_ROCM_STREAM_PROTOCOL,
     /* Code objects; an ELF is recognised as hsaco.  The test double's
      * native objects load the same way (format="native"). */
+    .no_build_options = "the runtime compiles nothing when it loads a "
+                        "finished code object",
     .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_HSACO)
                     | ACC_FORMAT_BIT(ACC_FORMAT_NATIVE),
     /* As torch built for ROCm: torch.device("cuda", i) is HIP device i. */
