@@ -150,12 +150,15 @@ def test_elapsed_time_of_a_reversed_pair_is_negative(driver) -> None:
     busy, idle = acc.Stream(), acc.Stream()
     first, second = acc.Event(enable_timing=True), acc.Event(
         enable_timing=True)
-    driver.enqueue_sleep(busy, 30)
-    first.record(busy)   # completes after the 30 ms of work
+    # 200 ms of work: the host may be descheduled for a while between
+    # queueing it and recording `second` (a loaded machine took 16 ms)
+    # and the pair must still come out reversed by well over 25 ms.
+    driver.enqueue_sleep(busy, 200)
+    first.record(busy)   # completes after the 200 ms of work
     second.record(idle)  # completes at once
     first.synchronize()
     second.synchronize()
-    assert -1000 < first.elapsed_time(second) <= -25
+    assert -5000 < first.elapsed_time(second) <= -25
     assert second.elapsed_time(first) == -first.elapsed_time(second)
 
 
