@@ -91,6 +91,13 @@ struct acc_backend {
      * is then refused, with this reason); NULL where they reach the
      * driver's compiler. */
     const char *no_build_options;
+    /* OPTIONAL.  Why a pointer parameter (ACC_PARAM_POINTER, where the
+     * driver tells kinds) takes only memory arguments (a Buffer, a
+     * HostBuffer), never an address passed as bytes by value: the
+     * dispatcher then refuses such an argument, with this reason, before
+     * launch is called.  NULL where an address's bytes pass as a pointer
+     * (CUDA, HIP, Level Zero take a device address by value). */
+    const char *pointer_params_take_memory;
     /* OPTIONAL.  Why a backend without the graph slots has no graphs:
      * accelerator.Graph's error says it after "does not support graphs: ".
      * NULL where the backend has graphs. */

@@ -675,6 +675,14 @@ check_args(const acc_kernel *k, const acc_kernel_arg *args, int nargs,
                            "%zu bytes by value)", i, i, k->name,
                            info->params[i].size);
         }
+        if (!memory && info->params[i].kind == ACC_PARAM_POINTER
+            && k->module->backend->pointer_params_take_memory != NULL) {
+            return invalid(err, "argument %d is %zu bytes by value, but "
+                           "parameter %d of kernel '%.200s' is a pointer: "
+                           "pass a Buffer or a HostBuffer (%s)", i, a->size,
+                           i, k->name,
+                           k->module->backend->pointer_params_take_memory);
+        }
         if (info->params[i].size != 0 && a->size != info->params[i].size) {
             return invalid(err, "argument %d has %zu bytes, expected %zu "
                            "(parameter %d of kernel '%.200s')", i, a->size,

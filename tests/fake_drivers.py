@@ -148,6 +148,12 @@ class DriverDouble:
     #: unsigned integer): a bare int outside the kind's range, or for a
     #: pointer, is refused.  CUDA's cuFuncGetParamInfo tells sizes only.
     kernel_param_kinds = True
+    #: a sized scalar holding a device address (numpy.uint64(buf.ptr),
+    #: ctypes.c_void_p(buf.ptr)) passes for a pointer parameter, as CUDA
+    #: code passes raw addresses; False where the backend refuses it (the
+    #: descriptor's pointer_params_take_memory: OpenCL reads a pointer
+    #: argument's bytes as a cl_mem handle)
+    kernel_address_args = True
     #: what the backend's descriptor calls the units that
     #: multi_processor_count counts (the report's word for them)
     processor_label = ""
@@ -1205,6 +1211,7 @@ class OpenCLDouble(DriverDouble):
     OpenCL runtime on the CPU, with counters and faults on every call."""
 
     kernel_format = "opencl-c"
+    kernel_address_args = False
     device_type = "opencl"
     display_type = "OpenCL"
     processor_label = "compute units"

@@ -1744,6 +1744,11 @@ const acc_backend acc_opencl_backend = {
      * program binaries are not taken: PoCL 3.1, the runtime this backend
      * is tested on, takes no IL and gives no binary to test with. */
     .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_OPENCL_C),
+    .pointer_params_take_memory =
+        "OpenCL reads the bytes clSetKernelArg gives a __global pointer as "
+        "a cl_mem handle, so an address passed as a number would be "
+        "followed as one; this backend passes a Buffer's address with "
+        "clSetKernelArgSVMPointer",
     .graphs_unsupported =
         "an OpenCL graph would be a command buffer (cl_khr_command_buffer), "
         "and the versions of it that this backend is built against and "

@@ -158,6 +158,29 @@ def test_bare_numbers_take_the_size_the_driver_tells(
             acc.launch(kernel, 1, 64, by, 12345, 2.0, n)
 
 
+def test_an_address_by_value_for_a_pointer_parameter(
+        module: acc.Module, facts: type[fake_drivers.DriverDouble]) -> None:
+    """Code written for CUDA passes raw addresses as sized scalars: where
+    the backend takes them they reach the memory; where it cannot (OpenCL
+    reads a pointer argument's bytes as a cl_mem handle, and PoCL followed
+    it into a crash) they are refused before anything is queued."""
+    n = 64
+    data = upload(np.zeros(n, np.uint32))
+    add_one = module.get_kernel("add_one")
+    addresses = (np.uint64(data.ptr), ctypes.c_void_p(data.ptr))
+    if not facts.kernel_address_args:
+        for address in addresses:
+            with pytest.raises(ValueError, match=r"argument 0 is 8 bytes by "
+                               r"value, but parameter 0 of kernel 'add_one' "
+                               r"is a pointer: pass a Buffer"):
+                acc.launch(add_one, 1, 64, address, np.uint32(n))
+        assert not download(data, np.uint32, n).any()
+        return
+    for address in addresses:
+        acc.launch(add_one, 1, 64, address, np.uint32(n))
+    assert (download(data, np.uint32, n) == 2).all()
+
+
 # Streams, events, graphs ---------------------------------------------------
 
 
