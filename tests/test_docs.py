@@ -242,21 +242,30 @@ print("ok")
 """
 
 
+def build_native_saxpy(where: pathlib.Path) -> None:
+    """The page's native saxpy.c, built into where/saxpy.so by the page's
+    own command (a shell line that asks the package for its headers),
+    with nothing from the checkout but the package on the path."""
+    [source] = [code for code in rst_blocks(KERNELS_PAGE, "c")
+                if "accelerator_native_kernels" in code]
+    build = re.search(r"^/\* saxpy\.c: (cc .*) \*/$", source, re.MULTILINE)
+    assert build, "the native example says how to build it"
+    assert "tests/drivers" not in source, "the page needs no checkout"
+    (where / "saxpy.c").write_text(source)
+    command = build.group(1).replace("python -c", f"'{sys.executable}' -c")
+    command = os.environ.get("CC", "cc") + command[len("cc"):]
+    subprocess.run(["bash", "-c", command], cwd=where, check=True,
+                   timeout=120, env={**fake_drivers.clean_environment(),
+                                     "PYTHONPATH": str(fake_drivers.SRC)})
+
+
 @pytest.mark.parametrize("backend", NATIVE_DOUBLES)
 def test_kernels_page_native_kernel_runs_on_the_doubles(
         backend: str, tmp_path: pathlib.Path) -> None:
     double = fake_drivers.DOUBLES[backend]
     if double.missing():
         pytest.skip(double.missing())
-    [source] = [code for code in rst_blocks(KERNELS_PAGE, "c")
-                if "accelerator_native_kernels" in code]
-    build = re.search(r"^/\* saxpy\.c: (cc .*) \*/$", source, re.MULTILINE)
-    assert build, "the native example says how to build it"
-    (tmp_path / "saxpy.c").write_text(source)
-    argv = build.group(1).replace("tests/drivers",
-                                  str(REPO / "tests" / "drivers")).split()
-    subprocess.run([os.environ.get("CC", "cc"), *argv[1:]], cwd=tmp_path,
-                   check=True, timeout=120)
+    build_native_saxpy(tmp_path)
     result = subprocess.run(
         [sys.executable, "-c", NATIVE_SAXPY_CHECK,
          str(tmp_path / "saxpy.so"),
@@ -267,6 +276,22 @@ def test_kernels_page_native_kernel_runs_on_the_doubles(
                           **double.environment(1)})
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
+
+
+@pytest.mark.parametrize("backend", NATIVE_DOUBLES)
+def test_kernels_pytest_example_passes_on_the_native_doubles(
+        backend: str, tmp_path: pathlib.Path) -> None:
+    """A new user's test from the page, as written, with the page's
+    native saxpy.so beside it: every test runs (none skipped) on every
+    double that runs native code."""
+    double = fake_drivers.DOUBLES[backend]
+    if double.missing():
+        pytest.skip(double.missing())
+    build_native_saxpy(tmp_path)
+    result = run_pytest_example(tmp_path, double.environment(1))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^5 passed in", result.stdout, re.MULTILINE), (
+        result.stdout)
 
 
 def test_kernels_page_examples_type_check(tmp_path: pathlib.Path) -> None:

@@ -12,6 +12,7 @@ a backend probes the drivers once.
 """
 # No `from __future__ import annotations` and a private alias of warnings:
 # dir(accelerator) shows the API only.
+import os as _os
 import warnings as _warnings
 
 from . import _accelerator
@@ -91,6 +92,7 @@ __all__ = [
     "get_device_capability",
     "get_device_name",
     "get_device_properties",
+    "get_include",
     "get_memory_info",
     "is_available",
     "launch",
@@ -112,6 +114,18 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def get_include() -> str:
+    """get_include()
+
+    The folder of the C headers that ship with the package:
+    ``accelerator/native_kernel.h``, the driver test doubles' native kernel
+    format (:ref:`kernels-without-a-gpu`).  Compile with
+    ``-I "$(python -c 'import accelerator; print(accelerator.get_include())')"``.
+    """
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)),
+                         "include")
 
 
 def current_device_idx() -> int:

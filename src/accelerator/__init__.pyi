@@ -80,6 +80,7 @@ __all__ = [
     "device_index",
     "get_device_name",
     "get_device_properties",
+    "get_include",
     "get_memory_info",
     "is_available",
     "launch",
@@ -102,6 +103,7 @@ __all__ = [
 
 __version__: str
 
+def get_include() -> str: ...
 @deprecated("Use `current_device_index` instead.")
 def current_device_idx() -> int: ...
 @deprecated("Use `set_device_index` instead.")
