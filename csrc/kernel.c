@@ -9,6 +9,7 @@
  * (graph.c); nothing in the core calls it.
  */
 #include "core.h"
+#include "native_table.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -31,6 +32,8 @@ struct acc_module {
     int device;
     acc_code_format format;
     void *native;
+    acc_native_table *table; /* a native module's parameters, read where
+                              * the driver tells none (native_table.c) */
     acc_uses uses;           /* the launches that use it (uses.c) */
     pthread_mutex_t lock;    /* guards kernels */
     acc_kernel *kernels;
@@ -384,6 +387,10 @@ acc_module_load(int device, acc_code_format format, const void *code,
         free(m);
         return st;
     }
+    if (format == ACC_FORMAT_NATIVE || format == ACC_FORMAT_CUBIN
+        || format == ACC_FORMAT_HSACO) {   /* ELF images */
+        m->table = acc_native_table_read(code, size);
+    }
     atomic_init(&m->refcount, 1);
     m->backend = b;
     m->device = device;
@@ -427,6 +434,7 @@ module_unload(int device, uintptr_t ptr)
         k = next;
     }
     m->backend->module_unload(device, m->native);
+    acc_native_table_free(m->table);
     acc_uses_clear(&m->uses);
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -510,6 +518,9 @@ acc_kernel_get(acc_module *m, const char *name, acc_kernel **out,
     }
     if (k->info.nparams > ACC_MAX_KERNEL_PARAMS) {
         k->info.nparams = -1;
+    }
+    if (k->info.nparams < 0) {   /* the driver tells none */
+        acc_native_table_params(m->table, name, &k->info);
     }
     pthread_mutex_lock(&m->lock);
     found = find_kernel(m, name);

@@ -772,8 +772,8 @@ class ZeDouble(DriverDouble):
     kernel_format = "native"
     # The double knows Intel's documented build flags only.
     failing_build_options = "-no-such-option"
-    # Spec 1.4 tells a kernel's argument count, not the sizes.
-    kernel_param_sizes = False
+    # Spec 1.4 tells a kernel's argument count, not the sizes: the core
+    # reads native kernels' parameters from their table (native_table.c).
     fail_env = "FAKE_ZE_FAIL"
     library_env = "ACCELERATOR_ZE_LIBRARY"
     total_mem_env = "FAKE_ZE_TOTAL_MEM"
@@ -986,9 +986,8 @@ class HipDouble(DriverDouble):
     #: code objects: the double runs host shared objects (the native
     #: format) handed over as an hsaco is
     kernel_format = "native"
-    #: ROCm 5.2 has no call that tells a kernel's parameters
-    kernel_param_sizes = False
-    kernel_param_kinds = False
+    #: ROCm 5.2 has no call that tells a kernel's parameters: the core
+    #: reads native kernels' parameters from their table (native_table.c)
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }
