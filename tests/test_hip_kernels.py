@@ -1,7 +1,8 @@
 """Kernels on the HIP backend, on the HIP double: what is HIP's own.
 
-ROCm 5.2 has no call that tells a kernel's parameters, so bare Python
-numbers are refused with the reason; code objects are not built, so build
+ROCm 5.2 has no call that tells a kernel's parameters, so the core reads
+a native object's own table (native_table.c): arguments are counted and
+sized, bare numbers packed, a wrong size refused; code objects are not built, so build
 options are refused; an hsaco for a real GPU (an ELF of another machine)
 is refused by the runtime with hipErrorNoBinaryForGpu; a launch on a
 capturing stream is a node of the graph that every replay runs again; a
@@ -57,20 +58,37 @@ else:
 """
 
 
-def test_a_bare_int_is_refused_because_hip_does_not_tell_sizes() -> None:
+def test_the_native_table_tells_what_hip_does_not() -> None:
+    """HIP accepted a numpy.float64 for a float parameter silently (the
+    runtime reads the parameter's 4 bytes of it); the native table's sizes
+    refuse it before the launch, as CUDA does, and a bare int passes."""
     seen = outcome("""
 k = a.Module(code).get_kernel("add_one")
 b = a.Buffer(64)
-""" + error_of("a.launch(k, 1, 16, b, 16)") + """
-print(json.dumps({"error": seen, "num_args": k.attributes["num_args"],
+b.fill(0)
+a.launch(k, 1, 16, b, 16)
+out = bytearray(64)
+b.copy_to(out)
+ones = numpy.frombuffer(out, numpy.uint32).tolist()
+saxpy = a.Module(code).get_kernel("saxpy")
+""" + error_of("a.launch(saxpy, 1, 16, b, b, numpy.float64(2), 16)") + """
+wrong_size = seen
+""" + error_of("a.launch(k, 1, 16, b)") + """
+print(json.dumps({"wrong_size": wrong_size, "short": seen, "ones": ones,
+                  "num_args": [k.attributes["num_args"],
+                               saxpy.attributes["num_args"]],
                   "launches": d.calls("hipModuleLaunchKernel")}))
 """)
-    assert seen["num_args"] is None
-    assert seen["error"]["type"] == "TypeError", seen
-    assert ("argument 1 is a bare Python int, but the driver does not tell "
-            "the parameter's size") in seen["error"]["text"], seen
-    assert "numpy.int32(...)" in seen["error"]["text"], seen
-    assert seen["launches"] == 0
+    assert seen["num_args"] == [2, 4]
+    assert seen["ones"] == [1] * 16
+    assert seen["wrong_size"]["type"] == "ValueError", seen
+    assert seen["wrong_size"]["text"].startswith(
+        "argument 2 has 8 bytes, expected 4 (parameter 2 of kernel "
+        "'saxpy')"), seen
+    assert seen["short"]["type"] == "ValueError", seen
+    assert "kernel 'add_one' takes 2 arguments, got 1" in (
+        seen["short"]["text"]), seen
+    assert seen["launches"] == 1
 
 
 def test_sized_scalars_pass_by_their_size_and_the_kernel_runs() -> None:
@@ -94,7 +112,7 @@ print(json.dumps({"ok": bool((numpy.frombuffer(out, numpy.float32)
     assert seen["attributes"] == {
         "max_threads_per_block": 1024, "shared_memory_bytes": 0,
         "local_memory_bytes": 0, "registers": 0,
-        "max_dynamic_shared_memory_bytes": 48 * 1024, "num_args": None}
+        "max_dynamic_shared_memory_bytes": 48 * 1024, "num_args": 4}
 
 
 def test_build_options_are_refused() -> None:
