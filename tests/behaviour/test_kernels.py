@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import weakref
 from pathlib import Path
@@ -317,6 +321,70 @@ def test_a_module_dropped_during_its_launch_lives_until_it_ends(
     stream.synchronize()
     acc.empty_cache()
     assert (download(data, np.uint32, n) == 1).all()
+
+
+# Dropping a Module at the bound of deferred releases waits for the oldest
+# one: with the GIL released (the drop waits for the device).  The child
+# fills the bound (1024 releases of page-locked memory whose copies wait
+# behind a gate), then drops a Module whose launch is queued behind it;
+# another thread opens the gate once the drop waits in the driver.  With
+# the GIL held there, that thread never runs and the child hangs: the
+# parent's timeout says so.
+DROP_AT_THE_BOUND = """
+import sys, threading, time
+import numpy as np
+import accelerator as acc
+import fake_drivers
+facts = fake_drivers.under_test()
+driver = facts()
+code = open(sys.argv[1], "rb").read()
+side = acc.Stream(0)
+data = acc.Buffer(4, stream=side)
+side.synchronize()
+gate = driver.stall(side)
+for _ in range(1024):                # the bound: no wait yet
+    h = acc.HostBuffer(4)
+    data.copy_from(h, stream=side)
+    h.close()
+module = acc.Module(code)
+acc.launch(module.get_kernel("add_one"), 1, 1, data, np.uint32(1),
+           stream=side)
+sync = facts.functions["event_synchronize"]
+hold = driver.hold(sync, timeout=20)
+seen = []
+
+def opener():
+    while driver.held(sync) == 0:    # the drop waits in the driver
+        time.sleep(0.01)
+    seen.append(1)
+    hold.open()
+    gate.open()
+
+thread = threading.Thread(target=opener)
+thread.start()
+del module                           # 1025 releases: waits for the oldest
+thread.join()
+side.synchronize()
+assert seen == [1] and driver.hold_expired(sync) == 0
+print("ok")
+"""
+
+
+def test_a_module_dropped_at_the_bound_of_releases_lets_threads_run(
+        code: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "code.bin"
+    path.write_bytes(code)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(DROP_AT_THE_BOUND),
+             str(path)], env=env, capture_output=True, text=True,
+            timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("dropping a Module at the bound of deferred releases "
+                    "hung: it waited for the device with the GIL held")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "ok"
 
 
 # The objects -----------------------------------------------------------------
