@@ -470,7 +470,9 @@ acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,
  * uses in the books (moved out of them; NULL: none) have completed,
  * without blocking.  Settled on every allocation and free of device and
  * page-locked memory; beyond 1024 waiting releases a release waits for
- * the oldest (call without the GIL).  release may take the GIL itself.
+ * the oldest.  Every call that can run releases (these two, and the
+ * allocations and frees) is made without the GIL: release may take it
+ * itself, under a thread state of the interpreter it needs.
  */
 typedef void (*acc_release_fn)(int device, uintptr_t ptr);
 void acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
