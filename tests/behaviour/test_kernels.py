@@ -252,6 +252,49 @@ def test_a_graph_keeps_the_modules_it_launches(
     assert (download(data, np.uint32, n) == 1).all()
 
 
+def test_a_graph_keeps_the_modules_launched_on_a_joined_stream(
+        code: bytes, facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    """A launch on a stream that joined the capture (it waited for an
+    event recorded on the capturing stream) is captured too: the graph
+    keeps its module, or each replay launches a kernel of an unloaded
+    module (the double's kernel_misuse detector counts it)."""
+    if not facts.has("graphs"):
+        pytest.skip(facts.lacks["graphs"])
+    if not facts.has("capture_events"):
+        pytest.skip(facts.lacks["capture_events"])
+    assert "kernel_misuse" in facts.live_kinds
+    n = 256
+    stream, side, third = acc.Stream(0), acc.Stream(0), acc.Stream(0)
+    data = upload(np.zeros(n, np.uint32), stream)
+    first, second = acc.Module(code), acc.Module(code)
+    stream.synchronize()
+    graph = acc.Graph()
+    with stream:
+        graph.capture_begin()
+        side.wait_event(stream.record_event())   # side joins the capture
+        acc.launch(first.get_kernel("add_one"), blocks(n, 64), 64, data,
+                   np.uint32(n), stream=side)
+        third.wait_event(side.record_event())    # and through it, third
+        acc.launch(second.get_kernel("add_one"), blocks(n, 64), 64, data,
+                   np.uint32(n), stream=third)
+        stream.wait_event(side.record_event())   # both joined back
+        stream.wait_event(third.record_event())
+        graph.capture_end()
+    refs = [weakref.ref(first), weakref.ref(second)]
+    del first, second
+    assert [r() for r in refs] == [None, None]
+    acc.empty_cache()   # settles deferred releases: the graph holds both
+    for _ in range(2):
+        with stream:
+            graph.replay()
+        stream.synchronize()
+    assert driver.live("kernel_misuse") == 0
+    assert (download(data, np.uint32, n) == 4).all()
+    del graph
+    acc.empty_cache()
+
+
 def test_threads_launch_one_kernel_at_once(module: acc.Module) -> None:
     n, rounds = 256, 20
     add_one = module.get_kernel("add_one")
