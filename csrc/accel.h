@@ -600,6 +600,9 @@ acc_status acc_check_allocation_capture(acc_stream *s, acc_error *err);
  * otherwise *kept = 0.  ACC_ERR_HOST_MEMORY when it cannot. */
 acc_status acc_graph_keep(acc_stream *s, void *obj, const acc_keeper *keeper,
                           int *kept, acc_error *err);
+/* Whether s is being captured: a capture began on it, or it joined one
+ * (it waited for an event recorded in the capture). */
+int acc_stream_captures(acc_stream *s);
 /* The same test for any operation: ACC_ERR_STATE "cannot <what> while a
  * graph captures (...): <advice>" where it must be refused. */
 acc_status acc_check_capture_allows(acc_stream *s, const char *what,

@@ -275,6 +275,20 @@ acc_check_capture_allows(acc_stream *s, const char *what,
     return st;
 }
 
+int
+acc_stream_captures(acc_stream *s)
+{
+    int captures_s;
+
+    if (__atomic_load_n(&captures.n, __ATOMIC_ACQUIRE) == 0) {
+        return 0;
+    }
+    pthread_mutex_lock(&captures.lock);
+    captures_s = capture_of(s) != NULL;
+    pthread_mutex_unlock(&captures.lock);
+    return captures_s;
+}
+
 acc_status
 acc_check_allocation_capture(acc_stream *s, acc_error *err)
 {
