@@ -470,7 +470,9 @@ acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,
  * uses in the books (moved out of them; NULL: none) have completed,
  * without blocking.  Settled on every allocation and free of device and
  * page-locked memory; beyond 1024 waiting releases a release waits for
- * the oldest (call without the GIL).  release may take the GIL itself.
+ * the oldest.  Every call that can run releases (these two, and the
+ * allocations and frees) is made without the GIL: release may take it
+ * itself, under a thread state of the interpreter it needs.
  */
 typedef void (*acc_release_fn)(int device, uintptr_t ptr);
 void acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
@@ -598,6 +600,9 @@ acc_status acc_check_allocation_capture(acc_stream *s, acc_error *err);
  * otherwise *kept = 0.  ACC_ERR_HOST_MEMORY when it cannot. */
 acc_status acc_graph_keep(acc_stream *s, void *obj, const acc_keeper *keeper,
                           int *kept, acc_error *err);
+/* Whether s is being captured: a capture began on it, or it joined one
+ * (it waited for an event recorded in the capture). */
+int acc_stream_captures(acc_stream *s);
 /* The same test for any operation: ACC_ERR_STATE "cannot <what> while a
  * graph captures (...): <advice>" where it must be refused. */
 acc_status acc_check_capture_allows(acc_stream *s, const char *what,

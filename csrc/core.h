@@ -66,6 +66,12 @@ typedef struct acc_hooks {
     /* In the child of fork(), before anything else runs there: make the
      * layer's own locks usable again. */
     void (*after_fork_child)(void);
+    /* e was recorded on s; s waited for e; e (made or not) is about to
+     * be reused or freed: what the register of captures needs to know
+     * which streams joined a capture. */
+    void (*event_recorded)(const acc_event *e, const acc_stream *s);
+    void (*stream_waited)(const acc_stream *s, const acc_event *e);
+    void (*event_released)(const acc_event *e);
     struct acc_hooks *next;   /* hooks.c's */
 } acc_hooks;
 
@@ -74,6 +80,9 @@ void acc_hooks_stream_destroyed(const acc_stream *s);
 void acc_hooks_empty_cache(void);
 void acc_hooks_shutdown(void);
 void acc_hooks_after_fork_child(void);
+void acc_hooks_event_recorded(const acc_event *e, const acc_stream *s);
+void acc_hooks_stream_waited(const acc_stream *s, const acc_event *e);
+void acc_hooks_event_released(const acc_event *e);
 
 /* ACCELERATOR_VISIBLE_DEVICES (visible.c) ------------------------------- */
 

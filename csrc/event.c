@@ -131,16 +131,23 @@ acc_event_record(acc_event *e, acc_stream *s, acc_error *err)
         return st;
     }
     st = event_make(e, s, &recorded, err);
-    if (st != ACC_OK || recorded) {
+    if (st != ACC_OK) {
         return st;
     }
-    if (e->device != s->device) {
-        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                      "Event device index %d does not match recording "
-                      "stream's device index %d.", e->device, s->device);
-        return ACC_ERR_INVALID_ARGUMENT;
+    if (!recorded) {
+        if (e->device != s->device) {
+            acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                          "Event device index %d does not match recording "
+                          "stream's device index %d.", e->device,
+                          s->device);
+            return ACC_ERR_INVALID_ARGUMENT;
+        }
+        st = s->backend->event_record(e, s, err);
     }
-    return s->backend->event_record(e, s, err);
+    if (st == ACC_OK) {
+        acc_hooks_event_recorded(e, s);
+    }
+    return st;
 }
 
 acc_status
@@ -228,6 +235,7 @@ acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
 void
 acc_event_release(acc_event *e)
 {
+    acc_hooks_event_released(e);
     if (acc_event_made(e) && !acc_forked()) {
         acc_cache_put_event(e);
     }

@@ -13,7 +13,21 @@
 
 #define MAX_CAPTURES 64
 
-/* The active captures of this process. */
+/* A stream that joined a capture, or an event recorded in one. */
+typedef struct capture_mark {
+    const void *key;            /* the acc_stream or the acc_event */
+    const acc_graph *owner;     /* the graph whose capture it is */
+} capture_mark;
+
+typedef struct mark_list {
+    capture_mark *v;
+    int n, cap;
+} mark_list;
+
+/* The active captures of this process, and what joined them: a stream
+ * that waits for an event recorded on a capturing (or joined) stream is
+ * captured from then on, as the driver captures it, until the capture
+ * ends (CUDA's cuStreamGetCaptureInfo would tell the same per stream). */
 static struct {
     pthread_mutex_t lock;
     int n;
@@ -23,7 +37,152 @@ static struct {
         int mode;
         pthread_t thread;
     } items[MAX_CAPTURES];
+    mark_list joined;           /* streams */
+    mark_list recorded;         /* events */
 } captures = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int
+mark_find(const mark_list *l, const void *key)
+{
+    for (int i = 0; i < l->n; i++) {
+        if (l->v[i].key == key) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* 0, or -1 without host memory. */
+static int
+mark_add(mark_list *l, const void *key, const acc_graph *owner)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 8;
+        capture_mark *more = realloc(l->v, (size_t)cap * sizeof(*more));
+
+        if (more == NULL) {
+            return -1;
+        }
+        l->v = more;
+        l->cap = cap;
+    }
+    l->v[l->n].key = key;
+    l->v[l->n].owner = owner;
+    l->n++;
+    return 0;
+}
+
+static void
+mark_remove_at(mark_list *l, int i)
+{
+    l->v[i] = l->v[--l->n];
+}
+
+static void
+marks_forget(mark_list *l, const acc_graph *owner)
+{
+    for (int i = l->n - 1; i >= 0; i--) {
+        if (l->v[i].owner == owner) {
+            mark_remove_at(l, i);
+        }
+    }
+}
+
+/* The graph whose capture s is in (it began there, or s joined it), or
+ * NULL; the register's lock held. */
+static const acc_graph *
+capture_of(const acc_stream *s)
+{
+    int i;
+
+    for (i = 0; i < captures.n; i++) {
+        if (captures.items[i].s == s) {
+            return captures.items[i].owner;
+        }
+    }
+    i = mark_find(&captures.joined, s);
+    return i >= 0 ? captures.joined.v[i].owner : NULL;
+}
+
+/* The hooks: an event recorded on a captured stream is the capture's; a
+ * stream that waits for it joins the capture; a released event is no
+ * one's. */
+static void
+event_recorded(const acc_event *e, const acc_stream *s)
+{
+    const acc_graph *owner;
+    int i;
+
+    if (__atomic_load_n(&captures.n, __ATOMIC_ACQUIRE) == 0) {
+        return; /* the common case, without the lock */
+    }
+    pthread_mutex_lock(&captures.lock);
+    owner = capture_of(s);
+    i = mark_find(&captures.recorded, e);
+    if (owner != NULL && i >= 0) {
+        captures.recorded.v[i].owner = owner;
+    }
+    else if (owner != NULL) {
+        if (mark_add(&captures.recorded, e, owner) < 0) {
+            acc_trace("an event recorded in a capture was not noted (out "
+                      "of host memory): a stream waiting for it is not "
+                      "known to join the capture");
+        }
+    }
+    else if (i >= 0) {
+        mark_remove_at(&captures.recorded, i);
+    }
+    pthread_mutex_unlock(&captures.lock);
+}
+
+static void
+stream_waited(const acc_stream *s, const acc_event *e)
+{
+    int i;
+
+    if (__atomic_load_n(&captures.n, __ATOMIC_ACQUIRE) == 0) {
+        return;
+    }
+    pthread_mutex_lock(&captures.lock);
+    i = mark_find(&captures.recorded, e);
+    if (i >= 0 && capture_of(s) == NULL
+        && mark_add(&captures.joined, s, captures.recorded.v[i].owner)
+               < 0) {
+        acc_trace("a stream that joined a capture was not noted (out of "
+                  "host memory): the graph does not keep the modules it "
+                  "launches");
+    }
+    pthread_mutex_unlock(&captures.lock);
+}
+
+static void
+event_released(const acc_event *e)
+{
+    int i;
+
+    if (__atomic_load_n(&captures.n, __ATOMIC_ACQUIRE) == 0
+        || acc_forked()) {
+        return; /* a forked child must not take the register's lock */
+    }
+    pthread_mutex_lock(&captures.lock);
+    i = mark_find(&captures.recorded, e);
+    if (i >= 0) {
+        mark_remove_at(&captures.recorded, i);
+    }
+    pthread_mutex_unlock(&captures.lock);
+}
+
+__attribute__((constructor)) static void
+register_hooks(void)
+{
+    static acc_hooks hooks = {
+        .event_recorded = event_recorded,
+        .stream_waited = stream_waited,
+        .event_released = event_released,
+    };
+
+    acc_hooks_register(&hooks);
+}
 
 static const char *const mode_names[] = {"global", "thread_local",
                                          "relaxed"};
@@ -82,6 +241,8 @@ unregister_capture(const acc_graph *g)
             break;
         }
     }
+    marks_forget(&captures.joined, g);
+    marks_forget(&captures.recorded, g);
     pthread_mutex_unlock(&captures.lock);
 }
 
@@ -114,6 +275,20 @@ acc_check_capture_allows(acc_stream *s, const char *what,
     return st;
 }
 
+int
+acc_stream_captures(acc_stream *s)
+{
+    int captures_s;
+
+    if (__atomic_load_n(&captures.n, __ATOMIC_ACQUIRE) == 0) {
+        return 0;
+    }
+    pthread_mutex_lock(&captures.lock);
+    captures_s = capture_of(s) != NULL;
+    pthread_mutex_unlock(&captures.lock);
+    return captures_s;
+}
+
 acc_status
 acc_check_allocation_capture(acc_stream *s, acc_error *err)
 {
@@ -128,6 +303,7 @@ acc_graph_keep(acc_stream *s, void *obj, const acc_keeper *keeper, int *kept,
                acc_error *err)
 {
     acc_kept *entry;
+    acc_graph *g;
     acc_status st = ACC_OK;
 
     *kept = 0;
@@ -135,27 +311,22 @@ acc_graph_keep(acc_stream *s, void *obj, const acc_keeper *keeper, int *kept,
         return ACC_OK; /* the common case, without the lock */
     }
     pthread_mutex_lock(&captures.lock);
-    for (int i = 0; i < captures.n; i++) {
-        acc_graph *g;
-
-        if (captures.items[i].s != s) {
-            continue;
-        }
+    /* The register holds the graph's address while it captures; its list
+     * of kept objects changes only under the register's lock until
+     * capture_end unregisters it. */
+    g = (acc_graph *)capture_of(s);
+    if (g != NULL) {
         entry = malloc(sizeof(*entry));
         if (entry == NULL) {
             st = acc_error_host_memory(err);
-            break;
         }
-        /* The register holds the graph's address while it captures; its
-         * list of kept objects changes only under the register's lock
-         * until capture_end unregisters it. */
-        g = (acc_graph *)captures.items[i].owner;
-        entry->obj = obj;
-        entry->keeper = keeper;
-        entry->next = g->kept;
-        g->kept = entry;
-        *kept = 1;
-        break;
+        else {
+            entry->obj = obj;
+            entry->keeper = keeper;
+            entry->next = g->kept;
+            g->kept = entry;
+            *kept = 1;
+        }
     }
     pthread_mutex_unlock(&captures.lock);
     return st;

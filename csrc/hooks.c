@@ -1,8 +1,9 @@
 /*
  * hooks.c - the table of lifecycle hooks (core.h's acc_hooks): how the
  * layers above the dispatcher hear that a stream is destroyed, that the
- * cache is emptied, that the backend shuts down or that this is the child
- * of a fork, without the dispatcher calling them by name.
+ * cache is emptied, that the backend shuts down, that this is the child
+ * of a fork, or that an event was recorded, waited for or released,
+ * without the dispatcher calling them by name.
  *
  * Registration happens in constructors, at load, on one thread, before
  * any hook can run; the list is only read afterwards, so it needs no
@@ -59,6 +60,36 @@ acc_hooks_after_fork_child(void)
     for (acc_hooks *h = first; h != NULL; h = h->next) {
         if (h->after_fork_child != NULL) {
             h->after_fork_child();
+        }
+    }
+}
+
+void
+acc_hooks_event_recorded(const acc_event *e, const acc_stream *s)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->event_recorded != NULL) {
+            h->event_recorded(e, s);
+        }
+    }
+}
+
+void
+acc_hooks_stream_waited(const acc_stream *s, const acc_event *e)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->stream_waited != NULL) {
+            h->stream_waited(s, e);
+        }
+    }
+}
+
+void
+acc_hooks_event_released(const acc_event *e)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->event_released != NULL) {
+            h->event_released(e);
         }
     }
 }

@@ -244,7 +244,9 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
     Py_CLEAR(options);
     self = (ModuleObject *)acc_alloc(cls);
     if (self == NULL) {
+        Py_BEGIN_ALLOW_THREADS
         acc_module_release(m);
+        Py_END_ALLOW_THREADS
         return NULL;
     }
     self->m = m;
@@ -435,7 +437,13 @@ module_dealloc(ModuleObject *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     if (self->m != NULL) {
+        /* The last reference defers the unload behind the module's
+         * queued launches, which may wait for the oldest deferred
+         * release (memory.c's bound) and runs the releases that are
+         * ready: never with the GIL held. */
+        Py_BEGIN_ALLOW_THREADS
         acc_module_release(self->m);
+        Py_END_ALLOW_THREADS
     }
     acc_object_free((PyObject *)self);
     Py_DECREF(tp);

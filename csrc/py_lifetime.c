@@ -39,23 +39,58 @@ acc_buffer_root(BufferObject *self)
     return self->root != NULL ? self->root : self;
 }
 
-/* The end of a foreign wrapper's hold on the producer's tensor, once
- * the work recorded in its books has completed (memory.c's deferred
- * release calls it, on any thread, holding the GIL or not). */
+/* A foreign wrapper's hold on the producer's tensor, and the interpreter
+ * whose object it is. */
+typedef struct foreign_hold {
+    PyObject *keep;
+    PyInterpreterState *interp;
+} foreign_hold;
+
+/* Drop the hold; GIL held, under a thread state of its interpreter.
+ * This may run inside any call that allocates or frees, even one that
+ * has an exception set already: the producer's deleter (Python code,
+ * maybe) must not clear it. */
 static void
-foreign_release(int device, uintptr_t keep)
+foreign_drop(PyObject *keep)
 {
-    PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *type, *value, *traceback;
 
-    (void)device;
-    /* This may run inside any call that allocates or frees, even one
-     * that has an exception set already: the producer's deleter (Python
-     * code, maybe) must not clear it. */
     PyErr_Fetch(&type, &value, &traceback);
-    Py_DECREF((PyObject *)keep);
+    Py_DECREF(keep);
     PyErr_Restore(type, value, traceback);
-    PyGILState_Release(gil);
+}
+
+/* The end of a foreign wrapper's hold, once the work recorded in its
+ * books has completed (memory.c's deferred release calls it, on any
+ * thread, never holding the GIL: every call into the core that can run
+ * deferred releases is made without it).  PyGILState serves one
+ * interpreter per thread (the main one, mostly): a hold of another
+ * interpreter's object is dropped under a thread state of that
+ * interpreter, made for the purpose, never under the main one's. */
+static void
+foreign_release(int device, uintptr_t ptr)
+{
+    foreign_hold *h = (foreign_hold *)ptr;
+    PyThreadState *own = PyGILState_GetThisThreadState();
+    PyThreadState *ts;
+
+    (void)device;
+    if (own != NULL && PyThreadState_GetInterpreter(own) == h->interp) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+
+        foreign_drop(h->keep);
+        PyGILState_Release(gil);
+    }
+    else if ((ts = PyThreadState_New(h->interp)) != NULL) {
+        PyEval_RestoreThread(ts);
+        foreign_drop(h->keep);
+        PyThreadState_Clear(ts);
+        (void)PyEval_SaveThread();
+        PyThreadState_Delete(ts);
+    }
+    /* else no thread state to be had (no host memory): the producer's
+     * tensor stays held rather than be let go without the GIL. */
+    free(h);
 }
 
 /* Give the root's memory back once no call is using it; GIL held.  Owned
@@ -67,6 +102,7 @@ acc_buffer_release(BufferObject *root)
 {
     acc_block *block = root->block;
     acc_uses *uses = root->uses;
+    foreign_hold *hold;
     PyObject *keep;
 
     if (root->busy > 0) {
@@ -76,12 +112,24 @@ acc_buffer_release(BufferObject *root)
         root->uses = NULL;
         keep = root->keep;
         root->keep = NULL;
-        if (keep != NULL) {
+        hold = keep != NULL ? malloc(sizeof(*hold)) : NULL;
+        if (hold != NULL) {
             /* The reference moves to the deferred release. */
+            hold->keep = keep;
+            hold->interp = PyInterpreterState_Get();
             Py_BEGIN_ALLOW_THREADS
-            acc_defer_release(root->device, (uintptr_t)keep,
+            acc_defer_release(root->device, (uintptr_t)hold,
                               foreign_release, uses);
             Py_END_ALLOW_THREADS
+        }
+        else if (keep != NULL) {
+            /* No host memory to defer with: wait for the uses here. */
+            acc_error ignored;
+
+            Py_BEGIN_ALLOW_THREADS
+            (void)acc_uses_synchronize(uses, &ignored);
+            Py_END_ALLOW_THREADS
+            foreign_drop(keep);
         }
         acc_uses_clear(uses);
         pthread_mutex_destroy(&uses->lock);

@@ -300,9 +300,37 @@ stream_query(StreamObject *self, PyObject *unused)
     return acc_raise(acc_state_from_type(Py_TYPE((PyObject *)self)), &err);
 }
 
+/* An await of a capturing stream: its event record would be captured,
+ * not run, and the await end at once before the work queued earlier ran.
+ * It asks the driver as Stream.synchronize() does, which refuses at once
+ * with its capture error (and invalidates the capture, as that call
+ * does): -1 with that error; 0 otherwise. */
+static int
+refuse_capturing(PyObject *self)
+{
+    acc_stream *s = ((StreamObject *)self)->s;
+    acc_error err;
+    acc_status status;
+
+    if (!acc_stream_captures(s)) {
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_stream_synchronize(s, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        acc_raise(acc_state_from_type(Py_TYPE(self)), &err);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 stream_await(PyObject *self)
 {
+    if (refuse_capturing(self) < 0) {
+        return NULL;
+    }
     return acc_call_aio("stream_await", self);
 }
 
@@ -310,6 +338,9 @@ static PyObject *
 stream_synchronize_async(PyObject *self, PyObject *unused)
 {
     (void)unused;
+    if (refuse_capturing(self) < 0) {
+        return NULL;
+    }
     return acc_call_aio("synchronize_stream", self);
 }
 

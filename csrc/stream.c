@@ -348,7 +348,11 @@ acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
          * nothing (torch and the CUDA driver agree). */
         return ACC_OK;
     }
-    return s->backend->stream_wait_event(s, e, err);
+    st = s->backend->stream_wait_event(s, e, err);
+    if (st == ACC_OK) {
+        acc_hooks_stream_waited(s, e);
+    }
+    return st;
 }
 
 acc_status

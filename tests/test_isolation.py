@@ -21,6 +21,7 @@ import textwrap
 import pytest
 
 import fake_drivers
+import kernel_code
 from fake_drivers import REPO
 
 
@@ -172,6 +173,89 @@ def test_dlpack_capsules_die_in_a_subinterpreter(backend: str) -> None:
     which waited for ever for the GIL that the thread held under the
     subinterpreter's thread state."""
     assert run(backend, SUBINTERPRETER_DLPACK, timeout=30).strip() == "ok"
+
+
+SUBINTERPRETER_FOREIGN_RELEASE = """
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+import accelerator as a
+code = r'''
+import ctypes, sys
+sys.path.insert(0, @TESTS@)
+import accelerator as a
+import fake_drivers
+facts = fake_drivers.DOUBLES[@BACKEND@]
+driver = facts()
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int32), ("id", ctypes.c_int32)]
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8),
+                ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+class DLManagedTensor(ctypes.Structure):   # no deleter: nothing to call
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+new_capsule = ctypes.pythonapi.PyCapsule_New
+new_capsule.restype = ctypes.py_object
+new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+under = a.Buffer(64)
+shape = (ctypes.c_int64 * 1)(64)
+tensor = DLManagedTensor()
+tensor.dl_tensor.data = under.ptr
+tensor.dl_tensor.device = DLDevice(facts.dlpack_device_type, 0)
+tensor.dl_tensor.ndim = 1
+tensor.dl_tensor.code, tensor.dl_tensor.bits, tensor.dl_tensor.lanes = 1, 8, 1
+tensor.dl_tensor.shape = shape
+wrapped = a.from_dlpack(new_capsule(ctypes.addressof(tensor), b"dltensor",
+                                    None))      # a foreign wrapper
+side = a.Stream()
+gate = driver.gate(side)
+wrapped.fill(1, stream=side)
+wrapped.close()              # its release waits behind the gate
+gate.open()
+side.synchronize()           # ready, not yet run
+module = a.Module(open(@CODE@, "rb").read())
+del module                   # a drop runs the ready releases
+left = a.Buffer(64)          # and so does every allocation
+left.close()
+under.close()
+'''
+for _ in range(2):
+    interp = interpreters.create()
+    interpreters.run_string(interp, code)
+    interpreters.destroy(interp)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_foreign_release_runs_in_its_subinterpreter(
+        backend: str, tmp_path) -> None:
+    """A from_dlpack() wrapper's release, ready when a Module dropped in a
+    subinterpreter ran it, took the GIL with PyGILState_Ensure (the main
+    interpreter's thread state), which waited for ever for the GIL the
+    thread held under the subinterpreter's."""
+    path = tmp_path / "code.bin"
+    path.write_bytes(kernel_code.for_format(
+        fake_drivers.DOUBLES[backend].kernel_format))
+    code = (SUBINTERPRETER_FOREIGN_RELEASE
+            .replace("@TESTS@", repr(str(REPO / "tests")))
+            .replace("@BACKEND@", repr(backend))
+            .replace("@CODE@", repr(str(path))))
+    try:
+        out = run(backend, code, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a foreign release run in a subinterpreter hung")
+    assert out.strip() == "ok"
 
 
 def test_stream_and_event_types_are_immutable() -> None:

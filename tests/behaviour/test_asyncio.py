@@ -189,3 +189,39 @@ def test_a_forked_child_does_not_inherit_the_waiter(driver) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert _aio.waiter_thread() is not None
+
+
+@pytest.mark.parametrize("spelling", ["await stream", "synchronize_async"])
+def test_awaiting_a_capturing_stream_raises_as_synchronize_does(
+        driver, facts, spelling: str) -> None:
+    """Stream.synchronize() on a capturing stream raises the driver's
+    capture error; awaiting it returned at once (its event record was
+    captured, not run) while the work queued before the capture had not
+    run.  It raises the same error now (torch: synchronizing a capturing
+    stream is an error)."""
+    if not facts.has("graphs"):
+        pytest.skip(facts.lacks["graphs"])
+    stream = acc.Stream()
+    g = acc.Graph()
+
+    async def wait() -> None:
+        if spelling == "await stream":
+            await stream
+        else:
+            await stream.synchronize_async()
+
+    with driver.gate(stream) as gate:   # work queued before the capture
+        for attempt in ("synchronize", spelling):
+            with stream:
+                g.capture_begin()
+            with pytest.raises(acc.AcceleratorError,
+                               match=facts.capture_errors["refused"]):
+                if attempt == "synchronize":
+                    stream.synchronize()
+                else:
+                    asyncio.run(wait())
+            with stream, pytest.raises(acc.AcceleratorError):
+                g.capture_end()          # invalidated, as by synchronize
+            g.reset()
+        gate.open()
+    stream.synchronize()

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import weakref
 from pathlib import Path
@@ -271,6 +275,49 @@ def test_a_graph_keeps_the_modules_it_launches(
     assert (download(data, np.uint32, n) == 1).all()
 
 
+def test_a_graph_keeps_the_modules_launched_on_a_joined_stream(
+        code: bytes, facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    """A launch on a stream that joined the capture (it waited for an
+    event recorded on the capturing stream) is captured too: the graph
+    keeps its module, or each replay launches a kernel of an unloaded
+    module (the double's kernel_misuse detector counts it)."""
+    if not facts.has("graphs"):
+        pytest.skip(facts.lacks["graphs"])
+    if not facts.has("capture_events"):
+        pytest.skip(facts.lacks["capture_events"])
+    assert "kernel_misuse" in facts.live_kinds
+    n = 256
+    stream, side, third = acc.Stream(0), acc.Stream(0), acc.Stream(0)
+    data = upload(np.zeros(n, np.uint32), stream)
+    first, second = acc.Module(code), acc.Module(code)
+    stream.synchronize()
+    graph = acc.Graph()
+    with stream:
+        graph.capture_begin()
+        side.wait_event(stream.record_event())   # side joins the capture
+        acc.launch(first.get_kernel("add_one"), blocks(n, 64), 64, data,
+                   np.uint32(n), stream=side)
+        third.wait_event(side.record_event())    # and through it, third
+        acc.launch(second.get_kernel("add_one"), blocks(n, 64), 64, data,
+                   np.uint32(n), stream=third)
+        stream.wait_event(side.record_event())   # both joined back
+        stream.wait_event(third.record_event())
+        graph.capture_end()
+    refs = [weakref.ref(first), weakref.ref(second)]
+    del first, second
+    assert [r() for r in refs] == [None, None]
+    acc.empty_cache()   # settles deferred releases: the graph holds both
+    for _ in range(2):
+        with stream:
+            graph.replay()
+        stream.synchronize()
+    assert driver.live("kernel_misuse") == 0
+    assert (download(data, np.uint32, n) == 4).all()
+    del graph
+    acc.empty_cache()
+
+
 def test_threads_launch_one_kernel_at_once(module: acc.Module) -> None:
     n, rounds = 256, 20
     add_one = module.get_kernel("add_one")
@@ -340,6 +387,70 @@ def test_a_module_dropped_during_its_launch_lives_until_it_ends(
     stream.synchronize()
     acc.empty_cache()
     assert (download(data, np.uint32, n) == 1).all()
+
+
+# Dropping a Module at the bound of deferred releases waits for the oldest
+# one: with the GIL released (the drop waits for the device).  The child
+# fills the bound (1024 releases of page-locked memory whose copies wait
+# behind a gate), then drops a Module whose launch is queued behind it;
+# another thread opens the gate once the drop waits in the driver.  With
+# the GIL held there, that thread never runs and the child hangs: the
+# parent's timeout says so.
+DROP_AT_THE_BOUND = """
+import sys, threading, time
+import numpy as np
+import accelerator as acc
+import fake_drivers
+facts = fake_drivers.under_test()
+driver = facts()
+code = open(sys.argv[1], "rb").read()
+side = acc.Stream(0)
+data = acc.Buffer(4, stream=side)
+side.synchronize()
+gate = driver.stall(side)
+for _ in range(1024):                # the bound: no wait yet
+    h = acc.HostBuffer(4)
+    data.copy_from(h, stream=side)
+    h.close()
+module = acc.Module(code)
+acc.launch(module.get_kernel("add_one"), 1, 1, data, np.uint32(1),
+           stream=side)
+sync = facts.functions["event_synchronize"]
+hold = driver.hold(sync, timeout=20)
+seen = []
+
+def opener():
+    while driver.held(sync) == 0:    # the drop waits in the driver
+        time.sleep(0.01)
+    seen.append(1)
+    hold.open()
+    gate.open()
+
+thread = threading.Thread(target=opener)
+thread.start()
+del module                           # 1025 releases: waits for the oldest
+thread.join()
+side.synchronize()
+assert seen == [1] and driver.hold_expired(sync) == 0
+print("ok")
+"""
+
+
+def test_a_module_dropped_at_the_bound_of_releases_lets_threads_run(
+        code: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "code.bin"
+    path.write_bytes(code)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(DROP_AT_THE_BOUND),
+             str(path)], env=env, capture_output=True, text=True,
+            timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("dropping a Module at the bound of deferred releases "
+                    "hung: it waited for the device with the GIL held")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "ok"
 
 
 # The objects -----------------------------------------------------------------
