@@ -835,6 +835,15 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
     if (tensor_nbytes(t, &nbytes) < 0) {
         goto done;
     }
+    if (t->byte_offset > UINTPTR_MAX - (uintptr_t)t->data
+        || (uintptr_t)t->data + t->byte_offset > UINTPTR_MAX - nbytes) {
+        PyErr_Format(PyExc_ValueError, "from_dlpack(): the tensor's "
+                     "byte_offset %llu and %zu bytes from data %p run past "
+                     "the end of the address space; expected an offset "
+                     "and a size inside the tensor's allocation",
+                     (unsigned long long)t->byte_offset, nbytes, t->data);
+        goto done;
+    }
     ptr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
     if (nbytes > 0) {
         Py_BEGIN_ALLOW_THREADS
@@ -855,6 +864,16 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
             PyErr_Format(PyExc_BufferError, "from_dlpack(): %s is not "
                          "device memory of %s device %d that the driver "
                          "knows", address, acc_device_type(), device);
+            goto done;
+        }
+        /* Every byte, not only the first: a shape or offset beyond the
+         * allocation would let fills and copies write outside it. */
+        Py_BEGIN_ALLOW_THREADS
+        status = acc_check_foreign_range(device, ptr, nbytes,
+                                         "from_dlpack()", &err);
+        Py_END_ALLOW_THREADS
+        if (status != ACC_OK) {
+            acc_raise(st, &err);
             goto done;
         }
     }

@@ -460,6 +460,18 @@ class DriverDouble:
         """Every live-object count of the double, by its own kind names."""
         return {kind: self.live(kind) for kind in self.live_kinds}
 
+    def mem_range(self, ptr: int) -> tuple[int, int, int]:
+        """(kind, base, size) of the driver allocation holding the byte at
+        ptr, as the backend's range lookup should find it: kind 1 device
+        memory, 2 page-locked host memory, 0 none (base and size 0)."""
+        f = self._fn("mem_range")
+        f.argtypes = [ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong),
+                      ctypes.POINTER(ctypes.c_ulonglong)]
+        f.restype = ctypes.c_int
+        base, size = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+        kind = f(ptr, ctypes.byref(base), ctypes.byref(size))
+        return kind, base.value, size.value
+
 
 class CudaDouble(DriverDouble):
     """tests/drivers/build/libcuda.so.1."""
@@ -619,6 +631,7 @@ class CudaDouble(DriverDouble):
              refused=(("graph_exec", 1),)),
         Site("cuGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
         Site("cuPointerGetAttribute", RAISE, "from_dlpack(capsule)"),
+        Site("cuMemGetAddressRange", RAISE, "from_dlpack(capsule)"),
         Site("cuModuleLoadDataEx", RAISE, "Module()"),
         Site("cuModuleGetFunction", RAISE, "get_kernel()"),
         Site("cuFuncGetAttribute", RAISE, "get_kernel()"),
@@ -851,6 +864,7 @@ class ZeDouble(DriverDouble):
              "copy_from(Buffer of device 1)"),
         Site("zeCommandListAppendMemoryFill", RAISE, "fill()"),
         Site("zeMemGetAllocProperties", RAISE, "from_dlpack(capsule)"),
+        Site("zeMemGetAddressRange", RAISE, "from_dlpack(capsule)"),
         # The barrier that orders a copy or fill on a list that is not in
         # order, and the wait that makes a pageable copy synchronous.
         Site("zeCommandListAppendBarrier", RAISE, "fill()"),
@@ -1099,6 +1113,7 @@ class HipDouble(DriverDouble):
         Site("hipMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
         Site("hipMemsetD8Async", RAISE, "fill()"),
         Site("hipPointerGetAttributes", RAISE, "from_dlpack(capsule)"),
+        Site("hipMemGetAddressRange", RAISE, "from_dlpack(capsule)"),
         Site("hipStreamIsCapturing", RAISE, "Graph.capture_begin()"),
         Site("hipStreamBeginCapture", RAISE, "Graph.capture_begin()"),
         Site("hipStreamEndCapture", RAISE, "Graph.capture_end()"),
@@ -1364,6 +1379,20 @@ class OpenCLDouble(DriverDouble):
             return (f"{OPENCL_INTERPOSER} is missing: run make -C "
                     "tests/drivers")
         return opencl_runtime()
+
+    #: the backend asks clSVMAlloc for OCL_ALIGN - 1 bytes more than
+    #: mem_alloc's size and hands out the first OCL_ALIGN-aligned byte; its
+    #: own table (which from_dlpack consults: OpenCL cannot look a pointer
+    #: up) holds that range
+    svm_alignment = 256
+
+    def mem_range(self, ptr: int) -> tuple[int, int, int]:
+        kind, base, size = super().mem_range(ptr)
+        if kind != 1:
+            return kind, base, size
+        slack = self.svm_alignment - 1
+        aligned = (base + slack) & ~slack
+        return kind, aligned, size - slack
 
     def enqueue_sleep(self, stream: object, ms: float) -> None:
         rc = self.lib.fake_ocl_enqueue_sleep(
