@@ -666,7 +666,9 @@ producer_capsule(acc_state *st, PyObject *obj, int *device)
     long long type, index;
     acc_stream *s;
     acc_error err;
-    int cuda = (acc_backend_caps() & ACC_CAP_CUDA_STREAM_PROTOCOL) != 0;
+    unsigned caps = acc_backend_caps();
+    int cuda = (caps & ACC_CAP_CUDA_STREAM_PROTOCOL) != 0;
+    int protocol = cuda || (caps & ACC_CAP_ROCM_STREAM_PROTOCOL) != 0;
 
     dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
     if (dev == NULL) {
@@ -693,13 +695,17 @@ producer_capsule(acc_state *st, PyObject *obj, int *device)
     if (acc_current_stream((int)index, &s, &err) != ACC_OK) {
         return acc_raise(st, &err);
     }
-    /* Our current stream is where the memory will be used. */
+    /* Our current stream is where the memory will be used: where the
+     * backend speaks a DLPack stream protocol its handle goes to the
+     * producer (torch does so on CUDA and ROCm), a null handle as the
+     * protocol's default stream (CUDA: 1, the legacy default stream;
+     * ROCm: 0).  Elsewhere no stream value names ours: None. */
     kwargs = Py_BuildValue("{s:O, s:(ii)}", "stream", Py_None,
                            "max_version", ACC_DLPACK_MAJOR_VERSION,
                            ACC_DLPACK_MINOR_VERSION);
-    if (kwargs != NULL && cuda) {
+    if (kwargs != NULL && protocol) {
         PyObject *handle = PyLong_FromUnsignedLongLong(
-            s->handle == 0 ? 1 : (unsigned long long)s->handle);
+            s->handle != 0 ? (unsigned long long)s->handle : cuda ? 1 : 0);
 
         if (handle == NULL || PyDict_SetItemString(kwargs, "stream", handle)
                                   < 0) {

@@ -214,6 +214,11 @@ class DriverDouble:
     #: (ROCm: 1 and 2)
     dlpack_default_stream = 1
     dlpack_refused_streams: tuple[int, ...] = ()
+    #: from_dlpack() passes the current stream to the producer's
+    #: __dlpack__(stream=), as torch does: its handle, or
+    #: dlpack_default_stream for a default stream whose handle is 0 (the
+    #: CUDA and ROCm protocols); elsewhere no value names it: None
+    dlpack_passes_stream = False
     #: driver calls of one Graph.replay(), besides slot_functions
     replay_calls = 1
     #: (driver function, nth call of it in one replay) that orders the
@@ -482,6 +487,7 @@ class CudaDouble(DriverDouble):
     processor_label = "multiprocessors"
     torch_device_type = 1
     dlpack_device_type = 2
+    dlpack_passes_stream = True
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
                     ("csrc/backends/cuda_api.h", "ACC_CUDA_OPTIONAL_FUNCTIONS"),
                     ("csrc/backends/nvml_api.h", "ACC_NVML_FUNCTIONS"))
@@ -991,6 +997,7 @@ class HipDouble(DriverDouble):
     device_type_aliases = ("cuda",)
     torch_device_type = 6
     dlpack_device_type = 10
+    dlpack_passes_stream = True
     #: code objects: the double runs host shared objects (the native
     #: format) handed over as an hsaco is
     kernel_format = "native"

@@ -430,3 +430,39 @@ def test_from_dlpack_refuses_offsets_beyond_the_address_space(driver) -> None:
     with pytest.raises(BufferError, match="too large"):
         acc.from_dlpack(Made(b.ptr, [2**62], device=ours, bits=64).capsule)
 
+
+# The producer's stream --------------------------------------------------------
+
+
+class Producer:
+    """An array of another library over a Buffer: records the stream
+    each __dlpack__ call was given."""
+
+    def __init__(self, buffer: "acc.Buffer") -> None:
+        self.buffer = buffer
+        self.streams: list[object] = []
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.buffer.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None,
+                   copy=None):
+        self.streams.append(stream)
+        return self.buffer.__dlpack__(stream=stream, max_version=max_version)
+
+
+def test_from_dlpack_passes_the_current_stream(facts) -> None:
+    b = acc.Buffer(64)
+    producer = Producer(b)
+    s = acc.Stream(0)
+    with s:
+        acc.from_dlpack(producer)
+    default = acc.current_stream(0)
+    acc.from_dlpack(producer)
+    if facts.dlpack_passes_stream:
+        # torch's rule on CUDA and ROCm: the current stream's handle, the
+        # protocol's value for a default stream whose handle is 0.
+        expected = [s.handle, default.handle or facts.dlpack_default_stream]
+    else:
+        expected = [None, None]
+    assert producer.streams == expected
