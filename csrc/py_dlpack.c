@@ -939,5 +939,8 @@ const char acc_from_dlpack_doc[] =
 "Wrap the device memory of another library's C-contiguous array (torch,\n"
 "CuPy, dpctl; any object with __dlpack__, or a DLPack capsule) as a\n"
 "Buffer of its bytes on the same device.  The Buffer does not own the\n"
-"memory: it keeps obj alive, and copies can target it.  The producer is\n"
-"asked to make its work visible to the current stream of that device.";
+"memory: it keeps obj alive, and copies can target it.  Every byte must\n"
+"lie in the driver allocation holding the first (ValueError otherwise).\n"
+"The producer is asked to make its work visible to the current stream of\n"
+"that device (its handle where the backend speaks a DLPack stream\n"
+"protocol: CUDA, ROCm).";
