@@ -422,6 +422,12 @@ def test_from_dlpack_refuses_offsets_beyond_the_address_space(driver) -> None:
     past = Made(b.ptr, [2**24 - 1, 2**40], device=ours)
     with pytest.raises(ValueError, match="address space"):
         acc.from_dlpack(past.capsule)
+    # One past the allocation's end is in none (the doubles' pointer
+    # lookups said device memory there, and Level Zero's range lookup
+    # then failed with an AcceleratorError).
+    base, size = allocation_of(driver, b)
+    with pytest.raises(BufferError, match="is not device memory"):
+        acc.from_dlpack(Made(base, [1], device=ours, offset=size).capsule)
     # A huge offset inside the address space lands in no allocation.
     huge = Made(b.ptr, [8], device=ours, offset=2**62)
     with pytest.raises(BufferError, match="is not device memory"):
