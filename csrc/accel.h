@@ -464,6 +464,14 @@ acc_uses *acc_host_block_uses(acc_host_block *h);
 /* What a foreign pointer is (pointer_info slot). */
 acc_status acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info,
                                acc_error *err);
+/* Foreign memory of nbytes (> 0) at ptr, which acc_pointer_info_of found
+ * to be device or shared memory of device: ACC_OK when its last byte lies
+ * in the driver allocation that holds its first (pointer_range slot);
+ * ACC_ERR_INVALID_ARGUMENT, naming the sizes, when it runs past that
+ * allocation's end or the driver knows none (what names the caller:
+ * "from_dlpack()"). */
+acc_status acc_check_foreign_range(int device, uintptr_t ptr, size_t nbytes,
+                                   const char *what, acc_error *err);
 
 /*
  * Deferred release (memory.c): call release(device, ptr) once the pending

@@ -15,8 +15,9 @@
  * An optional slot may be NULL; its comment says what NULL means (mostly:
  * the dispatcher reports "backend X does not support Y").  Optional slots
  * that work together form groups, filled all or none: the graph slots,
- * the device memory slots (mem_alloc, mem_free, mem_copy, mem_fill) and
- * the page-locked host memory slots (host_alloc, host_free).
+ * the device memory slots (mem_alloc, mem_free, mem_copy, mem_fill),
+ * the page-locked host memory slots (host_alloc, host_free) and the
+ * foreign memory slots (pointer_info, pointer_range).
  * Registration checks the groups too (backend_check.c), so the dispatcher
  * tests one slot of a group and calls the others.  It never calls a NULL
  * slot.
@@ -316,6 +317,17 @@ struct acc_backend {
      * not change the calling thread's current device. */
     acc_status (*pointer_info)(uintptr_t ptr, acc_pointer_info *info,
                                acc_error *err);
+
+    /* OPTIONAL, as a pair with pointer_info (both or none).  The driver
+     * allocation holding the byte at ptr, which pointer_info found to be
+     * device or shared memory of device: *base its first byte, *size its
+     * bytes, as the driver tells them (another library's suballocation
+     * lies inside the driver allocation it was carved from: that range).
+     * ACC_ERR_NOT_FOUND (no message needed: the dispatcher words it)
+     * where the driver says no allocation holds ptr.  Must not change the
+     * calling thread's current device. */
+    acc_status (*pointer_range)(int device, uintptr_t ptr, uintptr_t *base,
+                                size_t *size, acc_error *err);
 
     /* Kernels ------------------------------------------------------------ */
 

@@ -24,6 +24,7 @@
     X(graph_launch) X(graph_destroy)
 #define MEMORY_SLOTS(X) X(mem_alloc) X(mem_free) X(mem_copy) X(mem_fill)
 #define HOST_SLOTS(X) X(host_alloc) X(host_free)
+#define FOREIGN_SLOTS(X) X(pointer_info) X(pointer_range)
 #define KERNEL_SLOTS(X)                                                    \
     X(module_load) X(module_unload) X(kernel_get) X(kernel_release)        \
     X(launch)
@@ -77,6 +78,8 @@ acc_backend_incomplete(const acc_backend *b, char *why, size_t size)
         {"device memory", 4, {MEMORY_SLOTS(NAME)}, {MEMORY_SLOTS(FILLED)}},
         {"page-locked host memory", 2, {HOST_SLOTS(NAME)},
          {HOST_SLOTS(FILLED)}},
+        {"foreign memory", 2, {FOREIGN_SLOTS(NAME)},
+         {FOREIGN_SLOTS(FILLED)}},
         {"kernel", 5, {KERNEL_SLOTS(NAME)}, {KERNEL_SLOTS(FILLED)}},
     };
 #undef NAME

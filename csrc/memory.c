@@ -224,6 +224,54 @@ acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     return b->pointer_info(ptr, info, err);
 }
 
+acc_status
+acc_check_foreign_range(int device, uintptr_t ptr, size_t nbytes,
+                        const char *what, acc_error *err)
+{
+    const acc_backend *b;
+    uintptr_t base = 0;
+    size_t size = 0, room;
+    acc_status status;
+
+    if (acc_ready(err) != ACC_OK) {
+        return err->status;
+    }
+    b = acc_selected_backend();
+    if (b->pointer_range == NULL) {
+        return acc_error_unsupported("looking up foreign memory", err);
+    }
+    status = b->pointer_range(device, ptr, &base, &size, err);
+    if (status == ACC_ERR_NOT_FOUND) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "%s: %#llx lies in no "
+                      "allocation the %s driver knows", what,
+                      (unsigned long long)ptr, b->display_type);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (status != ACC_OK) {
+        return status;
+    }
+    if (ptr < base || ptr - base >= size) {
+        /* A driver that answered for another byte: none holds ptr. */
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "%s: %#llx lies in no "
+                      "allocation the %s driver knows (it answered %zu "
+                      "bytes at %#llx)", what, (unsigned long long)ptr,
+                      b->display_type, size, (unsigned long long)base);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    room = size - (size_t)(ptr - base);
+    if (nbytes > room) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "%s: %zu bytes at %#llx "
+                      "run past the end of the driver's allocation that "
+                      "holds their first byte (%zu bytes at %#llx): "
+                      "expected at most %zu bytes from %#llx", what, nbytes,
+                      (unsigned long long)ptr, size,
+                      (unsigned long long)base, room,
+                      (unsigned long long)ptr);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    return ACC_OK;
+}
+
 /* Deferred release --------------------------------------------------------- */
 
 /*

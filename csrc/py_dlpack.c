@@ -666,7 +666,9 @@ producer_capsule(acc_state *st, PyObject *obj, int *device)
     long long type, index;
     acc_stream *s;
     acc_error err;
-    int cuda = (acc_backend_caps() & ACC_CAP_CUDA_STREAM_PROTOCOL) != 0;
+    unsigned caps = acc_backend_caps();
+    int cuda = (caps & ACC_CAP_CUDA_STREAM_PROTOCOL) != 0;
+    int protocol = cuda || (caps & ACC_CAP_ROCM_STREAM_PROTOCOL) != 0;
 
     dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
     if (dev == NULL) {
@@ -693,13 +695,17 @@ producer_capsule(acc_state *st, PyObject *obj, int *device)
     if (acc_current_stream((int)index, &s, &err) != ACC_OK) {
         return acc_raise(st, &err);
     }
-    /* Our current stream is where the memory will be used. */
+    /* Our current stream is where the memory will be used: where the
+     * backend speaks a DLPack stream protocol its handle goes to the
+     * producer (torch does so on CUDA and ROCm), a null handle as the
+     * protocol's default stream (CUDA: 1, the legacy default stream;
+     * ROCm: 0).  Elsewhere no stream value names ours: None. */
     kwargs = Py_BuildValue("{s:O, s:(ii)}", "stream", Py_None,
                            "max_version", ACC_DLPACK_MAJOR_VERSION,
                            ACC_DLPACK_MINOR_VERSION);
-    if (kwargs != NULL && cuda) {
+    if (kwargs != NULL && protocol) {
         PyObject *handle = PyLong_FromUnsignedLongLong(
-            s->handle == 0 ? 1 : (unsigned long long)s->handle);
+            s->handle != 0 ? (unsigned long long)s->handle : cuda ? 1 : 0);
 
         if (handle == NULL || PyDict_SetItemString(kwargs, "stream", handle)
                                   < 0) {
@@ -835,6 +841,15 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
     if (tensor_nbytes(t, &nbytes) < 0) {
         goto done;
     }
+    if (t->byte_offset > UINTPTR_MAX - (uintptr_t)t->data
+        || (uintptr_t)t->data + t->byte_offset > UINTPTR_MAX - nbytes) {
+        PyErr_Format(PyExc_ValueError, "from_dlpack(): the tensor's "
+                     "byte_offset %llu and %zu bytes from data %p run past "
+                     "the end of the address space; expected an offset "
+                     "and a size inside the tensor's allocation",
+                     (unsigned long long)t->byte_offset, nbytes, t->data);
+        goto done;
+    }
     ptr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
     if (nbytes > 0) {
         Py_BEGIN_ALLOW_THREADS
@@ -855,6 +870,16 @@ acc_from_dlpack(PyObject *module, PyObject *obj)
             PyErr_Format(PyExc_BufferError, "from_dlpack(): %s is not "
                          "device memory of %s device %d that the driver "
                          "knows", address, acc_device_type(), device);
+            goto done;
+        }
+        /* Every byte, not only the first: a shape or offset beyond the
+         * allocation would let fills and copies write outside it. */
+        Py_BEGIN_ALLOW_THREADS
+        status = acc_check_foreign_range(device, ptr, nbytes,
+                                         "from_dlpack()", &err);
+        Py_END_ALLOW_THREADS
+        if (status != ACC_OK) {
+            acc_raise(st, &err);
             goto done;
         }
     }
@@ -914,5 +939,8 @@ const char acc_from_dlpack_doc[] =
 "Wrap the device memory of another library's C-contiguous array (torch,\n"
 "CuPy, dpctl; any object with __dlpack__, or a DLPack capsule) as a\n"
 "Buffer of its bytes on the same device.  The Buffer does not own the\n"
-"memory: it keeps obj alive, and copies can target it.  The producer is\n"
-"asked to make its work visible to the current stream of that device.";
+"memory: it keeps obj alive, and copies can target it.  Every byte must\n"
+"lie in the driver allocation holding the first (ValueError otherwise).\n"
+"The producer is asked to make its work visible to the current stream of\n"
+"that device (its handle where the backend speaks a DLPack stream\n"
+"protocol: CUDA, ROCm).";

@@ -220,6 +220,11 @@ class DriverDouble:
     #: (ROCm: 1 and 2)
     dlpack_default_stream = 1
     dlpack_refused_streams: tuple[int, ...] = ()
+    #: from_dlpack() passes the current stream to the producer's
+    #: __dlpack__(stream=), as torch does: its handle, or
+    #: dlpack_default_stream for a default stream whose handle is 0 (the
+    #: CUDA and ROCm protocols); elsewhere no value names it: None
+    dlpack_passes_stream = False
     #: driver calls of one Graph.replay(), besides slot_functions
     replay_calls = 1
     #: (driver function, nth call of it in one replay) that orders the
@@ -466,6 +471,18 @@ class DriverDouble:
         """Every live-object count of the double, by its own kind names."""
         return {kind: self.live(kind) for kind in self.live_kinds}
 
+    def mem_range(self, ptr: int) -> tuple[int, int, int]:
+        """(kind, base, size) of the driver allocation holding the byte at
+        ptr, as the backend's range lookup should find it: kind 1 device
+        memory, 2 page-locked host memory, 0 none (base and size 0)."""
+        f = self._fn("mem_range")
+        f.argtypes = [ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong),
+                      ctypes.POINTER(ctypes.c_ulonglong)]
+        f.restype = ctypes.c_int
+        base, size = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+        kind = f(ptr, ctypes.byref(base), ctypes.byref(size))
+        return kind, base.value, size.value
+
 
 class CudaDouble(DriverDouble):
     """tests/drivers/build/libcuda.so.1."""
@@ -476,6 +493,7 @@ class CudaDouble(DriverDouble):
     processor_label = "multiprocessors"
     torch_device_type = 1
     dlpack_device_type = 2
+    dlpack_passes_stream = True
     symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
                     ("csrc/backends/cuda_api.h", "ACC_CUDA_OPTIONAL_FUNCTIONS"),
                     ("csrc/backends/nvml_api.h", "ACC_NVML_FUNCTIONS"))
@@ -625,6 +643,7 @@ class CudaDouble(DriverDouble):
              refused=(("graph_exec", 1),)),
         Site("cuGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
         Site("cuPointerGetAttribute", RAISE, "from_dlpack(capsule)"),
+        Site("cuMemGetAddressRange", RAISE, "from_dlpack(capsule)"),
         Site("cuModuleLoadDataEx", RAISE, "Module()"),
         Site("cuModuleGetFunction", RAISE, "get_kernel()"),
         Site("cuFuncGetAttribute", RAISE, "get_kernel()"),
@@ -857,6 +876,7 @@ class ZeDouble(DriverDouble):
              "copy_from(Buffer of device 1)"),
         Site("zeCommandListAppendMemoryFill", RAISE, "fill()"),
         Site("zeMemGetAllocProperties", RAISE, "from_dlpack(capsule)"),
+        Site("zeMemGetAddressRange", RAISE, "from_dlpack(capsule)"),
         # The barrier that orders a copy or fill on a list that is not in
         # order, and the wait that makes a pageable copy synchronous.
         Site("zeCommandListAppendBarrier", RAISE, "fill()"),
@@ -983,6 +1003,7 @@ class HipDouble(DriverDouble):
     device_type_aliases = ("cuda",)
     torch_device_type = 6
     dlpack_device_type = 10
+    dlpack_passes_stream = True
     #: code objects: the double runs host shared objects (the native
     #: format) handed over as an hsaco is
     kernel_format = "native"
@@ -1104,6 +1125,7 @@ class HipDouble(DriverDouble):
         Site("hipMemcpyPeerAsync", RAISE, "copy_from(Buffer of device 1)"),
         Site("hipMemsetD8Async", RAISE, "fill()"),
         Site("hipPointerGetAttributes", RAISE, "from_dlpack(capsule)"),
+        Site("hipMemGetAddressRange", RAISE, "from_dlpack(capsule)"),
         Site("hipStreamIsCapturing", RAISE, "Graph.capture_begin()"),
         Site("hipStreamBeginCapture", RAISE, "Graph.capture_begin()"),
         Site("hipStreamEndCapture", RAISE, "Graph.capture_end()"),
@@ -1370,6 +1392,20 @@ class OpenCLDouble(DriverDouble):
             return (f"{OPENCL_INTERPOSER} is missing: run make -C "
                     "tests/drivers")
         return opencl_runtime()
+
+    #: the backend asks clSVMAlloc for OCL_ALIGN - 1 bytes more than
+    #: mem_alloc's size and hands out the first OCL_ALIGN-aligned byte; its
+    #: own table (which from_dlpack consults: OpenCL cannot look a pointer
+    #: up) holds that range
+    svm_alignment = 256
+
+    def mem_range(self, ptr: int) -> tuple[int, int, int]:
+        kind, base, size = super().mem_range(ptr)
+        if kind != 1:
+            return kind, base, size
+        slack = self.svm_alignment - 1
+        aligned = (base + slack) & ~slack
+        return kind, aligned, size - slack
 
     def enqueue_sleep(self, stream: object, ms: float) -> None:
         rc = self.lib.fake_ocl_enqueue_sleep(

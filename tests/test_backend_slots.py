@@ -3,7 +3,7 @@
 The dispatcher refuses, when it registers a backend, one with a required
 slot left NULL or an optional group filled in part: the five graph slots,
 the four device memory slots, the two page-locked host memory slots, the
-five kernel slots (all or none each, backend.h), and kernels without the
+two foreign memory slots (pointer_info, pointer_range), the five kernel slots (all or none each, backend.h), and kernels without the
 formats they load (code_formats) or formats without kernels.  No backend of this build is incomplete, so the
 check is run here on descriptors with slots left out: a small C program
 (tests/drivers/check_backend_slots.c) compiled with the very file the
@@ -24,6 +24,7 @@ GROUPS = {
               "graph_instantiate", "graph_launch", "graph_destroy"),
     "device memory": ("mem_alloc", "mem_free", "mem_copy", "mem_fill"),
     "page-locked host memory": ("host_alloc", "host_free"),
+    "foreign memory": ("pointer_info", "pointer_range"),
     "kernel": ("module_load", "module_unload", "kernel_get",
                "kernel_release", "launch"),
 }
@@ -50,7 +51,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_complete_descriptors_and_whole_groups_pass(verdicts) -> None:
     assert verdicts["complete"] == "complete"
     for case in ("without graphs", "without device memory",
-                 "without host memory"):
+                 "without host memory", "without foreign memory"):
         assert verdicts[case] == "complete", case
 
 

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from fake_drivers import CUDA_DOUBLE, REPO
+from fake_drivers import CUDA_DOUBLE, HIP_DOUBLE, REPO
 
 CHILD = r"""
 import ctypes, json, sys
@@ -108,3 +108,76 @@ def test_the_double_reports_bad_accesses_and_keeps_its_limit() -> None:
     assert "out of bounds of a device allocation" in result.stderr
     assert "page-locked host memory freed before the work ran" \
         in result.stderr
+
+
+RANGE_CHILD = r"""
+import ctypes, json, sys
+u64, size_t = ctypes.c_ulonglong, ctypes.c_size_t
+cuda = ctypes.CDLL(sys.argv[1])
+hip = ctypes.CDLL(sys.argv[2])
+out = {}
+# CUDA: the allocation among the current context's; NULL outputs ignored.
+rng = cuda.cuMemGetAddressRange_v2
+rng.argtypes = [ctypes.c_void_p, ctypes.c_void_p, u64]
+base, size = u64(), size_t()
+out["cuda_uninitialised"] = rng(ctypes.byref(base), ctypes.byref(size), 1)
+assert cuda.cuInit(0) == 0
+out["cuda_no_context"] = rng(ctypes.byref(base), ctypes.byref(size), 1)
+ctx, ctx1 = ctypes.c_void_p(), ctypes.c_void_p()
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx1), 1) == 0
+assert cuda.cuCtxSetCurrent(ctx1) == 0
+other = u64()
+cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), size_t]
+assert cuda.cuMemAlloc_v2(ctypes.byref(other), 64) == 0
+assert cuda.cuCtxSetCurrent(ctx) == 0
+p = u64()
+assert cuda.cuMemAlloc_v2(ctypes.byref(p), 1000) == 0
+out["cuda_inside"] = rng(ctypes.byref(base), ctypes.byref(size), p.value + 999)
+out["cuda_range"] = [base.value - p.value, size.value]
+out["cuda_null_outputs"] = rng(None, None, p.value)
+out["cuda_one_past"] = rng(ctypes.byref(base), ctypes.byref(size),
+                           p.value + 1000)
+out["cuda_unknown"] = rng(ctypes.byref(base), ctypes.byref(size), 0x1234000)
+out["cuda_other_device"] = rng(ctypes.byref(base), ctypes.byref(size),
+                               other.value)
+# HIP (ROCm 5.2): any device's allocation; hipErrorInvalidDevicePointer
+# for memory it never saw.
+hrng = hip.hipMemGetAddressRange
+hrng.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+hbase, hsize = ctypes.c_void_p(), size_t()
+assert hip.hipInit(0) == 0
+q = ctypes.c_void_p()
+assert hip.hipMalloc(ctypes.byref(q), size_t(512)) == 0
+out["hip_inside"] = hrng(ctypes.byref(hbase), ctypes.byref(hsize),
+                         q.value + 100)
+out["hip_range"] = [hbase.value - q.value, hsize.value]
+out["hip_one_past"] = hrng(ctypes.byref(hbase), ctypes.byref(hsize),
+                           q.value + 512)
+out["hip_unknown"] = hrng(ctypes.byref(hbase), ctypes.byref(hsize),
+                          0x1234000)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not CUDA_DOUBLE.exists() or not HIP_DOUBLE.exists(),
+                    reason="the CUDA and HIP doubles are not built")
+def test_the_doubles_tell_allocation_ranges_as_the_drivers_do() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", RANGE_CHILD, str(CUDA_DOUBLE),
+         str(HIP_DOUBLE)], capture_output=True, text=True, timeout=120,
+        cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.splitlines()[-1])
+    not_initialized, invalid_context, not_found = 3, 201, 500
+    assert out["cuda_uninitialised"] == not_initialized
+    assert out["cuda_no_context"] == invalid_context
+    assert out["cuda_inside"] == 0 and out["cuda_range"] == [0, 1000]
+    assert out["cuda_null_outputs"] == 0
+    assert out["cuda_one_past"] == not_found
+    assert out["cuda_unknown"] == not_found
+    assert out["cuda_other_device"] == not_found
+    invalid_device_pointer = 17
+    assert out["hip_inside"] == 0 and out["hip_range"] == [0, 512]
+    assert out["hip_one_past"] == invalid_device_pointer
+    assert out["hip_unknown"] == invalid_device_pointer

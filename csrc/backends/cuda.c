@@ -677,6 +677,32 @@ cuda_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     return ACC_OK;
 }
 
+/* The driver finds an allocation only among the current context's (the
+ * device's primary context, pushed for the call). */
+static acc_status
+cuda_pointer_range(int device, uintptr_t ptr, uintptr_t *base,
+                   size_t *size, acc_error *err)
+{
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    CUresult rc;
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        rc = cu.fn.cuMemGetAddressRange(&b, &n, (CUdeviceptr)ptr);
+        if (rc == CUDA_ERROR_NOT_FOUND) {
+            st = ACC_ERR_NOT_FOUND;
+        }
+        else if (rc != CUDA_SUCCESS) {
+            st = cuda_fail("cuMemGetAddressRange", rc, err);
+        }
+    }
+    *base = (uintptr_t)b;
+    *size = n;
+    return cuda_leave(pushed, st, err);
+}
+
 /* Streams ---------------------------------------------------------------- */
 
 static inline CUstream
@@ -1315,6 +1341,7 @@ const acc_backend acc_cuda_backend = {
     .mem_copy = cuda_mem_copy,
     .mem_fill = cuda_mem_fill,
     .pointer_info = cuda_pointer_info,
+    .pointer_range = cuda_pointer_range,
     .graph_capture_begin = cuda_graph_capture_begin,
     .graph_capture_end = cuda_graph_capture_end,
     .graph_instantiate = cuda_graph_instantiate,

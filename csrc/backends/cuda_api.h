@@ -261,6 +261,8 @@ typedef struct CUuuid_st {
     X(cuMemAlloc, cuMemAlloc_v2, 3020,                                      \
       (CUdeviceptr *dptr, size_t bytesize))                                 \
     X(cuMemFree, cuMemFree_v2, 3020, (CUdeviceptr dptr))                    \
+    X(cuMemGetAddressRange, cuMemGetAddressRange_v2, 3020,                  \
+      (CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr))                \
     X(cuMemHostAlloc, cuMemHostAlloc, 2020,                                 \
       (void **pp, size_t bytesize, unsigned int Flags))                     \
     X(cuMemFreeHost, cuMemFreeHost, 2000, (void *p))                        \

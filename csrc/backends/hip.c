@@ -569,6 +569,29 @@ hip_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     return ACC_OK;
 }
 
+/* HIP has no contexts: the runtime finds an allocation of any device. */
+static acc_status
+hip_pointer_range(int device, uintptr_t ptr, uintptr_t *base, size_t *size,
+                  acc_error *err)
+{
+    hipDeviceptr_t b = NULL;
+    size_t n = 0;
+    hipError_t rc;
+
+    (void)device;
+    rc = hip.fn.hipMemGetAddressRange(&b, &n, (hipDeviceptr_t)ptr);
+    *base = (uintptr_t)b;
+    *size = n;
+    if (rc == hipErrorInvalidDevicePointer || rc == hipErrorNotFound) {
+        /* ROCm 5.2 says so with the first, later ROCm with the second. */
+        return ACC_ERR_NOT_FOUND;
+    }
+    if (rc != hipSuccess) {
+        return hip_fail("hipMemGetAddressRange", rc, err);
+    }
+    return ACC_OK;
+}
+
 /* Streams ---------------------------------------------------------------- */
 
 static acc_status
@@ -1100,6 +1123,7 @@ const acc_backend acc_hip_backend = {
     .mem_copy = hip_mem_copy,
     .mem_fill = hip_mem_fill,
     .pointer_info = hip_pointer_info,
+    .pointer_range = hip_pointer_range,
     .module_load = hip_module_load,
     .module_unload = hip_module_unload,
     .kernel_get = hip_kernel_get,

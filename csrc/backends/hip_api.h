@@ -24,6 +24,7 @@
     X(hipErrorNotInitialized, 3)                     \
     X(hipErrorDeinitialized, 4)                      \
     X(hipErrorInvalidConfiguration, 9)               \
+    X(hipErrorInvalidDevicePointer, 17)              \
     X(hipErrorInsufficientDriver, 35)                \
     X(hipErrorNoDevice, 100)                         \
     X(hipErrorInvalidDeviceFunction, 98)             \
@@ -213,6 +214,8 @@ typedef struct hipPointerAttribute_t {
        hipStream_t stream))                                              \
     X(hipPointerGetAttributes, hipError_t,                               \
       (hipPointerAttribute_t *attributes, const void *ptr))              \
+    X(hipMemGetAddressRange, hipError_t,                                 \
+      (hipDeviceptr_t *pbase, size_t *psize, hipDeviceptr_t dptr))       \
     X(hipStreamIsCapturing, hipError_t,                                  \
       (hipStream_t stream, hipStreamCaptureStatus *pCaptureStatus))      \
     X(hipStreamBeginCapture, hipError_t,                                 \

@@ -1264,6 +1264,33 @@ ocl_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     return ACC_OK;
 }
 
+/* The allocation of this backend's table holding ptr (an SVM allocation
+ * of mem_alloc, as the driver made it). */
+static acc_status
+ocl_pointer_range(int device, uintptr_t ptr, uintptr_t *base, size_t *size,
+                  acc_error *err)
+{
+    acc_status status = ACC_ERR_NOT_FOUND;
+
+    (void)device;
+    (void)err;
+    *base = 0;
+    *size = 0;
+    pthread_mutex_lock(&ocl_mem.lock);
+    for (size_t b = 0; b < OCL_ALLOC_BUCKETS && status != ACC_OK; b++) {
+        for (ocl_alloc *a = ocl_mem.buckets[b]; a != NULL; a = a->next) {
+            if (ptr >= a->ptr && ptr - a->ptr < a->size) {
+                *base = a->ptr;
+                *size = a->size;
+                status = ACC_OK;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&ocl_mem.lock);
+    return status;
+}
+
 /* OpenCL cannot say how much device memory is free: total is the device's
  * global memory, free that less what this process allocated through this
  * backend. */
@@ -1783,6 +1810,7 @@ const acc_backend acc_opencl_backend = {
     .mem_copy = ocl_mem_copy,
     .mem_fill = ocl_mem_fill,
     .pointer_info = ocl_pointer_info,
+    .pointer_range = ocl_pointer_range,
     .module_load = ocl_module_load,
     .module_unload = ocl_module_unload,
     .kernel_get = ocl_kernel_get,

@@ -635,6 +635,9 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
       (ze_context_handle_t hContext, const void *ptr,                      \
        ze_memory_allocation_properties_t *pMemAllocProperties,             \
        ze_device_handle_t *phDevice))                                      \
+    X(zeMemGetAddressRange,                                                \
+      (ze_context_handle_t hContext, const void *ptr, void **pBase,        \
+       size_t *pSize))                                                     \
     X(zeCommandListAppendMemoryCopy,                                       \
       (ze_command_list_handle_t hCommandList, void *dstptr,                \
        const void *srcptr, size_t size, ze_event_handle_t hSignalEvent,    \

@@ -346,3 +346,129 @@ def test_from_dlpack_of_empty(driver) -> None:
     wrapped = acc.from_dlpack(made.capsule)
     assert wrapped.nbytes == 0
     wrapped.copy_from(b"")
+
+
+# Every byte a wrapper covers is memory the driver knows -----------------------
+
+
+def allocation_of(driver, b: "acc.Buffer") -> tuple[int, int]:
+    """(base, size) of the driver allocation that holds b (a segment of
+    the caching allocator: what another library's suballocation sits in)."""
+    kind, base, size = driver.mem_range(b.ptr)
+    assert kind == 1 and base <= b.ptr < base + size, (kind, base, size)
+    return base, size
+
+
+def test_from_dlpack_takes_a_tensor_filling_its_allocation(driver) -> None:
+    b = acc.Buffer(4096)
+    base, size = allocation_of(driver, b)
+    ours = (driver.dlpack_device_type, 0)
+    made = Made(base, [size], device=ours)
+    wrapped = acc.from_dlpack(made.capsule)
+    assert (wrapped.ptr, wrapped.nbytes) == (base, size)
+    wrapped.fill(7)  # every byte of the allocation, none beyond it
+    out = bytearray(4096)
+    b.copy_to(out)
+    assert out == b"\x07" * 4096
+    # A suballocation (torch's, CuPy's) reaching the allocation's end.
+    tail = Made(base, [size - 512], device=ours, offset=512)
+    assert acc.from_dlpack(tail.capsule).nbytes == size - 512
+    # The same as 64-bit elements with C-contiguous strides.
+    rows = Made(base, [2, size // 16], device=ours, bits=64,
+                strides=[size // 16, 1])
+    assert acc.from_dlpack(rows.capsule).nbytes == size
+
+
+def test_from_dlpack_refuses_a_tensor_past_its_allocation(driver) -> None:
+    b = acc.Buffer(4096)
+    base, size = allocation_of(driver, b)
+    ours = (driver.dlpack_device_type, 0)
+    end = f"at most {size - 512} bytes from {base + 512:#x}"
+    cases = [
+        # One byte more than the allocation.
+        (Made(base, [size + 1], device=ours),
+         rf"{size + 1} bytes at {base:#x} run past the end .*\({size} "
+         rf"bytes at {base:#x}\): expected at most {size} bytes"),
+        # Its first byte inside, the last one past the end.
+        (Made(base, [size - 511], device=ours, offset=512),
+         rf"{size - 511} bytes at {base + 512:#x} run past .*{end}"),
+        # The offset brings a fitting shape past the end.
+        (Made(base, [2], device=ours, offset=size - 1),
+         rf"2 bytes at {base + size - 1:#x} run past"),
+        # Shapes whose product (times the element size) fits in 64 bits
+        # but not in the allocation.
+        (Made(base, [2**32, 2**31], device=ours), "run past the end"),
+        (Made(base, [3, size // 8], device=ours, bits=64,
+              strides=[size // 8, 1]), f"{3 * size} bytes at"),
+    ]
+    for made, text in cases:
+        with pytest.raises(ValueError, match=text):
+            acc.from_dlpack(made.capsule)
+        assert not api.PyCapsule_GetName(made.capsule).startswith(b"used_")
+        assert made.deleted == 0
+    assert driver.live("bad_access") == 0
+
+
+def test_from_dlpack_refuses_offsets_beyond_the_address_space(driver) -> None:
+    b = acc.Buffer(4096)
+    ours = (driver.dlpack_device_type, 0)
+    # A "negative" offset: data + byte_offset wraps around to b.ptr, which
+    # was taken as b's memory.
+    wrapping = Made(b.ptr + 16, [16], device=ours, offset=2**64 - 16)
+    with pytest.raises(ValueError, match=r"byte_offset 18446744073709551600 "
+                       r"and 16 bytes .* address space"):
+        acc.from_dlpack(wrapping.capsule)
+    # The tensor's end beyond 2**64.
+    past = Made(b.ptr, [2**24 - 1, 2**40], device=ours)
+    with pytest.raises(ValueError, match="address space"):
+        acc.from_dlpack(past.capsule)
+    # One past the allocation's end is in none (the doubles' pointer
+    # lookups said device memory there, and Level Zero's range lookup
+    # then failed with an AcceleratorError).
+    base, size = allocation_of(driver, b)
+    with pytest.raises(BufferError, match="is not device memory"):
+        acc.from_dlpack(Made(base, [1], device=ours, offset=size).capsule)
+    # A huge offset inside the address space lands in no allocation.
+    huge = Made(b.ptr, [8], device=ours, offset=2**62)
+    with pytest.raises(BufferError, match="is not device memory"):
+        acc.from_dlpack(huge.capsule)
+    # Too large for 64 bits at all.
+    with pytest.raises(BufferError, match="too large"):
+        acc.from_dlpack(Made(b.ptr, [2**62], device=ours, bits=64).capsule)
+
+
+# The producer's stream --------------------------------------------------------
+
+
+class Producer:
+    """An array of another library over a Buffer: records the stream
+    each __dlpack__ call was given."""
+
+    def __init__(self, buffer: "acc.Buffer") -> None:
+        self.buffer = buffer
+        self.streams: list[object] = []
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.buffer.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None,
+                   copy=None):
+        self.streams.append(stream)
+        return self.buffer.__dlpack__(stream=stream, max_version=max_version)
+
+
+def test_from_dlpack_passes_the_current_stream(facts) -> None:
+    b = acc.Buffer(64)
+    producer = Producer(b)
+    s = acc.Stream(0)
+    with s:
+        acc.from_dlpack(producer)
+    default = acc.current_stream(0)
+    acc.from_dlpack(producer)
+    if facts.dlpack_passes_stream:
+        # torch's rule on CUDA and ROCm: the current stream's handle, the
+        # protocol's value for a default stream whose handle is 0.
+        expected = [s.handle, default.handle or facts.dlpack_default_stream]
+    else:
+        expected = [None, None]
+    assert producer.streams == expected

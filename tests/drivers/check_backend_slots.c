@@ -19,6 +19,7 @@
     X(graph_launch) X(graph_destroy)
 #define MEMORY_SLOTS(X) X(mem_alloc) X(mem_free) X(mem_copy) X(mem_fill)
 #define HOST_SLOTS(X) X(host_alloc) X(host_free)
+#define FOREIGN_SLOTS(X) X(pointer_info) X(pointer_range)
 #define KERNEL_SLOTS(X)                                                   \
     X(module_load) X(module_unload) X(kernel_get) X(kernel_release)       \
     X(launch)
@@ -56,6 +57,7 @@ main(void)
     GRAPH_SLOTS(WITHOUT)
     MEMORY_SLOTS(WITHOUT)
     HOST_SLOTS(WITHOUT)
+    FOREIGN_SLOTS(WITHOUT)
     KERNEL_SLOTS(WITHOUT)
     {
         acc_backend b = complete;
@@ -71,6 +73,11 @@ main(void)
         acc_backend b = complete;
         HOST_SLOTS(CLEAR)
         report("without host memory", &b);
+    }
+    {
+        acc_backend b = complete;
+        FOREIGN_SLOTS(CLEAR)
+        report("without foreign memory", &b);
     }
     {
         acc_backend b = complete;

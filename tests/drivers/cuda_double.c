@@ -3306,6 +3306,38 @@ cuPointerGetAttributes(unsigned int numAttributes,
 
 /* Driver API: memory -------------------------------------------------- */
 
+/* The cuMemAlloc allocation holding dptr among the current context's:
+ * CUDA_ERROR_INVALID_CONTEXT without one, CUDA_ERROR_NOT_FOUND for an
+ * address in none (memory of another device's context, page-locked host
+ * memory, or memory the driver never saw).  Either output may be NULL. */
+CUresult
+cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    struct CUctx_st *c;
+    dm_range r;
+    int device;
+
+    FAKE_ENTER(cuMemGetAddressRange, true);
+    pthread_mutex_lock(&g_mu);
+    c = live_current_ctx();
+    device = c != NULL ? c->device : -1;
+    pthread_mutex_unlock(&g_mu);
+    if (c == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    r = dm_query(dptr);
+    if (r.kind != 1 || r.device != device) {
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    if (pbase != NULL) {
+        *pbase = r.base;
+    }
+    if (psize != NULL) {
+        *psize = (size_t)r.size;
+    }
+    return CUDA_SUCCESS;
+}
+
 static CUresult
 mem_info(unsigned long long *free_bytes, unsigned long long *total_bytes)
 {
@@ -3457,6 +3489,7 @@ cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
 /* Control API for tests ----------------------------------------------- */
 
 DC_EXPORT_CONTROL(cuda, g_ctl)
+DM_EXPORT_RANGE(cuda)
 
 static void
 reset_sync_counters(void)

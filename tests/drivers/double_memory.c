@@ -351,10 +351,12 @@ dm_lookup(unsigned long long addr, int *device)
     dm_alloc_rec *a;
     int kind = 0;
 
+    /* The byte at addr: one past an allocation's end is in none (a
+     * driver's pointer attributes know no such address). */
     pthread_mutex_lock(&dm.mu);
-    a = find(addr, 0, false);
+    a = find(addr, 1, false);
     if (a == NULL) {
-        a = find(addr, 0, true);
+        a = find(addr, 1, true);
     }
     if (a != NULL) {
         kind = a->host ? 2 : 1;

@@ -122,4 +122,24 @@ void dm_reset_detectors(void);
 
 #pragma GCC visibility pop
 
+/* The control function for tests (ctypes), exported by each double:
+ *   int fake_<prefix>_mem_range(unsigned long long addr,
+ *                               unsigned long long *base,
+ *                               unsigned long long *size)
+ * dm_query's answer: the kind (0 none, 1 device, 2 host), and the
+ * allocation holding the byte at addr (zero when none does). */
+#define DM_EXPORT_RANGE(prefix)                                          \
+    __attribute__((visibility("default"))) int fake_##prefix##_mem_range( \
+        unsigned long long addr, unsigned long long *base,               \
+        unsigned long long *size);                                       \
+    int fake_##prefix##_mem_range(unsigned long long addr,               \
+                                  unsigned long long *base,              \
+                                  unsigned long long *size)              \
+    {                                                                    \
+        dm_range r = dm_query(addr);                                     \
+        *base = r.base;                                                  \
+        *size = r.size;                                                  \
+        return r.kind;                                                   \
+    }
+
 #endif /* DOUBLE_MEMORY_H */

@@ -252,6 +252,7 @@ static dc_control g_ctl = {
 };
 
 DC_EXPORT_CONTROL(hip, g_ctl)
+DM_EXPORT_RANGE(hip)
 
 /* Entry: counting, faults, initialisation ------------------------------ */
 
@@ -1352,6 +1353,30 @@ hipPointerGetAttributes(hipPointerAttribute_t *attributes, const void *ptr)
         return hipErrorInvalidValue;
     }
     attributes->device = device;
+    return hipSuccess;
+}
+
+/* ROCm 5.2 (ROCclr): the memory object holding dptr, device memory or
+ * page-locked host memory (both SVM), of any device: there are no
+ * contexts; hipErrorInvalidDevicePointer for memory the runtime never
+ * saw (later ROCm answers hipErrorNotFound).  The runtime writes both
+ * outputs unchecked; NULL ones are refused here rather than crash. */
+hipError_t
+hipMemGetAddressRange(hipDeviceptr_t *pbase, size_t *psize,
+                      hipDeviceptr_t dptr)
+{
+    dm_range r;
+
+    FAKE_ENTER(hipMemGetAddressRange, true);
+    if (pbase == NULL || psize == NULL) {
+        return hipErrorInvalidValue;
+    }
+    r = dm_query((uintptr_t)dptr);
+    if (r.kind == 0) {
+        return hipErrorInvalidDevicePointer;
+    }
+    *pbase = (hipDeviceptr_t)(uintptr_t)r.base;
+    *psize = (size_t)r.size;
     return hipSuccess;
 }
 

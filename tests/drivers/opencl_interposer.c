@@ -24,6 +24,9 @@
  *   int fake_ocl_enqueue_gate(unsigned long long queue, int *gate)
  *       Work that completes when the test calls fake_ocl_open_gate(*gate).
  *   int fake_ocl_open_gate(int gate)
+ *   int fake_ocl_mem_range(addr, *base, *size): the live SVM allocation
+ *       holding addr (1 device, 2 host memory, 0 none), as the other
+ *       doubles' fake_<prefix>_mem_range
  *       Queues a native kernel that sleeps ms milliseconds on that command
  *       queue, and flushes it: timed work, like a kernel launch.  Returns
  *       the cl_int of the real calls (CL_INVALID_VALUE for a bad ms).
@@ -70,6 +73,9 @@ ACC_OPENCL_FUNCTIONS(FAKE_DECLARE)
 FAKE_EXPORT int fake_ocl_enqueue_sleep(unsigned long long queue, double ms);
 FAKE_EXPORT int fake_ocl_enqueue_gate(unsigned long long queue, int *gate);
 FAKE_EXPORT int fake_ocl_open_gate(int gate);
+FAKE_EXPORT int fake_ocl_mem_range(unsigned long long addr,
+                                   unsigned long long *base,
+                                   unsigned long long *size);
 
 #define FAKE_FN_ID(name, ret, params) FN_##name,
 enum { ACC_OPENCL_FUNCTIONS(FAKE_FN_ID) FN_COUNT };
@@ -587,6 +593,32 @@ clSVMAlloc(cl_context context, cl_svm_mem_flags flags, size_t size,
     pthread_mutex_unlock(&svm.mu);
     dc_live_add(&g_ctl, a->fine ? LIVE_HOST_ALLOC : LIVE_ALLOC, 1);
     return a->user;
+}
+
+/* The control function the other doubles export too: the live SVM
+ * allocation holding the byte at addr, as its caller asked for it
+ * (1 coarse-grain device memory, 2 fine-grain host memory, 0 none). */
+int
+fake_ocl_mem_range(unsigned long long addr, unsigned long long *base,
+                   unsigned long long *size)
+{
+    int kind = 0;
+
+    *base = 0;
+    *size = 0;
+    pthread_mutex_lock(&svm.mu);
+    for (svm_alloc *a = svm.live; a != NULL; a = a->next) {
+        uintptr_t user = (uintptr_t)a->user;
+
+        if (addr >= user && addr - user < a->size) {
+            *base = user;
+            *size = a->size;
+            kind = a->fine ? 2 : 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&svm.mu);
+    return kind;
 }
 
 /* Really free one allocation (svm.mu held). */

@@ -262,7 +262,7 @@ typedef struct fake_mem {
     X(zeEventQueryStatus) X(zeEventHostReset) X(zeEventHostSignal)      \
     X(zeEventQueryKernelTimestamp)                                      \
     X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemFree)                  \
-    X(zeMemGetAllocProperties)                                          \
+    X(zeMemGetAllocProperties) X(zeMemGetAddressRange)                  \
     X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendMemoryFill)   \
     X(zeDeviceGetComputeProperties) X(zeModuleCreate) X(zeModuleDestroy) \
     X(zeModuleBuildLogDestroy) X(zeModuleBuildLogGetString)             \
@@ -1742,6 +1742,38 @@ fake_zeMemGetAllocProperties(ze_context_handle_t hc, const void *ptr,
     return ZE_RESULT_SUCCESS;
 }
 
+/* Intel's driver (compute-runtime): the allocation holding ptr among the
+ * context's driver's (its unified shared memory manager is per driver),
+ * ZE_RESULT_ERROR_UNKNOWN for an address in none; either output may be
+ * NULL. */
+static ze_result_t
+fake_zeMemGetAddressRange(ze_context_handle_t hc, const void *ptr,
+                          void **pBase, size_t *pSize)
+{
+    ENTER(zeMemGetAddressRange);
+    pthread_mutex_lock(&g.lock);
+    fake_context *c = obj_find(hc, K_CONTEXT);
+    int driver = c != NULL ? c->driver : -1;
+    pthread_mutex_unlock(&g.lock);
+    if (c == NULL) {
+        return bad_handle(hc);
+    }
+    if (ptr == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    dm_range r = dm_query((uintptr_t)ptr);
+    if (r.kind == 0 || (r.kind == 1 && g.devices[r.device].driver != driver)) {
+        return ZE_RESULT_ERROR_UNKNOWN;
+    }
+    if (pBase != NULL) {
+        *pBase = (void *)(uintptr_t)r.base;
+    }
+    if (pSize != NULL) {
+        *pSize = (size_t)r.size;
+    }
+    return ZE_RESULT_SUCCESS;
+}
+
 /* Queue a copy or fill on list h (after checking its device sides). */
 static ze_result_t
 append_memory(const char *api, ze_command_list_handle_t h, dm_op *op,
@@ -2515,6 +2547,7 @@ zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_dditable_t *t)
         t->pfnAllocHost = fake_zeMemAllocHost;
         t->pfnFree = fake_zeMemFree;
         t->pfnGetAllocProperties = fake_zeMemGetAllocProperties;
+        t->pfnGetAddressRange = fake_zeMemGetAddressRange;
     }
     return r;
 }
@@ -2644,6 +2677,7 @@ EMPTY_GETTER(zesGetDiagnosticsProcAddrTable, zes_diagnostics_dditable_t)
 /* fake_ze_call_count, _reset_counts, _fail, _clear_faults and _live
  * ("context", "list", "pool", "event"): see double_control.h. */
 DC_EXPORT_CONTROL(ze, g_ctl)
+DM_EXPORT_RANGE(ze)
 
 /* How many drivers this library presents (FAKE_ZE_DRIVERS). */
 EXPORT int

@@ -593,6 +593,7 @@ const acc_backend acc_level_zero_backend = {
     .mem_copy = lz_mem_copy,
     .mem_fill = lz_mem_fill,
     .pointer_info = lz_pointer_info,
+    .pointer_range = lz_pointer_range,
     .graph_capture_begin = lz_graph_capture_begin,
     .graph_capture_end = lz_graph_capture_end,
     .graph_instantiate = lz_graph_instantiate,

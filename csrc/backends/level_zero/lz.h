@@ -342,6 +342,8 @@ acc_status lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
 void lz_memory_after_fork_child(void);
 acc_status lz_pointer_info(uintptr_t ptr, acc_pointer_info *info,
                            acc_error *err);
+acc_status lz_pointer_range(int device, uintptr_t ptr, uintptr_t *base,
+                            size_t *size, acc_error *err);
 acc_status lz_order_locked(lz_target *t, acc_error *err);
 void lz_appended_locked(lz_target *t, lz_slot *done);
 

@@ -368,6 +368,34 @@ lz_pointer_info(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     return ACC_OK;
 }
 
+/* In the context of device's driver, the one pointer_info found the
+ * memory in.  The driver answers ZE_RESULT_ERROR_UNKNOWN for an address
+ * it never handed out, a code that names nothing: reported as it is. */
+acc_status
+lz_pointer_range(int device, uintptr_t ptr, uintptr_t *base, size_t *size,
+                 acc_error *err)
+{
+    ze_context_handle_t ctx = NULL;
+    void *b = NULL;
+    size_t n = 0;
+    acc_status status = lz_context_of(device, &ctx, err);
+
+    *base = 0;
+    *size = 0;
+    if (status != ACC_OK) {
+        return status;
+    }
+    ze_result_t r = lz_fn.zeMemGetAddressRange(ctx, (const void *)ptr, &b,
+                                               &n);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeMemGetAddressRange", r,
+                       lz.devices[device].driver);
+    }
+    *base = (uintptr_t)b;
+    *size = n;
+    return ACC_OK;
+}
+
 /* The child of fork(): the registry's lock is usable again. */
 void
 lz_memory_after_fork_child(void)
