@@ -284,6 +284,11 @@ import numpy as np
 import accelerator
 
 module = accelerator.Module.from_file(sys.argv[1], format="native")
+# The format the page says the module has, with format="native" or none.
+with open(sys.argv[1], "rb") as f:
+    unnamed = accelerator.Module(f.read())
+assert (module.format, unnamed.format) == (sys.argv[3], sys.argv[3]), \
+    (module.format, unnamed.format)
 saxpy = module.get_kernel("saxpy")
 # Where the driver tells parameter sizes, bare numbers pass (and it tells
 # the count); elsewhere the arguments are sized numpy scalars.
@@ -313,6 +318,10 @@ def test_kernels_page_native_kernel_runs_on_the_doubles(
         pytest.skip(double.missing())
     [source] = [code for code in rst_blocks(KERNELS_PAGE, "c")
                 if "accelerator_native_kernels" in code]
+    told = re.search(r"Module\.format <accelerator\.Module\.format>`\s+is"
+                     r"\s+``\"([\w-]+)\"``", KERNELS_PAGE.split(
+                         "accelerator_native_kernels")[-1])
+    assert told, "the page says what Module.format is for the native kernel"
     build = re.search(r"^/\* saxpy\.c: (cc .*) \*/$", source, re.MULTILINE)
     assert build, "the native example says how to build it"
     (tmp_path / "saxpy.c").write_text(source)
@@ -323,7 +332,8 @@ def test_kernels_page_native_kernel_runs_on_the_doubles(
     result = subprocess.run(
         [sys.executable, "-c", NATIVE_SAXPY_CHECK,
          str(tmp_path / "saxpy.so"),
-         "sizes" if double.kernel_param_sizes else "no-sizes"],
+         "sizes" if double.kernel_param_sizes else "no-sizes",
+         told.group(1)],
         capture_output=True, text=True,
         timeout=120, env={**fake_drivers.clean_environment(),
                           "PYTHONPATH": str(fake_drivers.SRC),
