@@ -203,6 +203,30 @@ def test_readme_names_the_test_command_s_stages() -> None:
     assert listed and set(listed) <= stages, (listed, sorted(stages))
 
 
+def test_migrating_names_every_backend() -> None:
+    """docs/migrating.rst's rows that list the backends list each one with
+    a double: current_accelerator()'s devices, Stream.device_type's c10
+    numbers, and the fork note's backends that count without
+    initialising their driver; graphs on each backend that has them."""
+    page = (DOCS / "migrating.rst").read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(
+        r"^   \* - (.*)\n(?:     .*\n|       .*\n)*", page, re.MULTILINE)}
+    accelerator_row = rows["``torch.accelerator.current_accelerator()``"]
+    stream_row = next(row for key, row in rows.items()
+                      if key.startswith("``s.device``"))
+    graph_row = next(row for key, row in rows.items() if "Graph" in key)
+    fork = page.split("**Fork.**")[1].split("\n- **")[0]
+    for name, double in fake_drivers.DOUBLES.items():
+        assert f"``device('{name}')``" in accelerator_row, name
+        assert re.search(rf"\b{name.upper()} {double.torch_device_type}\b",
+                         " ".join(stream_row.split())), name
+        if double.counted_without_init:
+            assert double.display_type in fork, name
+        if "graphs" not in double.lacks:
+            assert double.display_type in graph_row.replace(
+                "Level Zero", "XPU"), name
+
+
 # docs/kernels.rst: its Python blocks run in order as one session on PoCL
 # (OpenCL C source), its pytest example runs under pytest, and its native
 # kernel (a C block) is built and launched on the doubles that run native
