@@ -166,3 +166,33 @@ def test_a_backend_is_registered_by_one_line() -> None:
             text = text.replace(registry.group(0), "")
         named = set(re.findall(r"\b(acc_\w+_backend)\b", text)) & set(listed)
         assert named == set(), f"{path.name} names {sorted(named)}"
+
+
+def prose_files() -> list[pathlib.Path]:
+    """The tracked C, Python, stub and documentation files."""
+    listed = subprocess.run(["git", "ls-files", "csrc", "src", "tests",
+                             "docs", "bench", "README.md", "setup.py"],
+                            cwd=REPO, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: " + listed.stderr.strip())
+    return [REPO / name for name in listed.stdout.split()
+            if name.endswith((".c", ".h", ".py", ".pyi", ".rst", ".md"))]
+
+
+def test_no_doubled_article_and_no_an_before_a_consonant_name() -> None:
+    """No doubled article (the word "a" twice, also across a comment's
+    line break) and no "an" before HIP, in prose or in a message built
+    with the device type's display name ("an %s stream" reads wrong on
+    HIP)."""
+    gap = r"(?:\s|\*|#|//)+"
+    found = []
+    for path in prose_files():
+        text = path.read_text(errors="replace")
+        for pattern in (rf"\b[Aa]{gap}a\s+[A-Za-z]{{2,}}",
+                        rf"\b[Aa]n{gap}HIP\b",
+                        r'\ban %s[^;]*acc_display_device_type\(\)'):
+            for match in re.finditer(pattern, text):
+                found.append(f"{path.relative_to(REPO)}:"
+                             f"{text.count(chr(10), 0, match.start()) + 1}: "
+                             f"{' '.join(match.group().split())[:60]}")
+    assert found == [], "\n".join(found)
