@@ -821,8 +821,8 @@ static PyModuleDef_Slot module_slots[] = {
 
 PyDoc_STRVAR(module_doc,
 "The C extension behind the accelerator package: one device-agnostic\n"
-"runtime API (torch.accelerator's) over the CUDA Driver API, Level Zero\n"
-"and OpenCL.");
+"runtime API (torch.accelerator's) over the CUDA Driver API, Level Zero,\n"
+"the HIP runtime and OpenCL.");
 
 static PyModuleDef acc_module_def = {
     PyModuleDef_HEAD_INIT,

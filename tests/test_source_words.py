@@ -196,3 +196,29 @@ def test_no_doubled_article_and_no_an_before_a_consonant_name() -> None:
                              f"{text.count(chr(10), 0, match.start()) + 1}: "
                              f"{' '.join(match.group().split())[:60]}")
     assert found == [], "\n".join(found)
+
+
+def test_the_docstrings_name_every_backend() -> None:
+    """The package's docstring names each backend with its device type,
+    the extension's (module_doc) each backend by its display name, and
+    setup.py's each driver library it opens at run time."""
+    import fake_drivers
+    probe = subprocess.run(
+        [sys.executable, "-c", "import accelerator, json; print(json.dumps("
+         "[b['library'] for b in accelerator.backends()]))"],
+        env={**fake_drivers.clean_environment(),
+             "PYTHONPATH": str(fake_drivers.SRC)},
+        capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    libraries = __import__("json").loads(probe.stdout)
+    setup_doc = re.match(r'"""(.*?)"""', (REPO / "setup.py").read_text(),
+                         re.DOTALL)
+    assert setup_doc, "setup.py has no docstring"
+    package_doc = " ".join((accelerator.__doc__ or "").split())
+    module_doc = " ".join((accelerator._accelerator.__doc__ or "").split())
+    for (name, double), library in zip(fake_drivers.DOUBLES.items(),
+                                       libraries):
+        assert f"(``{name}``)" in package_doc, name
+        assert double.display_type in module_doc.replace("Level Zero",
+                                                         "XPU"), name
+        assert library in setup_doc.group(1), library
