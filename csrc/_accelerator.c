@@ -60,8 +60,9 @@ current_accelerator(PyObject *module, PyObject *const *args,
     PyObject *check = NULL;
 
     /* The call with no argument is a hot getter (issue #16: within 1.3x
-     * of a no-op call): the parser's inline case. */
-    if (acc_parse_args(args, nargs, kwnames, &params, &check) < 0) {
+     * of a no-op call): it needs no parser. */
+    if ((nargs != 0 || kwnames != NULL)
+        && acc_parse_args(args, nargs, kwnames, &params, &check) < 0) {
         return NULL;
     }
     /* check_available is any truth value, as torch's bool. */

@@ -243,3 +243,30 @@ def test_no_test_is_an_empty_placeholder() -> None:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno} "
                              f"{node.name}")
     assert found == [], "\n".join(found)
+
+
+def python_layer_definitions() -> set[str]:
+    """The functions the Python layer's .c files define for each other."""
+    names = set()
+    for path in [CSRC / "_accelerator.c", *CSRC.glob("py_*.c")]:
+        names |= set(re.findall(r"^(?!static)\w[\w \*]*?\n?(acc_\w+)\(",
+                                path.read_text(), re.MULTILINE))
+    return names
+
+
+@pytest.mark.parametrize("header", ["pyaccel.h", "pybuffer.h",
+                                    "pyobjects.h"])
+def test_the_python_layer_s_headers_call_nothing_of_its_files(
+        header: str) -> None:
+    """A Python layer header declares; its inline code calls only the core
+    and Python, never a function of the files that include it (the circle
+    py_args.c / py_helpers.c -> pyaccel.h -> py_args.c)."""
+    text = (CSRC / header).read_text()
+    defined = python_layer_definitions()
+    calls = []
+    for match in re.finditer(r"^static inline [^\n]*\n(\w+)\([^)]*\)\n\{\n"
+                             r"(.*?)^\}", text, re.MULTILINE | re.DOTALL):
+        for called in re.findall(r"\b(acc_\w+)\(", match.group(2)):
+            if called in defined:
+                calls.append(f"{match.group(1)} calls {called}")
+    assert calls == [], "\n".join(calls)
