@@ -1,7 +1,8 @@
 """Build the accelerator._accelerator extension from csrc/.
 
 It links nothing but libc, libdl and pthread: the drivers (libcuda.so.1,
-libze_loader.so.1) are opened at run time, so no GPU SDK is needed.
+libze_loader.so.1, libamdhip64.so.5, libOpenCL.so.1) are opened at run
+time, so no GPU SDK is needed.
 """
 import glob
 import os

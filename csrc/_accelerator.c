@@ -60,8 +60,9 @@ current_accelerator(PyObject *module, PyObject *const *args,
     PyObject *check = NULL;
 
     /* The call with no argument is a hot getter (issue #16: within 1.3x
-     * of a no-op call): the parser's inline case. */
-    if (acc_parse_args(args, nargs, kwnames, &params, &check) < 0) {
+     * of a no-op call): it needs no parser. */
+    if ((nargs != 0 || kwnames != NULL)
+        && acc_parse_args(args, nargs, kwnames, &params, &check) < 0) {
         return NULL;
     }
     /* check_available is any truth value, as torch's bool. */
@@ -821,8 +822,8 @@ static PyModuleDef_Slot module_slots[] = {
 
 PyDoc_STRVAR(module_doc,
 "The C extension behind the accelerator package: one device-agnostic\n"
-"runtime API (torch.accelerator's) over the CUDA Driver API, Level Zero\n"
-"and OpenCL.");
+"runtime API (torch.accelerator's) over the CUDA Driver API, Level Zero,\n"
+"the HIP runtime and OpenCL.");
 
 static PyModuleDef acc_module_def = {
     PyModuleDef_HEAD_INIT,

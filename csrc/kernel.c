@@ -317,6 +317,18 @@ acc_code_format_resolve(const void *code, size_t size,
             && !is_elf(p, size))
         || ((f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
             && !is_text(p, size))) {
+        /* SPIR-V with its magic number fails for its length. */
+        int magic = f == ACC_FORMAT_SPIRV && size >= 4
+                    && (word_at(p, 0) == SPIRV_MAGIC
+                        || word_at(p, 1) == SPIRV_MAGIC);
+
+        if (magic) {
+            acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is not "
+                          "spirv (%zu bytes, %s)", size, size < 20
+                              ? "shorter than SPIR-V's 20-byte header"
+                              : "not a whole number of 32-bit words");
+            return ACC_ERR_INVALID_ARGUMENT;
+        }
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is not %s "
                       "(%s)", format_names[f],
                       f == ACC_FORMAT_SPIRV ? "no SPIR-V magic number "

@@ -128,9 +128,9 @@ check_required(const acc_params *p, const char *given)
     return 0;
 }
 
-int
-acc_parse_args_all(PyObject *const *args, Py_ssize_t nargs,
-                   PyObject *kwnames, const acc_params *p, PyObject **values)
+static int
+parse_args_all(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               const acc_params *p, PyObject **values)
 {
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
     char given[ACC_MAX_PARAMS] = {0};
@@ -152,9 +152,9 @@ acc_parse_args_all(PyObject *const *args, Py_ssize_t nargs,
     return check_required(p, given);
 }
 
-int
-acc_parse_tuple_all(PyObject *args, PyObject *kwargs, const acc_params *p,
-                    PyObject **values)
+static int
+parse_tuple_all(PyObject *args, PyObject *kwargs, const acc_params *p,
+                PyObject **values)
 {
     Py_ssize_t nargs = PyTuple_Size(args), pos = 0;
     char given[ACC_MAX_PARAMS] = {0};
@@ -174,6 +174,35 @@ acc_parse_tuple_all(PyObject *args, PyObject *kwargs, const acc_params *p,
         }
     }
     return check_required(p, given);
+}
+
+/* The common case of both, positional arguments only, first. */
+int
+acc_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               const acc_params *p, PyObject **values)
+{
+    if (kwnames == NULL && nargs >= p->required && nargs <= p->positional) {
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            values[i] = args[i];
+        }
+        return 0;
+    }
+    return parse_args_all(args, nargs, kwnames, p, values);
+}
+
+int
+acc_parse_tuple(PyObject *args, PyObject *kwargs, const acc_params *p,
+                PyObject **values)
+{
+    Py_ssize_t nargs = PyTuple_Size(args);
+
+    if (kwargs == NULL && nargs >= p->required && nargs <= p->positional) {
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            values[i] = PyTuple_GetItem(args, i);
+        }
+        return 0;
+    }
+    return parse_tuple_all(args, kwargs, p, values);
 }
 
 /* Devices ---------------------------------------------------------------- */

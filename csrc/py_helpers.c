@@ -208,8 +208,10 @@ acc_raise(acc_state *st, const acc_error *err)
     return NULL;
 }
 
-int
-acc_require_ready_first(acc_state *st)
+/* The driver's initialisation the probe deferred (acc_require_ready's
+ * first call). */
+__attribute__((cold, noinline)) static int
+require_ready_first(acc_state *st)
 {
     acc_error err;
     acc_status status;
@@ -222,6 +224,37 @@ acc_require_ready_first(acc_state *st)
         return -1;
     }
     return 0;
+}
+
+PyObject *
+acc_raise_unmatched_exit(acc_state *st, const acc_error *err)
+{
+    if (err->status == ACC_ERR_STATE) {
+        PyErr_SetString(PyExc_RuntimeError, err->message);
+        return NULL;
+    }
+    return acc_raise(st, err);
+}
+
+int
+acc_require_usable(acc_state *st)
+{
+    acc_error err;
+
+    if (acc_check_usable(&err) != ACC_OK) {
+        acc_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+int
+acc_require_ready(acc_state *st)
+{
+    if (acc_initialized()) {
+        return acc_require_usable(st);
+    }
+    return require_ready_first(st);
 }
 
 int

@@ -516,17 +516,6 @@ PyType_Spec acc_module_spec = {
 /* Kernel ------------------------------------------------------------------ */
 
 static PyObject *
-kernel_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
-{
-    (void)cls;
-    (void)args;
-    (void)kwargs;
-    PyErr_SetString(PyExc_TypeError, "cannot create accelerator.Kernel "
-                    "instances: use Module.get_kernel(name)");
-    return NULL;
-}
-
-static PyObject *
 kernel_get_name(KernelObject *self, void *closure)
 {
     (void)closure;
@@ -639,7 +628,6 @@ PyDoc_STRVAR(kernel_doc,
 "with accelerator.launch().  Not made directly.");
 
 static PyType_Slot kernel_slots[] = {
-    {Py_tp_new, kernel_new},
     {Py_tp_dealloc, kernel_dealloc},
     {Py_tp_traverse, kernel_traverse},
     {Py_tp_clear, kernel_clear},
@@ -654,8 +642,9 @@ static PyType_Slot kernel_slots[] = {
 PyType_Spec acc_kernel_spec = {
     .name = "accelerator.Kernel",
     .basicsize = sizeof(KernelObject),
+    /* Made by Module.get_kernel() only. */
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
-             | Py_TPFLAGS_IMMUTABLETYPE,
+             | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = kernel_slots,
 };
 

@@ -545,8 +545,8 @@ stream_cuda_stream(StreamObject *self, PyObject *unused)
     (void)unused;
     if (!(acc_backend_caps() & ACC_CAP_CUDA_STREAM_PROTOCOL)) {
         PyErr_Format(PyExc_TypeError,
-                     "__cuda_stream__ is only defined for CUDA streams; this "
-                     "is an %s stream", acc_display_device_type());
+                     "__cuda_stream__ is only defined for CUDA streams, not "
+                     "for %s streams", acc_display_device_type());
         return NULL;
     }
     return Py_BuildValue("(iK)", 0, (unsigned long long)self->s->handle);

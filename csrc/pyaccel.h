@@ -170,46 +170,16 @@ PyObject *acc_raise(acc_state *st, const acc_error *err);
 
 /* Raise the error of acc_restore_pop: an unmatched __exit__ is a plain
  * RuntimeError (a usage error, not the driver's). */
-static inline PyObject *
-acc_raise_unmatched_exit(acc_state *st, const acc_error *err)
-{
-    if (err->status == ACC_ERR_STATE) {
-        PyErr_SetString(PyExc_RuntimeError, err->message);
-        return NULL;
-    }
-    return acc_raise(st, err);
-}
+PyObject *acc_raise_unmatched_exit(acc_state *st, const acc_error *err);
 
 /* Raise the "no accelerator"/"forked" error if the backend is not usable;
- * return -1 then, else 0.  Inline, as acc_require_ready: hot getters
- * (current_stream(), set_stream()) call them on every call. */
-static inline int
-acc_require_usable(acc_state *st)
-{
-    acc_error err;
-
-    if (acc_check_usable(&err) != ACC_OK) {
-        acc_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-/* The driver's initialisation the probe deferred (acc_require_ready's
- * first call); -1 with an exception set. */
-int acc_require_ready_first(acc_state *st);
+ * return -1 then, else 0. */
+int acc_require_usable(acc_state *st);
 
 /* acc_require_usable, then initialise the driver if the probe deferred it
  * (CUDA counted through NVML), with the GIL released: the first use may
  * take seconds.  -1 with an exception set. */
-static inline int
-acc_require_ready(acc_state *st)
-{
-    if (acc_initialized()) {
-        return acc_require_usable(st);
-    }
-    return acc_require_ready_first(st);
-}
+int acc_require_ready(acc_state *st);
 
 /* Check index against the device count (DeviceIndexError). */
 int acc_check_index(acc_state *st, long long index);
@@ -257,41 +227,11 @@ typedef struct acc_params {
  * them (their defaults).  0, or -1 with a TypeError that says what was
  * wrong and what the callable takes.  acc_parse_args serves a vectorcall
  * (METH_FASTCALL, with or without METH_KEYWORDS: kwnames NULL),
- * acc_parse_tuple tp_new's tuple and dict; the common case of both,
- * positional arguments only, is inline. */
-int acc_parse_args_all(PyObject *const *args, Py_ssize_t nargs,
-                       PyObject *kwnames, const acc_params *p,
-                       PyObject **values);
-int acc_parse_tuple_all(PyObject *args, PyObject *kwargs,
-                        const acc_params *p, PyObject **values);
-
-static inline int
-acc_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-               const acc_params *p, PyObject **values)
-{
-    if (kwnames == NULL && nargs >= p->required && nargs <= p->positional) {
-        for (Py_ssize_t i = 0; i < nargs; i++) {
-            values[i] = args[i];
-        }
-        return 0;
-    }
-    return acc_parse_args_all(args, nargs, kwnames, p, values);
-}
-
-static inline int
-acc_parse_tuple(PyObject *args, PyObject *kwargs, const acc_params *p,
-                PyObject **values)
-{
-    Py_ssize_t nargs = PyTuple_Size(args);
-
-    if (kwargs == NULL && nargs >= p->required && nargs <= p->positional) {
-        for (Py_ssize_t i = 0; i < nargs; i++) {
-            values[i] = PyTuple_GetItem(args, i);
-        }
-        return 0;
-    }
-    return acc_parse_tuple_all(args, kwargs, p, values);
-}
+ * acc_parse_tuple tp_new's tuple and dict. */
+int acc_parse_args(PyObject *const *args, Py_ssize_t nargs,
+                   PyObject *kwnames, const acc_params *p, PyObject **values);
+int acc_parse_tuple(PyObject *args, PyObject *kwargs, const acc_params *p,
+                    PyObject **values);
 
 /*
  * Resolve a device argument to an index, as torch's _get_device_index:

@@ -13,7 +13,9 @@ when an earlier one failed, except those that need a build that failed
 stage goes to its own log under ``build/test-runs/<time>/``; a line is
 printed as each stage starts and ends, the tail of each failed stage's log
 at the end, then one table (stage, passed, failed, skipped, seconds,
-budget) and a closing line ``total: N passed, N failed, N skipped``.  The
+budget; a command without test counts shows ``ok`` or its exit status
+instead of counts) and a closing line ``total: N passed, N failed, N
+skipped`` (a failed stage without counts is one failed).  The
 exit status is 1 when any stage failed, 0 otherwise.
 
 Each stage has a budget, about twice what it takes on a quiet 2-core
@@ -88,10 +90,28 @@ class Result:
     seconds: float = 0.0
     note: str = ""
     log: pathlib.Path | None = None
+    #: the command's exit status, once it ended
+    rc: int | None = None
+    #: passed, failed and skipped are test counts (a pytest stage, or a
+    #: command whose log ends with pytest's closing line); a command
+    #: without counts is shown by its exit status instead
+    counted: bool = True
 
     @property
     def ok(self) -> bool:
         return self.status == "passed"
+
+    def outcome(self) -> str:
+        """The counts, or for a command without counts, "ok" or its exit
+        status."""
+        if self.counted:
+            return f"{self.passed} passed, {self.failed} failed, " \
+                f"{self.skipped} skipped"
+        if self.rc == 0:
+            return "ok"
+        if self.rc is None:
+            return "-"
+        return f"signal {-self.rc}" if self.rc < 0 else f"exit {self.rc}"
 
 
 # -- the built-in plan --------------------------------------------------------
@@ -296,9 +316,9 @@ def junit_counts(path: pathlib.Path) -> tuple[int, int, int] | None:
 SUMMARY = re.compile(r"^(?:\w+: )?(\d+ (?:passed|failed)\b.*)$")
 
 
-def command_counts(log: pathlib.Path) -> tuple[int, int, int]:
+def command_counts(log: pathlib.Path) -> tuple[int, int, int] | None:
     """Counts from the last pytest closing line in a command's log (the
-    wheel stage runs pytest inside); zero where there is none."""
+    wheel stage runs pytest inside); None where there is none."""
     counts = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
     for line in log.read_text(errors="replace").splitlines()[::-1]:
         line = line.strip("= ")
@@ -308,6 +328,8 @@ def command_counts(log: pathlib.Path) -> tuple[int, int, int]:
                                       line):
                 counts[what] += int(n)
             break
+    else:
+        return None
     return counts["passed"], counts["failed"] + counts["error"], \
         counts["skipped"]
 
@@ -368,7 +390,9 @@ class Runner:
             counts = junit_counts(self.run_dir / "junit" / f"{stage.name}.xml")
         if counts is None:
             counts = command_counts(result.log)
-        result.passed, result.failed, result.skipped = counts
+        result.rc = rc
+        result.counted = counts is not None or stage.kind == "pytest"
+        result.passed, result.failed, result.skipped = counts or (0, 0, 0)
         notes = []
         if timed_out and rc == -9 and self.deadline is not None \
                 and time.monotonic() - self.started > self.deadline:
@@ -393,13 +417,11 @@ class Runner:
             result.status = "failed"
         else:
             result.status = "passed"
-        if stage.kind == "pytest" and result.status == "failed" \
-                and result.failed == 0:
+        if result.status != "passed" and result.failed == 0:
             result.failed = 1   # a crash or a report: one red line, not none
         result.note = "; ".join(notes)
         self.say(f"{result.status} {stage.name} in {result.seconds:.0f}s: "
-                 f"{result.passed} passed, {result.failed} failed, "
-                 f"{result.skipped} skipped"
+                 f"{result.outcome()}"
                  + (f" ({result.note})" if result.note else ""))
 
     def ready(self, stage: Stage) -> bool | None:
@@ -507,8 +529,10 @@ class Runner:
             total[1] += r.failed
             total[2] += r.skipped
             flag = " OVER BUDGET" if r in over else ""
-            print(f"{r.stage.name:<{width}}  {r.passed:>6} {r.failed:>6} "
-                  f"{r.skipped:>7} {r.seconds:>7.0f} {r.stage.budget:>6.0f}  "
+            counts = f"{r.passed:>6} {r.failed:>6} {r.skipped:>7}" \
+                if r.counted else f"{r.outcome():>21}"
+            print(f"{r.stage.name:<{width}}  {counts} "
+                  f"{r.seconds:>7.0f} {r.stage.budget:>6.0f}  "
                   f"{r.status}{flag}" + (f" ({r.note})" if r.note else ""))
         wall = time.monotonic() - self.started
         print("-" * (width + 46))

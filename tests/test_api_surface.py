@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import accelerator
 
 TORCH_NAMES = {
@@ -69,6 +71,21 @@ def test_signatures_read_as_documented() -> None:
         "(code, *, format=None, options=None, device=None)")
     assert str(inspect.signature(accelerator.Module.from_file)) == (
         "(path, *, format=None, options=None, device=None)")
+
+
+def test_factory_only_types_cannot_be_made_by_hand() -> None:
+    """A type only a factory makes (Kernel: Module.get_kernel()) says so
+    with Py_TPFLAGS_DISALLOW_INSTANTIATION, not a tp_new of its own that
+    raises: calling it, or its __new__, is a TypeError either way."""
+    disallow_instantiation = 1 << 7
+    kernel = accelerator.Kernel
+    assert kernel.__flags__ & disallow_instantiation
+    assert "__new__" not in vars(kernel)
+    with pytest.raises(TypeError, match="cannot create "
+                       "'accelerator.Kernel' instances"):
+        kernel()
+    with pytest.raises(TypeError, match="accelerator.Kernel"):
+        kernel.__new__(kernel)
 
 
 def test_exception_hierarchy() -> None:

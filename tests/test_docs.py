@@ -140,6 +140,93 @@ def test_readme_examples_say_why_with_no_device() -> None:
     assert "python -m accelerator` says why" in result.stderr
 
 
+def readme_no_gpu_block() -> str:
+    """The README's sh block after "No GPU at hand?"."""
+    text = (REPO / "README.md").read_text()
+    match = re.search(r"No GPU at hand\?.*?^```sh\n(.*?)^```$", text,
+                      re.MULTILINE | re.DOTALL)
+    assert match, "the README has no no-GPU block"
+    return match.group(1)
+
+
+def test_readme_no_gpu_block_runs_on_every_double(
+        tmp_path: pathlib.Path) -> None:
+    """Each line of the README's no-GPU block, as written, from a folder
+    of the user's (the lines use absolute paths): one line per backend
+    with a double, each printing that backend with one device, and the
+    no-device line saying why."""
+    example = next(code for where, code in python_examples()
+                   if where.startswith("README.md"))
+    (tmp_path / "example.py").write_text(example)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {**fake_drivers.clean_environment(),
+           "PYTHONPATH": str(fake_drivers.SRC),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    lines = readme_no_gpu_block().splitlines()
+    assert lines[0] == "make -C tests/drivers", lines
+    assert lines[1].startswith("D=$PWD/"), lines
+    runs = [line.split("#")[0].strip() for line in lines[2:]]
+    seen = set()
+    for run, line in zip(runs, lines[2:]):
+        backend = re.search(r"ACCELERATOR_BACKEND=(\w+)", run)
+        name = backend.group(1) if backend else "cuda"
+        double = fake_drivers.DOUBLES[name]
+        if double.missing():
+            continue
+        result = subprocess.run(
+            ["bash", "-ec", f"cd {REPO}\n{lines[1]}\ncd {tmp_path}\n{run}"],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"{line}\n{result.stderr}"
+        if "# no device" in line:
+            assert result.stdout.startswith("no accelerator:\n"), line
+        else:
+            assert result.stdout.startswith(f"{name} 1 "), \
+                f"{line}\n{result.stdout}"
+            seen.add(name)
+    assert set(fake_drivers.DOUBLES) - seen == {
+        name for name, double in fake_drivers.DOUBLES.items()
+        if double.missing()}, f"the block has no line for some backend: {seen}"
+
+
+def test_readme_names_the_test_command_s_stages() -> None:
+    """The README's list of the test command's stages names stages that
+    tests/stages.py has."""
+    text = (REPO / "README.md").read_text()
+    listed = re.findall(r"\*\*([\w-]+)\*\*", text.split(
+        "arguments after `--` go to every pytest")[1].split("Every stage")[0])
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "stages.py"),
+                           "--list"], capture_output=True, text=True,
+                          check=True)
+    stages = {line.split()[0] for line in proc.stdout.splitlines()}
+    assert listed and set(listed) <= stages, (listed, sorted(stages))
+
+
+def test_migrating_names_every_backend() -> None:
+    """docs/migrating.rst's rows that list the backends list each one with
+    a double: current_accelerator()'s devices, Stream.device_type's c10
+    numbers, and the fork note's backends that count without
+    initialising their driver; graphs on each backend that has them."""
+    page = (DOCS / "migrating.rst").read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(
+        r"^   \* - (.*)\n(?:     .*\n|       .*\n)*", page, re.MULTILINE)}
+    accelerator_row = rows["``torch.accelerator.current_accelerator()``"]
+    stream_row = next(row for key, row in rows.items()
+                      if key.startswith("``s.device``"))
+    graph_row = next(row for key, row in rows.items() if "Graph" in key)
+    fork = page.split("**Fork.**")[1].split("\n- **")[0]
+    for name, double in fake_drivers.DOUBLES.items():
+        assert f"``device('{name}')``" in accelerator_row, name
+        assert re.search(rf"\b{name.upper()} {double.torch_device_type}\b",
+                         " ".join(stream_row.split())), name
+        if double.counted_without_init:
+            assert double.display_type in fork, name
+        if "graphs" not in double.lacks:
+            assert double.display_type in graph_row.replace(
+                "Level Zero", "XPU"), name
+
+
 # docs/kernels.rst: its Python blocks run in order as one session on PoCL
 # (OpenCL C source), its pytest example runs under pytest, and its native
 # kernel (a C block) is built and launched on the doubles that run native
@@ -221,6 +308,11 @@ import numpy as np
 import accelerator
 
 module = accelerator.Module.from_file(sys.argv[1], format="native")
+# The format the page says the module has, with format="native" or none.
+with open(sys.argv[1], "rb") as f:
+    unnamed = accelerator.Module(f.read())
+assert (module.format, unnamed.format) == (sys.argv[3], sys.argv[3]), \
+    (module.format, unnamed.format)
 saxpy = module.get_kernel("saxpy")
 # Where the driver tells parameter sizes, bare numbers pass (and it tells
 # the count); elsewhere the arguments are sized numpy scalars.
@@ -266,10 +358,15 @@ def test_kernels_page_native_kernel_runs_on_the_doubles(
     if double.missing():
         pytest.skip(double.missing())
     build_native_saxpy(tmp_path)
+    told = re.search(r"Module\.format <accelerator\.Module\.format>`\s+is"
+                     r"\s+``\"([\w-]+)\"``", KERNELS_PAGE.split(
+                         "accelerator_native_kernels")[-1])
+    assert told, "the page says what Module.format is for the native kernel"
     result = subprocess.run(
         [sys.executable, "-c", NATIVE_SAXPY_CHECK,
          str(tmp_path / "saxpy.so"),
-         "sizes" if double.kernel_param_sizes else "no-sizes"],
+         "sizes" if double.kernel_param_sizes else "no-sizes",
+         told.group(1)],
         capture_output=True, text=True,
         timeout=120, env={**fake_drivers.clean_environment(),
                           "PYTHONPATH": str(fake_drivers.SRC),

@@ -90,6 +90,31 @@ def test_spirv_kernels_are_read_and_refused_at_launch(mode) -> None:
     assert lines[5] == "live: 1 2"
 
 
+def test_spirv_refused_for_its_length_says_so() -> None:
+    """SPIR-V with its magic number but shorter than the 20-byte header,
+    or not whole 32-bit words, is refused for that, not for a magic
+    number it has; only code without the magic number is said to lack
+    it."""
+    out = xpu("""
+    magic = (0x07230203).to_bytes(4, "little")
+    for code in (magic + bytes(8), magic[::-1] + bytes(12),
+                 magic + bytes(18), bytes(20)):
+        try:
+            acc.Module(code, format="spirv")
+        except ValueError as e:
+            print(e)
+    """, {})
+    assert out.splitlines() == [
+        "the code is not spirv (12 bytes, shorter than SPIR-V's 20-byte "
+        "header)",
+        "the code is not spirv (16 bytes, shorter than SPIR-V's 20-byte "
+        "header)",
+        "the code is not spirv (22 bytes, not a whole number of 32-bit "
+        "words)",
+        "the code is not spirv (no SPIR-V magic number 0x07230203 at its "
+        "start)"]
+
+
 @needs_spirv
 def test_a_failed_build_carries_the_driver_s_log() -> None:
     out = xpu("""

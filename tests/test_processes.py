@@ -94,8 +94,8 @@ def test_questions_answer_through_nvml_without_cuinit() -> None:
     assert got["cuda_calls"] == 0
     assert got["asked"] == 1
     assert got["nvml_calls"] >= 3 and got["nvml_open"] == 0  # shut down
-    assert got["counted_by"] == (f"NVML ({NVML_DOUBLE}), CUDA not "
-                                 "initialised until first use")
+    assert got["counted_by"] == (f"NVML ({NVML_DOUBLE}), without "
+                                 "initialising CUDA")
     assert got["initialized"] is False
     assert len(got["devices"]) == 3
     # Listed unread, which is no error.
@@ -128,7 +128,7 @@ def test_report_no_init_leaves_cuda_uninitialised() -> None:
         [sys.executable, "-m", "accelerator", "--no-init"],
         env=environment(**CUDA), capture_output=True, text=True,
         timeout=120).stdout
-    assert "counted by: NVML (" in text and "(driver not initialised)" in text
+    assert "counted by: NVML (" in text and "driver: not initialised" in text
     assert "not read: --no-init leaves the driver uninitialised" in text
     assert "error" not in text
 

@@ -362,6 +362,42 @@ def test_accel_stream_is_new_and_synchronized_at_teardown(
     result.assert_outcomes(passed=2)
 
 
+@needs_double
+def test_accel_stream_is_on_accel_device_s_device(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/testing.rst's example with two devices: the stream of each
+    run is on that run's device, and entering it makes that device
+    current; without accel_device it is on the current device."""
+    use_double(monkeypatch, 2)
+    pytester.makepyfile("""
+        import pytest
+        import accelerator
+
+        @pytest.mark.requires_accelerator
+        def test_copy(accel_device, accel_stream):
+            assert accel_stream.device == accel_device
+            with accel_stream:
+                assert accelerator.current_device_index() == \\
+                    accel_device.index
+                assert accelerator.current_stream() == accel_stream
+
+        @pytest.fixture
+        def on_the_device(accel_device):
+            return accel_device
+
+        def test_through_a_fixture(on_the_device, accel_stream):
+            assert accel_stream.device == on_the_device
+
+        def test_alone(accel_stream):
+            accelerator.set_device_index(0)
+            assert accel_stream.device == accelerator.device("cuda", 0)
+    """)
+    result = run(pytester, "-v", "-p", "no:randomly")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["*::test_copy[[]cuda:1[]] PASSED*"])
+
+
 def test_accel_stream_skips_without_accelerator(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -381,7 +381,64 @@ def test_initialized_is_the_state_after_reading_the_devices() -> None:
     assert document["devices"][0]["read"] is True
     assert cuda["initialized"] is True
     result = run_report(cuda_library=str(CUDA_DOUBLE), FAKE_CUDA_DEVICES="1")
-    assert "(driver initialised)" in result.stdout, result.stdout
+    assert "      driver: initialised\n" in result.stdout, result.stdout
+
+
+def backend_section(text: str, name: str) -> str:
+    """The text report's lines of one backend."""
+    match = re.search(rf"^  {name}(?: \(device type \w+\))?: .*\n(?:      .*\n)*", text, re.MULTILINE)
+    assert match, text
+    return match.group(0)
+
+
+@needs_double
+def test_the_driver_state_is_said_once_and_never_against_itself() -> None:
+    # Counted through NVML, then initialised by reading the devices: the
+    # counting line does not say CUDA is not initialised.
+    cuda = backend_section(run_report(cuda_library=str(CUDA_DOUBLE),
+                                      FAKE_CUDA_DEVICES="1").stdout, "cuda")
+    assert "counted by: NVML (" in cuda and "without initialising CUDA" \
+        in cuda, cuda
+    assert "      driver: initialised\n" in cuda, cuda
+    assert "not initialised" not in cuda, cuda
+    cuda = backend_section(run_report("--no-init",
+                                      cuda_library=str(CUDA_DOUBLE),
+                                      FAKE_CUDA_DEVICES="1").stdout, "cuda")
+    assert "      driver: not initialised (it initialises at the first " \
+        "use)\n" in cuda, cuda
+    # HIP without a GPU: hipInit() ran and failed, which is neither state.
+    hip = fake_drivers.HipDouble
+    if hip.missing():
+        pytest.skip(hip.missing())
+    text = run_report(cuda_library=MISSING_LIBRARY,
+                      ACCELERATOR_BACKEND="hip",
+                      ACCELERATOR_HIP_LIBRARY=str(fake_drivers.HIP_DOUBLE),
+                      ACCELERATOR_KFD_TOPOLOGY="none",
+                      FAKE_HIP_DEVICES="0").stdout
+    section = backend_section(text, "hip")
+    assert "reason: hipInit() failed" in section, section
+    assert "initialised" not in section.replace("without initialising", ""
+                                                ), section
+
+
+@pytest.mark.skipif(fake_drivers.OpenCLDouble.missing() is not None,
+                    reason=fake_drivers.OpenCLDouble.missing() or "")
+def test_the_opencl_reason_suggests_only_types_not_asked_for() -> None:
+    def reason(**env: str) -> str:
+        text = run_report(cuda_library=MISSING_LIBRARY,
+                          ACCELERATOR_BACKEND="opencl",
+                          ACCELERATOR_OPENCL_LIBRARY="libOpenCL.so.1",
+                          POCL_DEVICES="none", **env).stdout
+        [line] = re.findall(r"reason: (no OpenCL device.*)$",
+                            backend_section(text, "opencl"), re.MULTILINE)
+        return line
+    everything = reason(ACCELERATOR_OPENCL_DEVICE_TYPE="all")
+    assert "(all: the platforms list no device at all)" in everything
+    assert "set ACCELERATOR_OPENCL_DEVICE_TYPE" not in everything
+    assert "set ACCELERATOR_OPENCL_DEVICE_TYPE=all to include CPUs" in \
+        reason()
+    assert "to include every type" in reason(
+        ACCELERATOR_OPENCL_DEVICE_TYPE="cpu")
 
 
 @needs_double
@@ -401,7 +458,7 @@ def test_no_init_lists_devices_unread_not_failed() -> None:
     for index in range(2):
         assert (f"cuda:{index}  not read: --no-init leaves the driver "
                 "uninitialised\n") in text
-    assert "(driver not initialised)" in text
+    assert "driver: not initialised" in text
 
 
 @needs_double

@@ -166,3 +166,107 @@ def test_a_backend_is_registered_by_one_line() -> None:
             text = text.replace(registry.group(0), "")
         named = set(re.findall(r"\b(acc_\w+_backend)\b", text)) & set(listed)
         assert named == set(), f"{path.name} names {sorted(named)}"
+
+
+def prose_files() -> list[pathlib.Path]:
+    """The tracked C, Python, stub and documentation files."""
+    listed = subprocess.run(["git", "ls-files", "csrc", "src", "tests",
+                             "docs", "bench", "README.md", "setup.py"],
+                            cwd=REPO, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: " + listed.stderr.strip())
+    return [REPO / name for name in listed.stdout.split()
+            if name.endswith((".c", ".h", ".py", ".pyi", ".rst", ".md"))]
+
+
+def test_no_doubled_article_and_no_an_before_a_consonant_name() -> None:
+    """No doubled article (the word "a" twice, also across a comment's
+    line break) and no "an" before HIP, in prose or in a message built
+    with the device type's display name ("an %s stream" reads wrong on
+    HIP)."""
+    gap = r"(?:\s|\*|#|//)+"
+    found = []
+    for path in prose_files():
+        text = path.read_text(errors="replace")
+        for pattern in (rf"\b[Aa]{gap}a\s+[A-Za-z]{{2,}}",
+                        rf"\b[Aa]n{gap}HIP\b",
+                        r'\ban %s[^;]*acc_display_device_type\(\)'):
+            for match in re.finditer(pattern, text):
+                found.append(f"{path.relative_to(REPO)}:"
+                             f"{text.count(chr(10), 0, match.start()) + 1}: "
+                             f"{' '.join(match.group().split())[:60]}")
+    assert found == [], "\n".join(found)
+
+
+def test_the_docstrings_name_every_backend() -> None:
+    """The package's docstring names each backend with its device type,
+    the extension's (module_doc) each backend by its display name, and
+    setup.py's each driver library it opens at run time."""
+    import fake_drivers
+    probe = subprocess.run(
+        [sys.executable, "-c", "import accelerator, json; print(json.dumps("
+         "[b['library'] for b in accelerator.backends()]))"],
+        env={**fake_drivers.clean_environment(),
+             "PYTHONPATH": str(fake_drivers.SRC)},
+        capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    libraries = __import__("json").loads(probe.stdout)
+    setup_doc = re.match(r'"""(.*?)"""', (REPO / "setup.py").read_text(),
+                         re.DOTALL)
+    assert setup_doc, "setup.py has no docstring"
+    package_doc = " ".join((accelerator.__doc__ or "").split())
+    module_doc = " ".join((accelerator._accelerator.__doc__ or "").split())
+    for (name, double), library in zip(fake_drivers.DOUBLES.items(),
+                                       libraries):
+        assert f"(``{name}``)" in package_doc, name
+        assert double.display_type in module_doc.replace("Level Zero",
+                                                         "XPU"), name
+        assert library in setup_doc.group(1), library
+
+
+def test_no_test_is_an_empty_placeholder() -> None:
+    """No test function is a body of nothing (a docstring, pass or ...):
+    a test that cannot fail is no test; one that needs what is missing
+    here is left out, with the reason in its file's docstring."""
+    import ast
+    found = []
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and node.name.startswith("test_")):
+                continue
+            body = [s for s in node.body
+                    if not (isinstance(s, ast.Expr)
+                            and isinstance(s.value, ast.Constant))
+                    and not isinstance(s, ast.Pass)]
+            if not body:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} "
+                             f"{node.name}")
+    assert found == [], "\n".join(found)
+
+
+def python_layer_definitions() -> set[str]:
+    """The functions the Python layer's .c files define for each other."""
+    names = set()
+    for path in [CSRC / "_accelerator.c", *CSRC.glob("py_*.c")]:
+        names |= set(re.findall(r"^(?!static)\w[\w \*]*?\n?(acc_\w+)\(",
+                                path.read_text(), re.MULTILINE))
+    return names
+
+
+@pytest.mark.parametrize("header", ["pyaccel.h", "pybuffer.h",
+                                    "pyobjects.h"])
+def test_the_python_layer_s_headers_call_nothing_of_its_files(
+        header: str) -> None:
+    """A Python layer header declares; its inline code calls only the core
+    and Python, never a function of the files that include it (the circle
+    py_args.c / py_helpers.c -> pyaccel.h -> py_args.c)."""
+    text = (CSRC / header).read_text()
+    defined = python_layer_definitions()
+    calls = []
+    for match in re.finditer(r"^static inline [^\n]*\n(\w+)\([^)]*\)\n\{\n"
+                             r"(.*?)^\}", text, re.MULTILINE | re.DOTALL):
+        for called in re.findall(r"\b(acc_\w+)\(", match.group(2)):
+            if called in defined:
+                calls.append(f"{match.group(1)} calls {called}")
+    assert calls == [], "\n".join(calls)

@@ -72,6 +72,31 @@ def test_a_failing_first_stage_leaves_every_later_stage_running(
         "1 skipped"
 
 
+def test_a_command_without_counts_shows_ok_or_its_exit_status(
+        tmp_path: pathlib.Path) -> None:
+    """A command stage that prints no test counts (a build) is not "0
+    passed, 0 failed": its row says ok or its exit status, and a failed
+    one counts as one failed in the total."""
+    plan = [{"name": "fine", "cmd": ["true"], "kind": "cmd", "budget": 60},
+            {"name": "broken", "cmd": [sys.executable, "-c",
+                                       "raise SystemExit(3)"],
+             "kind": "cmd", "budget": 60},
+            {"name": "counted", "cmd": [sys.executable, "-c",
+                                        "print('2 passed, 1 skipped')"],
+             "kind": "cmd", "budget": 60}]
+    proc = run_plan(tmp_path, plan)
+    assert proc.returncode == 1, proc.stdout
+    rows = table(proc.stdout)
+    assert rows["fine"][0] == "ok" and rows["fine"][-1] == "passed", rows
+    assert rows["broken"][:2] == ["exit", "3"], rows
+    assert "failed" in rows["broken"], rows
+    assert rows["counted"][:3] == ["2", "0", "1"], rows
+    assert "passed fine in" in proc.stdout and ": ok" in proc.stdout
+    assert ": exit 3 (exit status 3)" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1] == \
+        "total: 2 passed, 1 failed, 1 skipped"
+
+
 def test_a_stage_over_its_budget_fails_only_where_budgets_are_enforced(
         tmp_path: pathlib.Path) -> None:
     plan = [{"name": "slow", "cmd": [sys.executable, "-c",

@@ -237,7 +237,7 @@ acc_cuda_nvml_count(int *count, char *how, size_t size)
         return 0;
     }
     *count = visible != NULL ? visible_count(visible, n, uuids) : n;
-    acc_format(how, size, "NVML (%s), CUDA not initialised until first use",
+    acc_format(how, size, "NVML (%s), without initialising CUDA",
                path);
     acc_trace("cuda: NVML sees %u device(s); %d visible to CUDA", raw,
               *count);

@@ -314,12 +314,19 @@ ocl_probe(acc_probe_result *out, acc_error *err)
         }
     }
     if (ocl.count == 0) {
+        /* The hint names only what the asked types leave out. */
         acc_error_set(err, ACC_ERR_NO_ACCELERATOR,
-                      "no OpenCL device of the types asked for (%s; set "
-                      "ACCELERATOR_OPENCL_DEVICE_TYPE=all to include CPUs)",
+                      "no OpenCL device of the types asked for (%s%s)",
                       getenv("ACCELERATOR_OPENCL_DEVICE_TYPE")
                           ? getenv("ACCELERATOR_OPENCL_DEVICE_TYPE")
-                          : "gpu,accelerator");
+                          : "gpu,accelerator",
+                      types == CL_DEVICE_TYPE_ALL
+                          ? ": the platforms list no device at all"
+                      : (types & CL_DEVICE_TYPE_CPU)
+                          ? "; set ACCELERATOR_OPENCL_DEVICE_TYPE=all to "
+                            "include every type"
+                          : "; set ACCELERATOR_OPENCL_DEVICE_TYPE=all to "
+                            "include CPUs");
         return ACC_ERR_NO_ACCELERATOR;
     }
     /* The first device's platform version ("OpenCL 3.0 PoCL 3.1+debian",

@@ -4,8 +4,8 @@ The API of ``torch.accelerator`` (is_available, current_accelerator,
 device_count, current_device_index, set_device_index, current_stream,
 set_stream, synchronize, device_index) with ``device``, ``Stream`` and
 ``Event`` objects, implemented in C over the CUDA Driver API (``cuda``),
-the oneAPI Level Zero loader (``xpu``) and OpenCL (``opencl``).  PyTorch
-is not needed.
+the oneAPI Level Zero loader (``xpu``), the HIP runtime (``hip``) and
+OpenCL (``opencl``).  PyTorch is not needed.
 
 Importing the package calls no driver function; the first call that needs
 a backend probes the drivers once.

@@ -314,10 +314,14 @@ def format_backend(backend: BackendReport) -> list[str]:
         f"      devices: {backend['device_count']}",
     ]
     if backend["counted_by"] is not None:
+        lines.append(f"      counted by: {backend['counted_by']}")
+    if backend["available"] and backend["reason"] is None:
+        # Where the backend is not available, or its first use failed,
+        # the reason says what the driver did (a failed hipInit() is
+        # neither state).
         initialized = "initialised" if backend["initialized"] else (
-            "not initialised")
-        lines.append(f"      counted by: {backend['counted_by']} "
-                     f"(driver {initialized})")
+            "not initialised (it initialises at the first use)")
+        lines.append(f"      driver: {initialized}")
     if backend["reason"] is not None:
         lines.append(f"      reason: {backend['reason']}")
     return lines

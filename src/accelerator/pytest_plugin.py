@@ -19,8 +19,10 @@ Fixtures:
                     accelerator it has one skipped parameter,
                     ``no-accelerator``.  It does not change the current
                     device.
-  ``accel_stream``  a new ``accelerator.Stream`` on the current device,
-                    synchronized at teardown; skips when there is no
+  ``accel_stream``  a new ``accelerator.Stream``, synchronized at
+                    teardown: on ``accel_device``'s device when the test
+                    (or a fixture of it) uses ``accel_device``, else on
+                    the current device; skips when there is no
                     accelerator.
 Option:
   ``--accelerator-check-state`` (ini: ``accelerator_check_state = true``)
@@ -235,12 +237,17 @@ def accel_device(request: pytest.FixtureRequest) -> accelerator.device:
 
 
 @pytest.fixture
-def accel_stream() -> Iterator[accelerator.Stream]:
-    """A new stream on the current device, synchronized at teardown."""
+def accel_stream(
+    request: pytest.FixtureRequest,
+) -> Iterator[accelerator.Stream]:
+    """A new stream on accel_device's device where the test uses it (the
+    two agree), else on the current device; synchronized at teardown."""
     if not accelerator.is_available():
         pytest.skip(f"accel_stream requires an accelerator: "
                     f"{no_accelerator_reason()}")
-    stream = accelerator.Stream()
+    device = (request.getfixturevalue("accel_device")
+              if "accel_device" in request.fixturenames else None)
+    stream = accelerator.Stream(device)
     yield stream
     stream.synchronize()
 

@@ -66,16 +66,32 @@ def test_await_stream_and_the_method_spellings(driver) -> None:
     assert event.query() is True and ticks > 1
 
 
-def test_completed_work_needs_no_waiter() -> None:
-    async def main() -> None:
-        await acc.Event()  # never recorded: complete
-        event = acc.Event()
+def test_completed_work_needs_no_waiter(monkeypatch) -> None:
+    """Awaiting an event whose work is done completes at once: it never
+    goes to the waiter thread.  (Awaiting a stream records a new event,
+    which the driver may not have reached yet.)"""
+    submitted: list[object] = []
+    submit = _aio._submit
+
+    def counted(item) -> None:  # type: ignore[no-untyped-def]
+        submitted.append(item[0])
+        submit(item)    # still waited for: a wrong submit fails, not hangs
+
+    monkeypatch.setattr(_aio, "_submit", counted)
+
+    never = acc.Event()  # never recorded: complete
+    event = acc.Event()
+
+    async def main() -> list[bool]:
+        await never
         event.record(acc.Stream())
         acc.synchronize()
         await event
         await acc.current_stream()
+        return [never.query(), event.query()]
 
-    asyncio.run(main())
+    assert asyncio.run(main()) == [True, True]
+    assert not [e for e in submitted if e is never or e is event]
 
 
 def test_await_without_a_running_loop_is_refused() -> None:

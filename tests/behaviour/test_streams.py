@@ -370,8 +370,8 @@ def test_exit_without_enter() -> None:
 def test_cuda_stream_protocol(facts) -> None:
     stream = acc.Stream()
     if not facts.has("cuda_stream_protocol"):
-        with pytest.raises(TypeError, match="only defined for CUDA streams; "
-                           f"this is an {facts.display_type} stream$"):
+        with pytest.raises(TypeError, match="only defined for CUDA streams, "
+                           f"not for {facts.display_type} streams$"):
             stream.__cuda_stream__()
         return
     assert stream.__cuda_stream__() == (0, stream.handle)

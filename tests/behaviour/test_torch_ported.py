@@ -21,8 +21,19 @@ Adaptation rules (the only changes made):
    TEST_MULTIACCELERATOR)`` becomes the ``two_devices`` fixture and the
    device type of ``instantiate_device_type_tests`` the ``accel_type``
    fixture.
-5. A test that needs what only torch has (``torch.compile``, the
-   DataLoader's ``pin_memory`` helper) is kept, skipped, with the reason.
+5. A test that needs what only torch has is left out, not kept as an
+   empty skipped test; these six, with the reason:
+
+   - ``test_device_index_fullgraph``: torch.compile(fullgraph=True) over
+     ``device_index``; there is no compiler here.
+   - ``test_pin_memory_on_non_blocking_copy``: ``Tensor.to('cpu',
+     non_blocking=True)`` picks pinned memory itself; here the caller
+     picks a ``HostBuffer``, so nothing chooses for it.
+   - ``test_custom_pin_memory_device_argument``,
+     ``test_custom_pin_memory_device_varargs``,
+     ``test_custom_pin_memory_legacy_no_argument`` and
+     ``test_custom_pin_memory_unrelated_optional_argument``:
+     torch.utils.data's ``pin_memory`` helper, a DataLoader detail.
 """
 from __future__ import annotations
 
@@ -49,7 +60,6 @@ TORCH_DTYPES = frozenset({
     "int5", "int6", "int7", "uint1", "uint2", "uint3", "uint4", "uint5",
     "uint6", "uint7",
 })
-TORCH_ONLY = "needs torch: "
 
 
 # test/test_accelerator.py ---------------------------------------------------
@@ -151,12 +161,6 @@ def test_device_context_manager() -> None:
     assert acc.current_device_index() == prev_device
 
 
-@pytest.mark.skip(reason=TORCH_ONLY + "torch.compile(fullgraph=True) over "
-                  "device_index; there is no compiler here")
-def test_device_index_fullgraph() -> None:
-    """Tests that Dynamo traces device_index without a graph break."""
-
-
 @pytest.mark.usefixtures("two_devices")
 def test_multi_device_context_manager() -> None:
     src_device, dst_device = 0, 1
@@ -202,38 +206,6 @@ def test_multi_device_stream_context_manager() -> None:
     assert acc.current_device_index() == src_device
     assert acc.current_stream() == src_prev_stream
     assert acc.current_stream(dst_device) == dst_prev_stream
-
-
-@pytest.mark.skip(reason=TORCH_ONLY + "Tensor.to('cpu', non_blocking=True) "
-                  "picks pinned memory itself; here the caller picks a "
-                  "HostBuffer, so nothing chooses for it")
-def test_pin_memory_on_non_blocking_copy() -> None:
-    """Tests that a non-blocking device-to-host copy lands in pinned
-    memory."""
-
-
-_PIN_MEMORY = (TORCH_ONLY + "torch.utils.data's pin_memory helper, a "
-               "DataLoader detail")
-
-
-@pytest.mark.skip(reason=_PIN_MEMORY)
-def test_custom_pin_memory_device_argument() -> None:
-    """pin_memory(batch, device) passes the device."""
-
-
-@pytest.mark.skip(reason=_PIN_MEMORY)
-def test_custom_pin_memory_device_varargs() -> None:
-    """pin_memory(batch, device) with a *device signature."""
-
-
-@pytest.mark.skip(reason=_PIN_MEMORY)
-def test_custom_pin_memory_legacy_no_argument() -> None:
-    """pin_memory(batch, device) with a pin_memory() of no argument."""
-
-
-@pytest.mark.skip(reason=_PIN_MEMORY)
-def test_custom_pin_memory_unrelated_optional_argument() -> None:
-    """pin_memory(batch, device) leaves other optional arguments alone."""
 
 
 def test_generic_event_behavior() -> None:
