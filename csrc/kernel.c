@@ -190,6 +190,65 @@ elf_fits(const unsigned char *p, size_t size)
     return 1;
 }
 
+/* The n-byte (1..8) little-endian unsigned field at off. */
+static unsigned long long
+le_field(const unsigned char *p, size_t off, int n)
+{
+    unsigned long long v = 0;
+
+    for (int i = n - 1; i >= 0; i--) {
+        v = v << 8 | p[off + (size_t)i];
+    }
+    return v;
+}
+
+static int
+is_fatbin(const unsigned char *p, size_t size)
+{
+    return size >= 4 && word_at(p, 0) == FATBIN_MAGIC;
+}
+
+/* Why a CUDA fat binary's headers name bytes beyond its size bytes, or
+ * NULL when they do not.  Its header (16 bytes, little endian) holds the
+ * magic, a 2-byte version, its own 2-byte size and the 8-byte size of the
+ * entries that follow it; each entry starts with a 2-byte kind, a 2-byte
+ * version, the 4-byte size of its header and the 8-byte size of its
+ * payload, and the next follows the payload.  The driver takes no size
+ * (cuModuleLoadData) and reads what the headers say, so a truncated or
+ * damaged fat binary must stop here. */
+static const char *
+fatbin_damage(const unsigned char *p, size_t size)
+{
+    unsigned long long header, entries, at, end;
+
+    if (size < 16) {
+        return "it is shorter than its 16-byte header";
+    }
+    header = le_field(p, 6, 2);
+    entries = le_field(p, 8, 8);
+    if (header < 16) {
+        return "its header names a header shorter than 16 bytes";
+    }
+    if (!within(header, entries, size)) {
+        return "its header names more bytes than it has";
+    }
+    end = header + entries;
+    for (at = header; at < end;) {
+        unsigned long long entry, payload;
+
+        if (end - at < 16) {
+            return "an entry's header runs past the entries' end";
+        }
+        entry = le_field(p, (size_t)at + 4, 4);
+        payload = le_field(p, (size_t)at + 8, 8);
+        if (entry < 16 || entry > end - at || payload > end - at - entry) {
+            return "an entry runs past the entries' end";
+        }
+        at += entry + payload;
+    }
+    return NULL;
+}
+
 /* Text: no NUL before the end (a final one is allowed). */
 static int
 is_text(const unsigned char *p, size_t size)
@@ -199,24 +258,82 @@ is_text(const unsigned char *p, size_t size)
     return nul == NULL || (const unsigned char *)nul == p + size - 1;
 }
 
-/* PTX text declares its version and at least one entry or function. */
+/* The offset of the first byte at or after at that is neither white
+ * space nor in a comment (// to the end of the line, or between slash
+ * star and star slash), the comments of PTX and of C. */
+static size_t
+skip_blank(const unsigned char *p, size_t size, size_t at)
+{
+    while (at < size) {
+        if (p[at] == ' ' || p[at] == '\t' || p[at] == '\n' || p[at] == '\r'
+            || p[at] == '\f' || p[at] == '\v') {
+            at++;
+        }
+        else if (at + 1 < size && p[at] == '/' && p[at + 1] == '/') {
+            while (at < size && p[at] != '\n') {
+                at++;
+            }
+        }
+        else if (at + 1 < size && p[at] == '/' && p[at + 1] == '*') {
+            at += 2;
+            while (at + 1 < size && !(p[at] == '*' && p[at + 1] == '/')) {
+                at++;
+            }
+            at += 2;
+        }
+        else {
+            break;
+        }
+    }
+    return at < size ? at : size;
+}
+
+/* Whether the directive word (".version") is at p + at, followed by
+ * white space; *after is the offset past it. */
+static int
+directive_at(const unsigned char *p, size_t size, size_t at,
+             const char *word, size_t *after)
+{
+    size_t n = strlen(word);
+
+    if (size - at <= n || memcmp(p + at, word, n) != 0
+        || (p[at + n] != ' ' && p[at + n] != '\t')) {
+        return 0;
+    }
+    *after = at + n;
+    return 1;
+}
+
+/* PTX, by its grammar: after white space and comments a module starts
+ * with ".version <major>.<minor>", followed (after white space and
+ * comments) by its ".target" (the PTX ISA: "each PTX module must begin
+ * with a .version directive", "immediately followed by a .target
+ * directive"; ".address_size" may come next).  Words anywhere else do
+ * not count: OpenCL C may mention .version, and a PTX module may hold
+ * any amount of data before its first .entry. */
 static int
 looks_like_ptx(const unsigned char *p, size_t size)
 {
-    size_t n = size < 65536 ? size : 65536;
-    char *text = malloc(n + 1);
-    int found;
+    size_t at = skip_blank(p, size, 0), digits;
 
-    if (text == NULL) {
+    if (!directive_at(p, size, at, ".version", &at)) {
         return 0;
     }
-    memcpy(text, p, n);
-    text[n] = '\0';
-    found = strstr(text, ".version") != NULL
-            && (strstr(text, ".entry") != NULL
-                || strstr(text, ".func") != NULL);
-    free(text);
-    return found;
+    while (at < size && (p[at] == ' ' || p[at] == '\t')) {
+        at++;
+    }
+    for (digits = 0; at < size && p[at] >= '0' && p[at] <= '9'; at++) {
+        digits++;
+    }
+    if (digits == 0 || at >= size || p[at] != '.') {
+        return 0;
+    }
+    for (digits = 0, at++; at < size && p[at] >= '0' && p[at] <= '9'; at++) {
+        digits++;
+    }
+    return digits > 0
+           && directive_at(p, size, skip_blank(p, size, at), ".target",
+                           &at);
 }
 
 #define EM_CUDA 190
@@ -247,7 +364,7 @@ recognise(const unsigned char *p, size_t size)
     if (is_elf(p, size)) {
         return elf_format(p);
     }
-    if (size >= 4 && word_at(p, 0) == FATBIN_MAGIC) {
+    if (is_fatbin(p, size)) {
         return ACC_FORMAT_FATBIN;
     }
     if (is_text(p, size)) {
@@ -312,12 +429,16 @@ acc_code_format_resolve(const void *code, size_t size,
         || ((f == ACC_FORMAT_CUBIN || f == ACC_FORMAT_HSACO
              || f == ACC_FORMAT_NATIVE)
             && !is_elf(p, size))
+        || (f == ACC_FORMAT_FATBIN && !is_fatbin(p, size))
         || ((f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
             && !is_text(p, size))) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is not %s "
                       "(%s)", format_names[f],
                       f == ACC_FORMAT_SPIRV ? "no SPIR-V magic number "
                                               "0x07230203 at its start"
+                      : f == ACC_FORMAT_FATBIN
+                          ? "no fat binary magic number 0xBA55ED50 at its "
+                            "start"
                       : (f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
                           ? "it holds a NUL byte before its end"
                           : "no ELF header at its start");
@@ -327,6 +448,12 @@ acc_code_format_resolve(const void *code, size_t size,
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is a "
                       "truncated or damaged ELF image: its headers name "
                       "parts beyond its %zu bytes", size);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (f == ACC_FORMAT_FATBIN && fatbin_damage(p, size) != NULL) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is a "
+                      "truncated or damaged fat binary: %s (%zu bytes)",
+                      fatbin_damage(p, size), size);
         return ACC_ERR_INVALID_ARGUMENT;
     }
     *format = f;

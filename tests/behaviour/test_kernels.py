@@ -495,6 +495,53 @@ def test_code_of_another_backend_is_refused(
         acc.Module(42)
 
 
+#: PTX whose first .entry follows over 64 KiB of data, after comments
+PTX_WITH_A_TABLE = (
+    "//\n// a table before the first entry\n/* one of 3000 rows */\n"
+    ".version 7.0\n.target sm_50\n.address_size 64\n\n"
+    + "".join(f".global .u32 table{i}[4] = {{1, 2, 3, 4}};\n"
+              for i in range(3000))
+    + ".visible .entry empty()\n{\n    ret;\n}\n")
+
+#: OpenCL C that mentions PTX's words (.version, .func, .entry)
+OPENCL_C_WITH_PTX_WORDS = r"""
+typedef struct { uint version; uint func; } tag;   /* t.version, t.func */
+__kernel void tagged(__global uint *out, uint n)
+{
+    tag t;
+    t.version = n;          /* .version 7.0 */
+    t.func = n + 1;         /* .entry, .func */
+    out[0] = t.version + t.func;
+}
+"""
+
+
+def test_ptx_is_recognised_by_its_leading_directives(
+        driver: fake_drivers.DriverDouble) -> None:
+    assert len(PTX_WITH_A_TABLE) > 65536
+    try:
+        module = acc.Module(PTX_WITH_A_TABLE)
+    except ValueError as e:
+        assert "cannot load ptx code" in str(e), e
+    else:
+        assert module.format == "ptx"
+        assert module.get_kernel("empty").name == "empty"
+
+
+def test_text_that_only_mentions_ptx_words_is_opencl_c(
+        facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    if facts.kernel_format != "opencl-c":
+        with pytest.raises(ValueError, match="cannot load opencl-c code"):
+            acc.Module(OPENCL_C_WITH_PTX_WORDS)
+        return
+    module = acc.Module(OPENCL_C_WITH_PTX_WORDS)
+    assert module.format == "opencl-c"
+    out = upload(np.zeros(1, np.uint32))
+    acc.launch(module.get_kernel("tagged"), 1, 1, out, np.uint32(20))
+    assert download(out, np.uint32, 1)[0] == 41
+
+
 def test_a_build_error_carries_the_driver_s_log(
         code: bytes, facts: type[fake_drivers.DriverDouble],
         driver: fake_drivers.DriverDouble) -> None:
