@@ -697,13 +697,14 @@ typedef struct acc_kernel acc_kernel;
 acc_status acc_code_format_resolve(const void *code, size_t size,
                                    acc_code_format *format, acc_error *err);
 /* Load code of format (already resolved) on device with the driver's
- * build options (NULL: none).  On ACC_ERR_BUILD *log holds the driver's
- * build log (malloc'd; the caller frees), else NULL.  May block (the
- * driver compiles): call without the GIL. */
+ * build options, options_size bytes of text (NULL: none; a NUL among
+ * them is refused).  On ACC_ERR_BUILD *log holds the driver's build log
+ * (malloc'd; the caller frees), else NULL.  May block (the driver
+ * compiles): call without the GIL. */
 acc_status acc_module_load(int device, acc_code_format format,
                            const void *code, size_t size,
-                           const char *options, acc_module **out,
-                           char **log, acc_error *err);
+                           const char *options, size_t options_size,
+                           acc_module **out, char **log, acc_error *err);
 int acc_module_device(const acc_module *m);
 acc_code_format acc_module_format(const acc_module *m);
 void acc_module_incref(acc_module *m);

@@ -474,12 +474,26 @@ info_unknown(acc_kernel_info *info)
     info->nparams = -1;
 }
 
+/* The number of UTF-8 characters in the first n bytes of text. */
+static size_t
+characters(const char *text, size_t n)
+{
+    size_t count = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        count += ((unsigned char)text[i] & 0xC0) != 0x80;
+    }
+    return count;
+}
+
 acc_status
 acc_module_load(int device, acc_code_format format, const void *code,
-                size_t size, const char *options, acc_module **out,
-                char **log, acc_error *err)
+                size_t size, const char *options, size_t options_size,
+                acc_module **out, char **log, acc_error *err)
 {
     const acc_backend *b = kernel_backend(err);
+    const char *nul = options != NULL ? memchr(options, '\0', options_size)
+                                      : NULL;
     acc_stream *s;
     acc_module *m;
     acc_status st;
@@ -488,7 +502,16 @@ acc_module_load(int device, acc_code_format format, const void *code,
     if (b == NULL) {
         return err->status;
     }
-    if (options != NULL && options[0] != '\0' && b->no_build_options) {
+    if (nul != NULL) {
+        /* A driver reads options up to their first NUL: the rest would
+         * be dropped without a word. */
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the build options "
+                      "hold a NUL character at index %zu, expected text "
+                      "without NUL characters",
+                      characters(options, (size_t)(nul - options)));
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (options != NULL && options_size > 0 && b->no_build_options) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "backend %s takes no "
                       "build options (got '%.100s'): %s; expected "
                       "options=None", b->name, options, b->no_build_options);

@@ -188,6 +188,7 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
     acc_code_format format;
     PyObject *bytes = NULL, *options = NULL;
     const char *options_text = NULL;
+    Py_ssize_t options_size = 0;
     long long device;
     ModuleObject *self;
     acc_module *m = NULL;
@@ -214,7 +215,7 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
         return NULL;
     }
     if (options != Py_None) {
-        options_text = PyUnicode_AsUTF8AndSize(options, NULL);
+        options_text = PyUnicode_AsUTF8AndSize(options, &options_size);
         if (options_text == NULL) {
             goto fail;
         }
@@ -227,7 +228,7 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
         status = acc_module_load((int)device, format,
                                  PyBytes_AsString(bytes),
                                  (size_t)PyBytes_Size(bytes), options_text,
-                                 &m, &log, &err);
+                                 (size_t)options_size, &m, &log, &err);
     }
     Py_END_ALLOW_THREADS
     if (status == ACC_ERR_BUILD) {

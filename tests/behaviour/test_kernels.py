@@ -373,6 +373,19 @@ def test_build_options_reach_the_driver(
         acc.Module(code, options=["-O2", 3])
 
 
+@pytest.mark.parametrize("options, index", [
+    ("\0-O3", 0),                 # not "no options" where none are taken
+    ("-DN=1\0-O3", 5),            # not truncated to "-DN=1"
+    (["-DÄ=1", "\0"], 6),         # joined; counted in characters
+])
+def test_a_nul_in_the_options_is_refused_saying_where(
+        code: bytes, driver: fake_drivers.DriverDouble, options: object,
+        index: int) -> None:
+    with pytest.raises(ValueError, match=f"build options hold a NUL "
+                       f"character at index {index},"):
+        acc.Module(code, options=options)
+
+
 # Bad input ------------------------------------------------------------------
 
 
