@@ -728,6 +728,15 @@ acc_status acc_launch(acc_kernel *k, const long long grid[3],
                       const long long block[3], size_t shared_mem,
                       const acc_kernel_arg *args, int nargs, acc_stream *s,
                       acc_error *err);
+/* The errors acc_launch words for a value the caller could not pass it
+ * (an int beyond 64 bits, as text): dimension i of the grid (block: of
+ * the block), not positive when below, else too large; shared_mem bytes
+ * too large.  Return ACC_ERR_INVALID_ARGUMENT. */
+acc_status acc_launch_dim_error(const acc_kernel *k, int block, int i,
+                                const char *value, int below,
+                                acc_error *err);
+acc_status acc_launch_shared_mem_error(const acc_kernel *k,
+                                       const char *value, acc_error *err);
 
 #ifdef __cplusplus
 }

@@ -751,6 +751,60 @@ invalid(acc_error *err, const char *fmt, ...)
     return ACC_ERR_INVALID_ARGUMENT;
 }
 
+/* The error for dimension i of the grid (block: of the block), whose
+ * value as the user gave it is value: not positive (below), else beyond
+ * the device's limit (or the 32 bits a launch takes). */
+static acc_status
+dim_error(const acc_kernel_info *info, int block, int i, const char *value,
+          int below, acc_error *err)
+{
+    const char *what = block ? "block" : "grid";
+    const char *unit = block ? "threads" : "blocks";
+    long long limit = block ? info->max_block[i] : info->max_grid[i];
+
+    if (below) {
+        return invalid(err, "%s[%d] (%s) is %s, expected a positive number "
+                       "of %s", what, i, dim_names[i], value, unit);
+    }
+    if (limit > 0 && limit <= UINT_MAX) {
+        return invalid(err, "%s[%d] (%s) is %s %s, beyond the device's "
+                       "limit of %lld", what, i, dim_names[i], value, unit,
+                       limit);
+    }
+    return invalid(err, "%s[%d] (%s) is %s %s, beyond the limit of %u (a "
+                   "launch's dimensions are 32-bit)", what, i,
+                   dim_names[i], value, unit, UINT_MAX);
+}
+
+acc_status
+acc_launch_dim_error(const acc_kernel *k, int block, int i,
+                     const char *value, int below, acc_error *err)
+{
+    return dim_error(&k->info, block, i, value, below, err);
+}
+
+/* The error for shared_mem bytes, given as value, beyond what the
+ * kernel may ask for (or beyond any size). */
+static acc_status
+shared_mem_error(const acc_kernel_info *info, const char *value,
+                 acc_error *err)
+{
+    if (info->max_shared_bytes >= 0) {
+        return invalid(err, "shared_mem is %s bytes, beyond the %lld the "
+                       "kernel may ask for on its device", value,
+                       info->max_shared_bytes);
+    }
+    return invalid(err, "shared_mem is %s bytes, beyond the largest size, "
+                   "2**%zu - 1", value, sizeof(size_t) * 8);
+}
+
+acc_status
+acc_launch_shared_mem_error(const acc_kernel *k, const char *value,
+                            acc_error *err)
+{
+    return shared_mem_error(&k->info, value, err);
+}
+
 /* grid and block against the kernel's and the device's limits. */
 static acc_status
 check_geometry(const acc_kernel_info *info, const long long grid[3],
@@ -759,32 +813,21 @@ check_geometry(const acc_kernel_info *info, const long long grid[3],
     long long threads = 1;
 
     for (int i = 0; i < 3; i++) {
-        if (grid[i] < 1 || block[i] < 1) {
-            const char *what = grid[i] < 1 ? "grid" : "block";
+        for (int is_block = 0; is_block < 2; is_block++) {
+            long long v = is_block ? block[i] : grid[i];
+            long long limit = is_block ? info->max_block[i]
+                                       : info->max_grid[i];
+            char text[24];
 
-            return invalid(err, "%s[%d] (%s) is %lld, expected a positive "
-                           "number of %s", what, i, dim_names[i],
-                           grid[i] < 1 ? grid[i] : block[i],
-                           grid[i] < 1 ? "blocks" : "threads");
-        }
-        if (grid[i] > UINT_MAX || block[i] > UINT_MAX
-            || (info->max_grid[i] > 0 && grid[i] > info->max_grid[i])) {
-            long long limit = info->max_grid[i] > 0 ? info->max_grid[i]
-                                                    : (long long)UINT_MAX;
-
-            if (grid[i] > limit) {
-                return invalid(err, "grid[%d] (%s) is %lld blocks, beyond "
-                               "the device's limit of %lld", i,
-                               dim_names[i], grid[i], limit);
+            if (v >= 1 && v <= UINT_MAX && (limit <= 0 || v <= limit)) {
+                continue;
             }
+            snprintf(text, sizeof(text), "%lld", v);
+            return dim_error(info, is_block, i, text, v < 1, err);
         }
-        if (block[i] > UINT_MAX
-            || (info->max_block[i] > 0 && block[i] > info->max_block[i])) {
-            return invalid(err, "block[%d] (%s) is %lld threads, beyond "
-                           "the device's limit of %d", i, dim_names[i],
-                           block[i], info->max_block[i]);
-        }
-        threads *= block[i];
+        /* Three 32-bit dimensions may overflow: saturate. */
+        threads = threads > LLONG_MAX / block[i] ? LLONG_MAX
+                                                 : threads * block[i];
     }
     if (info->max_threads_per_block > 0
         && threads > info->max_threads_per_block) {
@@ -858,9 +901,10 @@ acc_launch(acc_kernel *k, const long long grid[3], const long long block[3],
     }
     if (info->max_shared_bytes >= 0
         && shared_mem > (unsigned long long)info->max_shared_bytes) {
-        return invalid(err, "shared_mem is %zu bytes, beyond the %lld the "
-                       "kernel may ask for on its device", shared_mem,
-                       info->max_shared_bytes);
+        char text[24];
+
+        snprintf(text, sizeof(text), "%zu", shared_mem);
+        return shared_mem_error(info, text, err);
     }
     if (info->shared_params > 0 && shared_mem == 0) {
         return invalid(err, "kernel '%.200s' has %d __local pointer "

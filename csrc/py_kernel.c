@@ -654,11 +654,38 @@ PyType_Spec acc_kernel_spec = {
 
 /* launch() ---------------------------------------------------------------- */
 
-/* A grid or block: an int or a sequence of one to three ints, padded with
- * 1.  Out-of-range values are clamped to what the core then refuses,
- * worded with the value. */
+/* Raise the core's error for a launch value beyond 64 bits, worded with
+ * the int as given: dimension i of the grid or block (what), or
+ * shared_mem (i < 0).  Returns -1. */
 static int
-parse_dims(PyObject *obj, const char *what, long long dims[3])
+too_large(acc_state *st, const acc_kernel *k, const char *what, int i,
+          PyObject *item, int below)
+{
+    PyObject *text = acc_int_text(item);
+    const char *utf8 = text != NULL ? PyUnicode_AsUTF8AndSize(text, NULL)
+                                    : NULL;
+    acc_error err;
+
+    if (utf8 != NULL) {
+        if (i < 0) {
+            (void)acc_launch_shared_mem_error(k, utf8, &err);
+        }
+        else {
+            (void)acc_launch_dim_error(k, strcmp(what, "block") == 0, i,
+                                       utf8, below, &err);
+        }
+        acc_raise(st, &err);
+    }
+    Py_XDECREF(text);
+    return -1;
+}
+
+/* A grid or block: an int or a sequence of one to three ints, padded with
+ * 1.  The core checks the values; one beyond 64 bits is refused here
+ * with the core's words and the value as given. */
+static int
+parse_dims(acc_state *st, const acc_kernel *k, PyObject *obj,
+           const char *what, long long dims[3])
 {
     PyObject *seq;
     Py_ssize_t n;
@@ -702,11 +729,42 @@ parse_dims(PyObject *obj, const char *what, long long dims[3])
             return acc_index_failed(item, "launch(): expected an int");
         }
         if (overflow) {
-            dims[i] = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+            Py_INCREF(item);
+            Py_DECREF(seq);
+            (void)too_large(st, k, what, (int)i, item, overflow < 0);
+            Py_DECREF(item);
+            return -1;
         }
     }
     Py_DECREF(seq);
     return 0;
+}
+
+/* shared_mem: a size in bytes; one beyond 64 bits is worded by the core
+ * as the launch's limit, as any other too large. */
+static int
+parse_shared_mem(acc_state *st, const acc_kernel *k, PyObject *obj,
+                 size_t *out)
+{
+    PyObject *num = acc_is_index(obj) ? PyNumber_Index(obj) : NULL;
+    int overflow = 0;
+
+    if (num != NULL) {
+        (void)PyLong_AsLongLongAndOverflow(num, &overflow);
+        if (overflow > 0) {
+            unsigned long long big = PyLong_AsUnsignedLongLong(num);
+
+            if (big == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                (void)too_large(st, k, "shared_mem", -1, num, 0);
+                Py_DECREF(num);
+                return -1;
+            }
+        }
+        Py_DECREF(num);
+    }
+    PyErr_Clear();   /* acc_parse_nbytes words what __index__ refused */
+    return acc_parse_nbytes(st, obj, "launch() shared_mem", out);
 }
 
 /* By-value bytes of one argument; larger than inline ones are malloc'd. */
@@ -980,11 +1038,10 @@ launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     kernel = (KernelObject *)args[0];
     info = acc_kernel_info_of(kernel->k);
     device = ((ModuleObject *)kernel->module)->device;
-    if (parse_dims(args[1], "grid", grid) < 0
-        || parse_dims(args[2], "block", block) < 0
+    if (parse_dims(st, kernel->k, args[1], "grid", grid) < 0
+        || parse_dims(st, kernel->k, args[2], "block", block) < 0
         || (values[0] != NULL
-            && acc_parse_nbytes(st, values[0], "launch() shared_mem",
-                                &shared_mem) < 0)
+            && parse_shared_mem(st, kernel->k, values[0], &shared_mem) < 0)
         || acc_require_usable(st) < 0
         || acc_parse_stream(st, values[1], device, "launch()", &s) < 0) {
         return NULL;

@@ -405,8 +405,15 @@ def test_unknown_kernel_name_lists_the_module_s_kernels(
     (1, (64, -2), ValueError, r"block\[1\] \(y\) is -2"),
     ((1, 1, 1, 1), 64, ValueError, "4 dimensions"),
     ((), 64, ValueError, "0 dimensions"),
-    (1, 1 << 40, ValueError, "beyond"),
-    (1 << 70, 64, ValueError, "beyond"),
+    (1, 1 << 40, ValueError, r"block\[0\] \(x\) is 1099511627776 threads, "
+     r"beyond the (device's )?limit of [1-9]"),
+    # Beyond 64 bits: the value as given, not one it was clamped to.
+    (1 << 70, 64, ValueError, r"grid\[0\] \(x\) is 1180591620717411303424 "
+     r"blocks, beyond the (device's )?limit of [1-9]"),
+    (1, (1, 1 << 70), ValueError, r"block\[1\] \(y\) is "
+     r"1180591620717411303424 threads, beyond"),
+    ((1, -(1 << 70)), 64, ValueError, r"grid\[1\] \(y\) is "
+     r"-1180591620717411303424, expected a positive"),
     (1.5, 64, TypeError, "grid must be an int"),
     (True, 64, TypeError, "grid must be an int"),
     ((1, "2"), 64, TypeError, r"grid\[1\] must be an int"),
@@ -430,6 +437,20 @@ def test_blocks_beyond_the_kernel_s_limit_are_refused(
     data = upload(np.zeros(64, np.uint32))
     with pytest.raises(ValueError, match="beyond"):
         acc.launch(kernel, 1, (limit, 2), data, np.uint32(64))
+
+
+@pytest.mark.parametrize("shared_mem", [(1 << 64) - 1, 1 << 64, 1 << 200])
+def test_shared_memory_beyond_the_limit_is_refused_naming_both(
+        module: acc.Module, shared_mem: int) -> None:
+    kernel = module.get_kernel("add_one")
+    limit = kernel.attributes["max_dynamic_shared_memory_bytes"]
+    data = upload(np.zeros(64, np.uint32))
+    with pytest.raises(ValueError, match=f"shared_mem is {shared_mem} "
+                       "bytes, beyond") as info:
+        acc.launch(kernel, 1, 64, data, np.uint32(64), shared_mem=shared_mem)
+    if limit is not None:
+        assert f"beyond the {limit} " in str(info.value), info.value
+    assert not download(data, np.uint32, 64).any()
 
 
 def test_wrong_argument_count_is_refused(module: acc.Module) -> None:
