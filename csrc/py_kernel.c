@@ -318,21 +318,35 @@ module_from_file(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
         "path", "format", "options", "device", NULL};
     static const acc_params params = {"Module.from_file()", names, 0, 1, 1};
     PyObject *values[4] = {NULL, Py_None, Py_None, Py_None};
-    PyObject *io, *file, *code, *format, *module;
+    PyObject *path, *io, *file, *code, *format, *module;
 
     if (acc_parse_args(args, nargs, kwnames, &params, values) < 0) {
         return NULL;
     }
-    format = values[1] == Py_None ? format_of_suffix(values[0])
+    /* A path only: io.open would take an int as a file descriptor and
+     * close it, which the caller owns. */
+    path = PyOS_FSPath(values[0]);
+    if (path == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "Module.from_file(): path must "
+                         "be a str, bytes or os.PathLike, not %.100s (for "
+                         "an open file, pass its bytes to Module())",
+                         acc_type_name(values[0]));
+        }
+        return NULL;
+    }
+    format = values[1] == Py_None ? format_of_suffix(path)
                                   : Py_NewRef(values[1]);
     if (format == NULL) {
+        Py_DECREF(path);
         return NULL;
     }
     io = PyImport_ImportModule("io");
-    file = io != NULL ? PyObject_CallMethod(io, "open", "Os", values[0],
-                                            "rb")
+    file = io != NULL ? PyObject_CallMethod(io, "open", "Os", path, "rb")
                       : NULL;
     Py_XDECREF(io);
+    Py_DECREF(path);
     if (file == NULL) {
         Py_DECREF(format);
         return NULL;
@@ -456,9 +470,10 @@ PyDoc_STRVAR(module_doc,
 
 PyDoc_STRVAR(from_file_doc,
 "from_file($type, path, *, format=None, options=None, device=None)\n--\n\n"
-"Module(code) with code read from path; format=None takes the format\n"
-"from the suffix (.ptx, .cubin, .fatbin, .spv, .cl, .hsaco) or else\n"
-"recognises it.");
+"Module(code) with code read from path (a str, bytes or os.PathLike;\n"
+"a file descriptor is refused, so that none is closed); format=None\n"
+"takes the format from the suffix (.ptx, .cubin, .fatbin, .spv, .cl,\n"
+".hsaco) or else recognises it.");
 
 PyDoc_STRVAR(get_kernel_doc,
 "get_kernel($self, name, /)\n--\n\n"

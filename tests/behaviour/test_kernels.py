@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import threading
 import weakref
 from pathlib import Path
@@ -384,6 +385,24 @@ def test_a_nul_in_the_options_is_refused_saying_where(
     with pytest.raises(ValueError, match=f"build options hold a NUL "
                        f"character at index {index},"):
         acc.Module(code, options=options)
+
+
+def test_from_file_takes_paths_not_file_descriptors(
+        code: bytes, tmp_path: Path,
+        facts: type[fake_drivers.DriverDouble]) -> None:
+    path = tmp_path / ("kernels" + SUFFIX[facts.kernel_format])
+    path.write_bytes(code)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for fmt in (None, facts.kernel_format):
+            with pytest.raises(TypeError, match="path must be a str, bytes "
+                               "or os.PathLike, not int"):
+                acc.Module.from_file(fd, format=fmt)
+        os.fstat(fd)   # still open: the descriptor is the caller's
+    finally:
+        os.close(fd)
+    assert acc.Module.from_file(os.fsencode(path)).format == \
+        facts.kernel_format
 
 
 # Bad input ------------------------------------------------------------------
