@@ -925,7 +925,9 @@ parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
         if (acc_host_check_open(h, "launch()") < 0) {
             return -1;
         }
-        store->address = (uintptr_t)acc_host_ptr(h);
+        /* What its ptr says: 0 for an empty one (whose memory is a
+         * placeholder no kernel may touch). */
+        store->address = h->nbytes > 0 ? (uintptr_t)acc_host_ptr(h) : 0;
         a->value = &store->address;
         a->size = sizeof(uintptr_t);
         a->flags = ACC_ARG_MEMORY | ACC_ARG_HOST;
@@ -1125,11 +1127,12 @@ PyDoc_STRVAR(launch_doc,
 "Queue one launch of kernel on stream (default: the current stream of\n"
 "the kernel's device): grid blocks (work-groups) of block threads\n"
 "(work-items), each an int or a tuple of 1 to 3 ints.  A Buffer or\n"
-"HostBuffer (or a view) passes its address, and the launch is recorded\n"
-"as a use of its memory; numpy and ctypes scalars pass their bytes by\n"
-"value; a bare int or float only where the driver tells the\n"
-"parameter's type.  shared_mem bytes of dynamic shared (local) memory\n"
-"go to each block.  Captured into a Graph like any work.");
+"HostBuffer (or a view) passes its address (an empty one: 0, its ptr),\n"
+"and the launch is recorded as a use of its memory; numpy and ctypes\n"
+"scalars pass their bytes by value; a bare int or float only where\n"
+"the driver tells the parameter's type.  shared_mem bytes of dynamic\n"
+"shared (local) memory go to each block.  Captured into a Graph like\n"
+"any work.");
 
 PyMethodDef acc_kernel_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch,

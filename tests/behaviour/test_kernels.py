@@ -595,6 +595,54 @@ def test_text_that_only_mentions_ptx_words_is_opencl_c(
     assert download(out, np.uint32, 1)[0] == 41
 
 
+#: a kernel that writes the addresses it is given, in each test format
+ADDRESS_OF = {
+    "opencl-c": r"""
+__kernel void address_of(__global ulong *out, __global uchar *a,
+                         __global uchar *b)
+{
+    out[0] = (ulong)a;
+    out[1] = (ulong)b;
+}
+""",
+    "native": r"""
+#include <stdint.h>
+#include "native_kernel.h"
+
+static void
+address_of(const native_block *b, void *const *args)
+{
+    uint64_t *out = *(uint64_t **)args[0];
+
+    (void)b;
+    out[0] = (uint64_t)(uintptr_t)*(void **)args[1];
+    out[1] = (uint64_t)(uintptr_t)*(void **)args[2];
+}
+
+static const native_param params[] = {
+    {NATIVE_PARAM_POINTER, 8}, {NATIVE_PARAM_POINTER, 8},
+    {NATIVE_PARAM_POINTER, 8}};
+
+const native_kernel accelerator_native_kernels[] = {
+    {"address_of", address_of, 3, params, 0, 0},
+    {0, 0, 0, 0, 0, 0},
+};
+""",
+}
+
+
+def test_an_empty_host_buffer_passes_what_its_ptr_says(
+        code: bytes, facts: type[fake_drivers.DriverDouble]) -> None:
+    source = ADDRESS_OF[facts.kernel_format]
+    module = acc.Module(kernel_code.native(source)
+                        if facts.kernel_format == "native" else source)
+    empty, full = acc.HostBuffer(0), acc.HostBuffer(64)
+    out = upload(np.full(2, 7, np.uint64))
+    acc.launch(module.get_kernel("address_of"), 1, 1, out, empty, full)
+    assert empty.ptr == 0
+    assert download(out, np.uint64, 2).tolist() == [empty.ptr, full.ptr]
+
+
 def test_a_build_error_carries_the_driver_s_log(
         code: bytes, facts: type[fake_drivers.DriverDouble],
         driver: fake_drivers.DriverDouble) -> None:
