@@ -945,10 +945,10 @@ parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
         return pack_number(obj, info, i, a, store);
     }
     if (!PyObject_CheckBuffer(obj)) {
-        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a %.100s; "
-                     "expected a Buffer, a HostBuffer or a sized scalar "
-                     "(numpy.float32(...), ctypes.c_int(...))", i,
-                     acc_type_name_in(st, obj));
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d: expected a "
+                     "Buffer, a HostBuffer or a sized scalar "
+                     "(numpy.float32(...), ctypes.c_int(...)), got %.300s",
+                     i, acc_type_name_in(st, obj));
         return -1;
     }
     if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {

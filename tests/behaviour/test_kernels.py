@@ -484,7 +484,7 @@ def test_wrong_argument_count_is_refused(module: acc.Module) -> None:
 
 
 @pytest.mark.parametrize("arg, match", [
-    ("text", "is a str"),
+    ("text", "got str"),
     (np.zeros(4, np.uint32), "1 dimension"),
     (True, "bool"),
     (None, "NoneType"),
