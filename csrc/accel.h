@@ -710,13 +710,14 @@ typedef struct acc_kernel acc_kernel;
 acc_status acc_code_format_resolve(const void *code, size_t size,
                                    acc_code_format *format, acc_error *err);
 /* Load code of format (already resolved) on device with the driver's
- * build options (NULL: none).  On ACC_ERR_BUILD *log holds the driver's
- * build log (malloc'd; the caller frees), else NULL.  May block (the
- * driver compiles): call without the GIL. */
+ * build options, options_size bytes of text (NULL: none; a NUL among
+ * them is refused).  On ACC_ERR_BUILD *log holds the driver's build log
+ * (malloc'd; the caller frees), else NULL.  May block (the driver
+ * compiles): call without the GIL. */
 acc_status acc_module_load(int device, acc_code_format format,
                            const void *code, size_t size,
-                           const char *options, acc_module **out,
-                           char **log, acc_error *err);
+                           const char *options, size_t options_size,
+                           acc_module **out, char **log, acc_error *err);
 int acc_module_device(const acc_module *m);
 acc_code_format acc_module_format(const acc_module *m);
 void acc_module_incref(acc_module *m);
@@ -740,6 +741,15 @@ acc_status acc_launch(acc_kernel *k, const long long grid[3],
                       const long long block[3], size_t shared_mem,
                       const acc_kernel_arg *args, int nargs, acc_stream *s,
                       acc_error *err);
+/* The errors acc_launch words for a value the caller could not pass it
+ * (an int beyond 64 bits, as text): dimension i of the grid (block: of
+ * the block), not positive when below, else too large; shared_mem bytes
+ * too large.  Return ACC_ERR_INVALID_ARGUMENT. */
+acc_status acc_launch_dim_error(const acc_kernel *k, int block, int i,
+                                const char *value, int below,
+                                acc_error *err);
+acc_status acc_launch_shared_mem_error(const acc_kernel *k,
+                                       const char *value, acc_error *err);
 
 #ifdef __cplusplus
 }

@@ -193,6 +193,65 @@ elf_fits(const unsigned char *p, size_t size)
     return 1;
 }
 
+/* The n-byte (1..8) little-endian unsigned field at off. */
+static unsigned long long
+le_field(const unsigned char *p, size_t off, int n)
+{
+    unsigned long long v = 0;
+
+    for (int i = n - 1; i >= 0; i--) {
+        v = v << 8 | p[off + (size_t)i];
+    }
+    return v;
+}
+
+static int
+is_fatbin(const unsigned char *p, size_t size)
+{
+    return size >= 4 && word_at(p, 0) == FATBIN_MAGIC;
+}
+
+/* Why a CUDA fat binary's headers name bytes beyond its size bytes, or
+ * NULL when they do not.  Its header (16 bytes, little endian) holds the
+ * magic, a 2-byte version, its own 2-byte size and the 8-byte size of the
+ * entries that follow it; each entry starts with a 2-byte kind, a 2-byte
+ * version, the 4-byte size of its header and the 8-byte size of its
+ * payload, and the next follows the payload.  The driver takes no size
+ * (cuModuleLoadData) and reads what the headers say, so a truncated or
+ * damaged fat binary must stop here. */
+static const char *
+fatbin_damage(const unsigned char *p, size_t size)
+{
+    unsigned long long header, entries, at, end;
+
+    if (size < 16) {
+        return "it is shorter than its 16-byte header";
+    }
+    header = le_field(p, 6, 2);
+    entries = le_field(p, 8, 8);
+    if (header < 16) {
+        return "its header names a header shorter than 16 bytes";
+    }
+    if (!within(header, entries, size)) {
+        return "its header names more bytes than it has";
+    }
+    end = header + entries;
+    for (at = header; at < end;) {
+        unsigned long long entry, payload;
+
+        if (end - at < 16) {
+            return "an entry's header runs past the entries' end";
+        }
+        entry = le_field(p, (size_t)at + 4, 4);
+        payload = le_field(p, (size_t)at + 8, 8);
+        if (entry < 16 || entry > end - at || payload > end - at - entry) {
+            return "an entry runs past the entries' end";
+        }
+        at += entry + payload;
+    }
+    return NULL;
+}
+
 /* Text: no NUL before the end (a final one is allowed). */
 static int
 is_text(const unsigned char *p, size_t size)
@@ -202,24 +261,82 @@ is_text(const unsigned char *p, size_t size)
     return nul == NULL || (const unsigned char *)nul == p + size - 1;
 }
 
-/* PTX text declares its version and at least one entry or function. */
+/* The offset of the first byte at or after at that is neither white
+ * space nor in a comment (// to the end of the line, or between slash
+ * star and star slash), the comments of PTX and of C. */
+static size_t
+skip_blank(const unsigned char *p, size_t size, size_t at)
+{
+    while (at < size) {
+        if (p[at] == ' ' || p[at] == '\t' || p[at] == '\n' || p[at] == '\r'
+            || p[at] == '\f' || p[at] == '\v') {
+            at++;
+        }
+        else if (at + 1 < size && p[at] == '/' && p[at + 1] == '/') {
+            while (at < size && p[at] != '\n') {
+                at++;
+            }
+        }
+        else if (at + 1 < size && p[at] == '/' && p[at + 1] == '*') {
+            at += 2;
+            while (at + 1 < size && !(p[at] == '*' && p[at + 1] == '/')) {
+                at++;
+            }
+            at += 2;
+        }
+        else {
+            break;
+        }
+    }
+    return at < size ? at : size;
+}
+
+/* Whether the directive word (".version") is at p + at, followed by
+ * white space; *after is the offset past it. */
+static int
+directive_at(const unsigned char *p, size_t size, size_t at,
+             const char *word, size_t *after)
+{
+    size_t n = strlen(word);
+
+    if (size - at <= n || memcmp(p + at, word, n) != 0
+        || (p[at + n] != ' ' && p[at + n] != '\t')) {
+        return 0;
+    }
+    *after = at + n;
+    return 1;
+}
+
+/* PTX, by its grammar: after white space and comments a module starts
+ * with ".version <major>.<minor>", followed (after white space and
+ * comments) by its ".target" (the PTX ISA: "each PTX module must begin
+ * with a .version directive", "immediately followed by a .target
+ * directive"; ".address_size" may come next).  Words anywhere else do
+ * not count: OpenCL C may mention .version, and a PTX module may hold
+ * any amount of data before its first .entry. */
 static int
 looks_like_ptx(const unsigned char *p, size_t size)
 {
-    size_t n = size < 65536 ? size : 65536;
-    char *text = malloc(n + 1);
-    int found;
+    size_t at = skip_blank(p, size, 0), digits;
 
-    if (text == NULL) {
+    if (!directive_at(p, size, at, ".version", &at)) {
         return 0;
     }
-    memcpy(text, p, n);
-    text[n] = '\0';
-    found = strstr(text, ".version") != NULL
-            && (strstr(text, ".entry") != NULL
-                || strstr(text, ".func") != NULL);
-    free(text);
-    return found;
+    while (at < size && (p[at] == ' ' || p[at] == '\t')) {
+        at++;
+    }
+    for (digits = 0; at < size && p[at] >= '0' && p[at] <= '9'; at++) {
+        digits++;
+    }
+    if (digits == 0 || at >= size || p[at] != '.') {
+        return 0;
+    }
+    for (digits = 0, at++; at < size && p[at] >= '0' && p[at] <= '9'; at++) {
+        digits++;
+    }
+    return digits > 0
+           && directive_at(p, size, skip_blank(p, size, at), ".target",
+                           &at);
 }
 
 #define EM_CUDA 190
@@ -250,7 +367,7 @@ recognise(const unsigned char *p, size_t size)
     if (is_elf(p, size)) {
         return elf_format(p);
     }
-    if (size >= 4 && word_at(p, 0) == FATBIN_MAGIC) {
+    if (is_fatbin(p, size)) {
         return ACC_FORMAT_FATBIN;
     }
     if (is_text(p, size)) {
@@ -315,6 +432,7 @@ acc_code_format_resolve(const void *code, size_t size,
         || ((f == ACC_FORMAT_CUBIN || f == ACC_FORMAT_HSACO
              || f == ACC_FORMAT_NATIVE)
             && !is_elf(p, size))
+        || (f == ACC_FORMAT_FATBIN && !is_fatbin(p, size))
         || ((f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
             && !is_text(p, size))) {
         /* SPIR-V with its magic number fails for its length. */
@@ -333,6 +451,9 @@ acc_code_format_resolve(const void *code, size_t size,
                       "(%s)", format_names[f],
                       f == ACC_FORMAT_SPIRV ? "no SPIR-V magic number "
                                               "0x07230203 at its start"
+                      : f == ACC_FORMAT_FATBIN
+                          ? "no fat binary magic number 0xBA55ED50 at its "
+                            "start"
                       : (f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
                           ? "it holds a NUL byte before its end"
                           : "no ELF header at its start");
@@ -342,6 +463,12 @@ acc_code_format_resolve(const void *code, size_t size,
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is a "
                       "truncated or damaged ELF image: its headers name "
                       "parts beyond its %zu bytes", size);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (f == ACC_FORMAT_FATBIN && fatbin_damage(p, size) != NULL) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is a "
+                      "truncated or damaged fat binary: %s (%zu bytes)",
+                      fatbin_damage(p, size), size);
         return ACC_ERR_INVALID_ARGUMENT;
     }
     *format = f;
@@ -362,12 +489,26 @@ info_unknown(acc_kernel_info *info)
     info->nparams = -1;
 }
 
+/* The number of UTF-8 characters in the first n bytes of text. */
+static size_t
+characters(const char *text, size_t n)
+{
+    size_t count = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        count += ((unsigned char)text[i] & 0xC0) != 0x80;
+    }
+    return count;
+}
+
 acc_status
 acc_module_load(int device, acc_code_format format, const void *code,
-                size_t size, const char *options, acc_module **out,
-                char **log, acc_error *err)
+                size_t size, const char *options, size_t options_size,
+                acc_module **out, char **log, acc_error *err)
 {
     const acc_backend *b = kernel_backend(err);
+    const char *nul = options != NULL ? memchr(options, '\0', options_size)
+                                      : NULL;
     acc_stream *s;
     acc_module *m;
     acc_status st;
@@ -376,7 +517,16 @@ acc_module_load(int device, acc_code_format format, const void *code,
     if (b == NULL) {
         return err->status;
     }
-    if (options != NULL && options[0] != '\0' && b->no_build_options) {
+    if (nul != NULL) {
+        /* A driver reads options up to their first NUL: the rest would
+         * be dropped without a word. */
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the build options "
+                      "hold a NUL character at index %zu, expected text "
+                      "without NUL characters",
+                      characters(options, (size_t)(nul - options)));
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (options != NULL && options_size > 0 && b->no_build_options) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "backend %s takes no "
                       "build options (got '%.100s'): %s; expected "
                       "options=None", b->name, options, b->no_build_options);
@@ -624,6 +774,60 @@ invalid(acc_error *err, const char *fmt, ...)
     return ACC_ERR_INVALID_ARGUMENT;
 }
 
+/* The error for dimension i of the grid (block: of the block), whose
+ * value as the user gave it is value: not positive (below), else beyond
+ * the device's limit (or the 32 bits a launch takes). */
+static acc_status
+dim_error(const acc_kernel_info *info, int block, int i, const char *value,
+          int below, acc_error *err)
+{
+    const char *what = block ? "block" : "grid";
+    const char *unit = block ? "threads" : "blocks";
+    long long limit = block ? info->max_block[i] : info->max_grid[i];
+
+    if (below) {
+        return invalid(err, "%s[%d] (%s) is %s, expected a positive number "
+                       "of %s", what, i, dim_names[i], value, unit);
+    }
+    if (limit > 0 && limit <= UINT_MAX) {
+        return invalid(err, "%s[%d] (%s) is %s %s, beyond the device's "
+                       "limit of %lld", what, i, dim_names[i], value, unit,
+                       limit);
+    }
+    return invalid(err, "%s[%d] (%s) is %s %s, beyond the limit of %u (a "
+                   "launch's dimensions are 32-bit)", what, i,
+                   dim_names[i], value, unit, UINT_MAX);
+}
+
+acc_status
+acc_launch_dim_error(const acc_kernel *k, int block, int i,
+                     const char *value, int below, acc_error *err)
+{
+    return dim_error(&k->info, block, i, value, below, err);
+}
+
+/* The error for shared_mem bytes, given as value, beyond what the
+ * kernel may ask for (or beyond any size). */
+static acc_status
+shared_mem_error(const acc_kernel_info *info, const char *value,
+                 acc_error *err)
+{
+    if (info->max_shared_bytes >= 0) {
+        return invalid(err, "shared_mem is %s bytes, beyond the %lld the "
+                       "kernel may ask for on its device", value,
+                       info->max_shared_bytes);
+    }
+    return invalid(err, "shared_mem is %s bytes, beyond the largest size, "
+                   "2**%zu - 1", value, sizeof(size_t) * 8);
+}
+
+acc_status
+acc_launch_shared_mem_error(const acc_kernel *k, const char *value,
+                            acc_error *err)
+{
+    return shared_mem_error(&k->info, value, err);
+}
+
 /* grid and block against the kernel's and the device's limits. */
 static acc_status
 check_geometry(const acc_kernel_info *info, const long long grid[3],
@@ -632,32 +836,21 @@ check_geometry(const acc_kernel_info *info, const long long grid[3],
     long long threads = 1;
 
     for (int i = 0; i < 3; i++) {
-        if (grid[i] < 1 || block[i] < 1) {
-            const char *what = grid[i] < 1 ? "grid" : "block";
+        for (int is_block = 0; is_block < 2; is_block++) {
+            long long v = is_block ? block[i] : grid[i];
+            long long limit = is_block ? info->max_block[i]
+                                       : info->max_grid[i];
+            char text[24];
 
-            return invalid(err, "%s[%d] (%s) is %lld, expected a positive "
-                           "number of %s", what, i, dim_names[i],
-                           grid[i] < 1 ? grid[i] : block[i],
-                           grid[i] < 1 ? "blocks" : "threads");
-        }
-        if (grid[i] > UINT_MAX || block[i] > UINT_MAX
-            || (info->max_grid[i] > 0 && grid[i] > info->max_grid[i])) {
-            long long limit = info->max_grid[i] > 0 ? info->max_grid[i]
-                                                    : (long long)UINT_MAX;
-
-            if (grid[i] > limit) {
-                return invalid(err, "grid[%d] (%s) is %lld blocks, beyond "
-                               "the device's limit of %lld", i,
-                               dim_names[i], grid[i], limit);
+            if (v >= 1 && v <= UINT_MAX && (limit <= 0 || v <= limit)) {
+                continue;
             }
+            snprintf(text, sizeof(text), "%lld", v);
+            return dim_error(info, is_block, i, text, v < 1, err);
         }
-        if (block[i] > UINT_MAX
-            || (info->max_block[i] > 0 && block[i] > info->max_block[i])) {
-            return invalid(err, "block[%d] (%s) is %lld threads, beyond "
-                           "the device's limit of %d", i, dim_names[i],
-                           block[i], info->max_block[i]);
-        }
-        threads *= block[i];
+        /* Three 32-bit dimensions may overflow: saturate. */
+        threads = threads > LLONG_MAX / block[i] ? LLONG_MAX
+                                                 : threads * block[i];
     }
     if (info->max_threads_per_block > 0
         && threads > info->max_threads_per_block) {
@@ -739,9 +932,10 @@ acc_launch(acc_kernel *k, const long long grid[3], const long long block[3],
     }
     if (info->max_shared_bytes >= 0
         && shared_mem > (unsigned long long)info->max_shared_bytes) {
-        return invalid(err, "shared_mem is %zu bytes, beyond the %lld the "
-                       "kernel may ask for on its device", shared_mem,
-                       info->max_shared_bytes);
+        char text[24];
+
+        snprintf(text, sizeof(text), "%zu", shared_mem);
+        return shared_mem_error(info, text, err);
     }
     if (info->shared_params > 0 && shared_mem == 0) {
         return invalid(err, "kernel '%.200s' has %d __local pointer "

@@ -188,6 +188,7 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
     acc_code_format format;
     PyObject *bytes = NULL, *options = NULL;
     const char *options_text = NULL;
+    Py_ssize_t options_size = 0;
     long long device;
     ModuleObject *self;
     acc_module *m = NULL;
@@ -214,7 +215,7 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
         return NULL;
     }
     if (options != Py_None) {
-        options_text = PyUnicode_AsUTF8AndSize(options, NULL);
+        options_text = PyUnicode_AsUTF8AndSize(options, &options_size);
         if (options_text == NULL) {
             goto fail;
         }
@@ -227,7 +228,7 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
         status = acc_module_load((int)device, format,
                                  PyBytes_AsString(bytes),
                                  (size_t)PyBytes_Size(bytes), options_text,
-                                 &m, &log, &err);
+                                 (size_t)options_size, &m, &log, &err);
     }
     Py_END_ALLOW_THREADS
     if (status == ACC_ERR_BUILD) {
@@ -319,21 +320,35 @@ module_from_file(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
         "path", "format", "options", "device", NULL};
     static const acc_params params = {"Module.from_file()", names, 0, 1, 1};
     PyObject *values[4] = {NULL, Py_None, Py_None, Py_None};
-    PyObject *io, *file, *code, *format, *module;
+    PyObject *path, *io, *file, *code, *format, *module;
 
     if (acc_parse_args(args, nargs, kwnames, &params, values) < 0) {
         return NULL;
     }
-    format = values[1] == Py_None ? format_of_suffix(values[0])
+    /* A path only: io.open would take an int as a file descriptor and
+     * close it, which the caller owns. */
+    path = PyOS_FSPath(values[0]);
+    if (path == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "Module.from_file(): path must "
+                         "be a str, bytes or os.PathLike, not %.100s (for "
+                         "an open file, pass its bytes to Module())",
+                         acc_type_name(values[0]));
+        }
+        return NULL;
+    }
+    format = values[1] == Py_None ? format_of_suffix(path)
                                   : Py_NewRef(values[1]);
     if (format == NULL) {
+        Py_DECREF(path);
         return NULL;
     }
     io = PyImport_ImportModule("io");
-    file = io != NULL ? PyObject_CallMethod(io, "open", "Os", values[0],
-                                            "rb")
+    file = io != NULL ? PyObject_CallMethod(io, "open", "Os", path, "rb")
                       : NULL;
     Py_XDECREF(io);
+    Py_DECREF(path);
     if (file == NULL) {
         Py_DECREF(format);
         return NULL;
@@ -463,9 +478,10 @@ PyDoc_STRVAR(module_doc,
 
 PyDoc_STRVAR(from_file_doc,
 "from_file($type, path, *, format=None, options=None, device=None)\n--\n\n"
-"Module(code) with code read from path; format=None takes the format\n"
-"from the suffix (.ptx, .cubin, .fatbin, .spv, .cl, .hsaco) or else\n"
-"recognises it.");
+"Module(code) with code read from path (a str, bytes or os.PathLike;\n"
+"a file descriptor is refused, so that none is closed); format=None\n"
+"takes the format from the suffix (.ptx, .cubin, .fatbin, .spv, .cl,\n"
+".hsaco) or else recognises it.");
 
 PyDoc_STRVAR(get_kernel_doc,
 "get_kernel($self, name, /)\n--\n\n"
@@ -650,11 +666,38 @@ PyType_Spec acc_kernel_spec = {
 
 /* launch() ---------------------------------------------------------------- */
 
-/* A grid or block: an int or a sequence of one to three ints, padded with
- * 1.  Out-of-range values are clamped to what the core then refuses,
- * worded with the value. */
+/* Raise the core's error for a launch value beyond 64 bits, worded with
+ * the int as given: dimension i of the grid or block (what), or
+ * shared_mem (i < 0).  Returns -1. */
 static int
-parse_dims(PyObject *obj, const char *what, long long dims[3])
+too_large(acc_state *st, const acc_kernel *k, const char *what, int i,
+          PyObject *item, int below)
+{
+    PyObject *text = acc_int_text(item);
+    const char *utf8 = text != NULL ? PyUnicode_AsUTF8AndSize(text, NULL)
+                                    : NULL;
+    acc_error err;
+
+    if (utf8 != NULL) {
+        if (i < 0) {
+            (void)acc_launch_shared_mem_error(k, utf8, &err);
+        }
+        else {
+            (void)acc_launch_dim_error(k, strcmp(what, "block") == 0, i,
+                                       utf8, below, &err);
+        }
+        acc_raise(st, &err);
+    }
+    Py_XDECREF(text);
+    return -1;
+}
+
+/* A grid or block: an int or a sequence of one to three ints, padded with
+ * 1.  The core checks the values; one beyond 64 bits is refused here
+ * with the core's words and the value as given. */
+static int
+parse_dims(acc_state *st, const acc_kernel *k, PyObject *obj,
+           const char *what, long long dims[3])
 {
     PyObject *seq;
     Py_ssize_t n;
@@ -698,11 +741,42 @@ parse_dims(PyObject *obj, const char *what, long long dims[3])
             return acc_index_failed(item, "launch(): expected an int");
         }
         if (overflow) {
-            dims[i] = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+            Py_INCREF(item);
+            Py_DECREF(seq);
+            (void)too_large(st, k, what, (int)i, item, overflow < 0);
+            Py_DECREF(item);
+            return -1;
         }
     }
     Py_DECREF(seq);
     return 0;
+}
+
+/* shared_mem: a size in bytes; one beyond 64 bits is worded by the core
+ * as the launch's limit, as any other too large. */
+static int
+parse_shared_mem(acc_state *st, const acc_kernel *k, PyObject *obj,
+                 size_t *out)
+{
+    PyObject *num = acc_is_index(obj) ? PyNumber_Index(obj) : NULL;
+    int overflow = 0;
+
+    if (num != NULL) {
+        (void)PyLong_AsLongLongAndOverflow(num, &overflow);
+        if (overflow > 0) {
+            unsigned long long big = PyLong_AsUnsignedLongLong(num);
+
+            if (big == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                (void)too_large(st, k, "shared_mem", -1, num, 0);
+                Py_DECREF(num);
+                return -1;
+            }
+        }
+        Py_DECREF(num);
+    }
+    PyErr_Clear();   /* acc_parse_nbytes words what __index__ refused */
+    return acc_parse_nbytes(st, obj, "launch() shared_mem", out);
 }
 
 /* By-value bytes of one argument; larger than inline ones are malloc'd. */
@@ -848,7 +922,9 @@ parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
         if (acc_host_check_open(h, "launch()") < 0) {
             return -1;
         }
-        store->address = (uintptr_t)acc_host_ptr(h);
+        /* What its ptr says: 0 for an empty one (whose memory is a
+         * placeholder no kernel may touch). */
+        store->address = h->nbytes > 0 ? (uintptr_t)acc_host_ptr(h) : 0;
         a->value = &store->address;
         a->size = sizeof(uintptr_t);
         a->flags = ACC_ARG_MEMORY | ACC_ARG_HOST;
@@ -866,10 +942,10 @@ parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
         return pack_number(obj, info, i, a, store);
     }
     if (!PyObject_CheckBuffer(obj)) {
-        PyErr_Format(PyExc_TypeError, "launch(): argument %d is a %.100s; "
-                     "expected a Buffer, a HostBuffer or a sized scalar "
-                     "(numpy.float32(...), ctypes.c_int(...))", i,
-                     acc_type_name_in(st, obj));
+        PyErr_Format(PyExc_TypeError, "launch(): argument %d: expected a "
+                     "Buffer, a HostBuffer or a sized scalar "
+                     "(numpy.float32(...), ctypes.c_int(...)), got %.300s",
+                     i, acc_type_name_in(st, obj));
         return -1;
     }
     if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
@@ -976,11 +1052,10 @@ launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     kernel = (KernelObject *)args[0];
     info = acc_kernel_info_of(kernel->k);
     device = ((ModuleObject *)kernel->module)->device;
-    if (parse_dims(args[1], "grid", grid) < 0
-        || parse_dims(args[2], "block", block) < 0
+    if (parse_dims(st, kernel->k, args[1], "grid", grid) < 0
+        || parse_dims(st, kernel->k, args[2], "block", block) < 0
         || (values[0] != NULL
-            && acc_parse_nbytes(st, values[0], "launch() shared_mem",
-                                &shared_mem) < 0)
+            && parse_shared_mem(st, kernel->k, values[0], &shared_mem) < 0)
         || acc_require_usable(st) < 0
         || acc_parse_stream(st, values[1], device, "launch()", &s) < 0) {
         return NULL;
@@ -1049,11 +1124,12 @@ PyDoc_STRVAR(launch_doc,
 "Queue one launch of kernel on stream (default: the current stream of\n"
 "the kernel's device): grid blocks (work-groups) of block threads\n"
 "(work-items), each an int or a tuple of 1 to 3 ints.  A Buffer or\n"
-"HostBuffer (or a view) passes its address, and the launch is recorded\n"
-"as a use of its memory; numpy and ctypes scalars pass their bytes by\n"
-"value; a bare int or float only where the driver tells the\n"
-"parameter's type.  shared_mem bytes of dynamic shared (local) memory\n"
-"go to each block.  Captured into a Graph like any work.");
+"HostBuffer (or a view) passes its address (an empty one: 0, its ptr),\n"
+"and the launch is recorded as a use of its memory; numpy and ctypes\n"
+"scalars pass their bytes by value; a bare int or float only where\n"
+"the driver tells the parameter's type.  shared_mem bytes of dynamic\n"
+"shared (local) memory go to each block.  Captured into a Graph like\n"
+"any work.");
 
 PyMethodDef acc_kernel_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch,

@@ -185,8 +185,8 @@ extern "C" __global__ void add_one(unsigned *data, unsigned n)
 }
 """
 
-#: the smallest PTX a CUDA driver loads (recognised as PTX: .version and
-#: an entry)
+#: the smallest PTX a CUDA driver loads (recognised as PTX: it starts
+#: with .version, then .target)
 PTX_SAMPLE = """.version 7.0
 .target sm_50
 .address_size 64
@@ -256,6 +256,15 @@ def cubin(source: str = CUDA_C, arch: str = "sm_90") -> bytes:
     """A CUDA device ELF (machine EM_CUDA) from CUDA C++ (nvcc -cubin)."""
     return _cached("cu", source, [NVCC, "-cubin", f"-arch={arch}", "-o",
                                   "{out}", "{src}"], ".cubin")
+
+
+def fatbin(source: str = CUDA_C, arch: str = "sm_90") -> bytes:
+    """A CUDA fat binary (nvcc -fatbin): arch's cubin and its PTX."""
+    compute = arch.replace("sm_", "compute_")
+    return _cached("cu", source, [NVCC, "-fatbin", "-gencode",
+                                  f"arch={compute},code={arch}", "-gencode",
+                                  f"arch={compute},code={compute}", "-o",
+                                  "{out}", "{src}"], ".fatbin")
 
 
 def spirv(source: str = OPENCL_C) -> bytes:

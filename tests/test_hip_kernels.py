@@ -115,6 +115,34 @@ print(json.dumps({"ok": bool((numpy.frombuffer(out, numpy.float32)
         "max_dynamic_shared_memory_bytes": 48 * 1024, "num_args": 4}
 
 
+def test_parameters_a_launch_leaves_out_read_zeros_not_stale_memory(
+) -> None:
+    """ROCm 5.2 tells no parameter count, so a launch may pass fewer
+    arguments than the kernel takes; the runtime reads a pointer for each
+    parameter the kernel has.  Those left out must point at zeros, not at
+    whatever the stack held (here: the previous launch's count)."""
+    seen = outcome("""
+k = a.Module(code).get_kernel("add_one")
+b = a.Buffer(256)
+b.fill(0)
+a.launch(k, 1, 64, b, numpy.uint32(64))     # the last count: 64
+""" + error_of("""for _ in range(5):
+        a.launch(k, 1, 64, b)                   # no count: n reads 0""") + """
+out = bytearray(256)
+b.copy_to(out)
+print(json.dumps({"error": seen, "num_args": k.attributes["num_args"],
+                  "counts": sorted(set(numpy.frombuffer(out,
+                                                        numpy.uint32).tolist())),
+                  "bad": d.live("bad_access")}))
+""")
+    if seen["num_args"] is not None:     # where it is known: refused
+        assert seen["error"]["type"] == "ValueError", seen
+        assert "takes 2 arguments, got 1" in seen["error"]["text"], seen
+    else:
+        assert seen["error"] is None, seen
+    assert seen["counts"] == [1] and seen["bad"] == 0, seen
+
+
 def test_build_options_are_refused() -> None:
     seen = outcome(error_of('a.Module(code, options="-O3")') + """
 print(json.dumps({"error": seen, "loads": d.calls("hipModuleLoadData")}))

@@ -315,6 +315,37 @@ print("ok")
 """
 
 
+CROSS_INSTANCE_LAUNCH = """
+import sys
+sys.path.insert(0, {tests!r})
+import kernel_code
+import accelerator as a1
+theirs = a1.Buffer(64)
+del sys.modules["accelerator"], sys.modules["accelerator._accelerator"]
+import accelerator as a2
+kernel = a2.Module(kernel_code.for_format({fmt!r})).get_kernel("add_one")
+try:
+    a2.launch(kernel, 1, 64, theirs, 64)
+except TypeError as exc:
+    text = str(exc)
+    assert ("got a Buffer of another instance of the accelerator module"
+            in text), text
+    assert "a a " not in text, text
+else:
+    raise AssertionError("launch took another instance's Buffer")
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_launch_names_another_instances_buffer_plainly(backend: str) -> None:
+    fmt = fake_drivers.DOUBLES[backend].kernel_format
+    if not fmt:
+        pytest.skip("the backend has no kernels")
+    code = CROSS_INSTANCE_LAUNCH.format(tests=str(REPO / "tests"), fmt=fmt)
+    assert run(backend, code).strip() == "ok"
+
+
 @pytest.mark.parametrize("backend", backend_params())
 def test_another_instances_object_is_refused_by_name(backend: str) -> None:
     """Another instance's Stream reads "got a Stream of another instance

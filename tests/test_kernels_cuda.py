@@ -16,6 +16,7 @@ process, and a case may change its version.
 """
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 import textwrap
@@ -147,6 +148,61 @@ def test_a_cubin_of_another_machine_is_refused(tmp_path, source: str) -> None:
         assert (e.api, e.code, e.error_name) == (
             "cuModuleLoadDataEx", 209, "CUDA_ERROR_NO_BINARY_FOR_GPU"), vars(e)
     assert driver.live("module") == 0
+    """)
+
+
+def fat_binary(*payloads: bytes) -> bytes:
+    """A fat binary of payloads: its 16-byte header (magic, version,
+    header size, the entries' size), then each entry's 64-byte header
+    (kind, version, header size, payload size, ...) and payload."""
+    body = b"".join(struct.pack("<HHIQ", 2, 0x101, 64, len(p)) + bytes(48)
+                    + p for p in payloads)
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def fat_binaries() -> list[object]:
+    """A real one where nvcc is, and one made here."""
+    return [pytest.param("nvcc", marks=needs_nvcc), "made"]
+
+
+@pytest.mark.parametrize("source", fat_binaries())
+def test_a_fat_binary_is_checked_before_the_driver_reads_it(
+        source: str) -> None:
+    whole = (kernel_code.fatbin() if source == "nvcc"
+             else fat_binary(b"\x7fELF" + bytes(200), b"PTX" * 30))
+    damaged = bytearray(whole)   # its first entry's payload runs past
+    struct.pack_into("<Q", damaged, 16 + 8, len(whole))
+    run(f"""
+    whole, damaged = {whole!r}, {bytes(damaged)!r}
+    refused = {{
+        "truncated": (whole[:-8], "its header names more bytes than it has"),
+        "a header only": (whole[:16], "its header names more bytes"),
+        "shorter than its header": (whole[:12], "it is shorter than its "
+                                     "16-byte header"),
+        "an entry past the end": (damaged, "an entry runs past"),
+    }}
+    for what, (code, says) in refused.items():
+        for fmt in (None, "fatbin"):
+            try:
+                a.Module(code, format=fmt)
+                raise AssertionError(what + " loaded")
+            except ValueError as e:
+                assert "truncated or damaged fat binary: " + says in str(e), e
+    try:
+        a.Module(b"\x7fELF" + bytes(60), format="fatbin")
+        raise AssertionError("an ELF image taken as a fat binary")
+    except ValueError as e:
+        assert "not fatbin (no fat binary magic number 0xBA55ED50" in str(e)
+    assert driver.calls("cuModuleLoadDataEx") == 0
+    # Whole, it reaches the driver (the double loads no fat binary).
+    for code in (whole, whole + bytes(16)):
+        try:
+            a.Module(code)
+            raise AssertionError("the double loaded a fat binary")
+        except a.AcceleratorError as e:
+            assert (e.api, e.error_name) == (
+                "cuModuleLoadDataEx", "CUDA_ERROR_INVALID_IMAGE"), vars(e)
+    assert driver.calls("cuModuleLoadDataEx") == 2
     """)
 
 

@@ -960,13 +960,17 @@ hip_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
            acc_error *err)
 {
     /* kernelParams: a pointer to each argument's bytes, which the runtime
-     * copies before it returns. */
+     * copies before it returns, for as many parameters as the kernel has.
+     * ROCm 5.2 tells no parameter count, so a launch may pass fewer
+     * arguments than the kernel takes: the rest read zero bytes (as many
+     * as a kernel's arguments may fill, 4 KiB), never stale stack. */
+    static const unsigned char zeros[4096];
     void *params[ACC_MAX_KERNEL_PARAMS];
     int previous;
     acc_status st;
 
-    for (int i = 0; i < c->nargs; i++) {
-        params[i] = (void *)c->args[i].value;
+    for (int i = 0; i < ACC_MAX_KERNEL_PARAMS; i++) {
+        params[i] = (void *)(i < c->nargs ? c->args[i].value : zeros);
     }
     st = hip_enter_stream(s, &previous, err);
     /* shared_mem fits: the dispatcher held it to max_shared_bytes, an

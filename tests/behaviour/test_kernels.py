@@ -508,6 +508,37 @@ def test_build_options_reach_the_driver(
         acc.Module(code, options=["-O2", 3])
 
 
+@pytest.mark.parametrize("options, index", [
+    ("\0-O3", 0),                 # not "no options" where none are taken
+    ("-DN=1\0-O3", 5),            # not truncated to "-DN=1"
+    (["-DÄ=1", "\0"], 6),         # joined; counted in characters
+])
+def test_a_nul_in_the_options_is_refused_saying_where(
+        code: bytes, driver: fake_drivers.DriverDouble, options: object,
+        index: int) -> None:
+    with pytest.raises(ValueError, match=f"build options hold a NUL "
+                       f"character at index {index},"):
+        acc.Module(code, options=options)
+
+
+def test_from_file_takes_paths_not_file_descriptors(
+        code: bytes, tmp_path: Path,
+        facts: type[fake_drivers.DriverDouble]) -> None:
+    path = tmp_path / ("kernels" + SUFFIX[facts.kernel_format])
+    path.write_bytes(code)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for fmt in (None, facts.kernel_format):
+            with pytest.raises(TypeError, match="path must be a str, bytes "
+                               "or os.PathLike, not int"):
+                acc.Module.from_file(fd, format=fmt)
+        os.fstat(fd)   # still open: the descriptor is the caller's
+    finally:
+        os.close(fd)
+    assert acc.Module.from_file(os.fsencode(path)).format == \
+        facts.kernel_format
+
+
 # Bad input ------------------------------------------------------------------
 
 
@@ -527,8 +558,15 @@ def test_unknown_kernel_name_lists_the_module_s_kernels(
     (1, (64, -2), ValueError, r"block\[1\] \(y\) is -2"),
     ((1, 1, 1, 1), 64, ValueError, "4 dimensions"),
     ((), 64, ValueError, "0 dimensions"),
-    (1, 1 << 40, ValueError, "beyond"),
-    (1 << 70, 64, ValueError, "beyond"),
+    (1, 1 << 40, ValueError, r"block\[0\] \(x\) is 1099511627776 threads, "
+     r"beyond the (device's )?limit of [1-9]"),
+    # Beyond 64 bits: the value as given, not one it was clamped to.
+    (1 << 70, 64, ValueError, r"grid\[0\] \(x\) is 1180591620717411303424 "
+     r"blocks, beyond the (device's )?limit of [1-9]"),
+    (1, (1, 1 << 70), ValueError, r"block\[1\] \(y\) is "
+     r"1180591620717411303424 threads, beyond"),
+    ((1, -(1 << 70)), 64, ValueError, r"grid\[1\] \(y\) is "
+     r"-1180591620717411303424, expected a positive"),
     (1.5, 64, TypeError, "grid must be an int"),
     (True, 64, TypeError, "grid must be an int"),
     ((1, "2"), 64, TypeError, r"grid\[1\] must be an int"),
@@ -554,6 +592,20 @@ def test_blocks_beyond_the_kernel_s_limit_are_refused(
         acc.launch(kernel, 1, (limit, 2), data, np.uint32(64))
 
 
+@pytest.mark.parametrize("shared_mem", [(1 << 64) - 1, 1 << 64, 1 << 200])
+def test_shared_memory_beyond_the_limit_is_refused_naming_both(
+        module: acc.Module, shared_mem: int) -> None:
+    kernel = module.get_kernel("add_one")
+    limit = kernel.attributes["max_dynamic_shared_memory_bytes"]
+    data = upload(np.zeros(64, np.uint32))
+    with pytest.raises(ValueError, match=f"shared_mem is {shared_mem} "
+                       "bytes, beyond") as info:
+        acc.launch(kernel, 1, 64, data, np.uint32(64), shared_mem=shared_mem)
+    if limit is not None:
+        assert f"beyond the {limit} " in str(info.value), info.value
+    assert not download(data, np.uint32, 64).any()
+
+
 def test_wrong_argument_count_is_refused(module: acc.Module) -> None:
     kernel = module.get_kernel("add_one")
     if kernel.attributes["num_args"] is None:
@@ -566,7 +618,7 @@ def test_wrong_argument_count_is_refused(module: acc.Module) -> None:
 
 
 @pytest.mark.parametrize("arg, match", [
-    ("text", "is a str"),
+    ("text", "got str"),
     (np.zeros(4, np.uint32), "1 dimension"),
     (True, "bool"),
     (None, "NoneType"),
@@ -628,6 +680,101 @@ def test_code_of_another_backend_is_refused(
         acc.Module(b"")
     with pytest.raises(TypeError, match="code must be"):
         acc.Module(42)
+
+
+#: PTX whose first .entry follows over 64 KiB of data, after comments
+PTX_WITH_A_TABLE = (
+    "//\n// a table before the first entry\n/* one of 3000 rows */\n"
+    ".version 7.0\n.target sm_50\n.address_size 64\n\n"
+    + "".join(f".global .u32 table{i}[4] = {{1, 2, 3, 4}};\n"
+              for i in range(3000))
+    + ".visible .entry empty()\n{\n    ret;\n}\n")
+
+#: OpenCL C that mentions PTX's words (.version, .func, .entry)
+OPENCL_C_WITH_PTX_WORDS = r"""
+typedef struct { uint version; uint func; } tag;   /* t.version, t.func */
+__kernel void tagged(__global uint *out, uint n)
+{
+    tag t;
+    t.version = n;          /* .version 7.0 */
+    t.func = n + 1;         /* .entry, .func */
+    out[0] = t.version + t.func;
+}
+"""
+
+
+def test_ptx_is_recognised_by_its_leading_directives(
+        driver: fake_drivers.DriverDouble) -> None:
+    assert len(PTX_WITH_A_TABLE) > 65536
+    try:
+        module = acc.Module(PTX_WITH_A_TABLE)
+    except ValueError as e:
+        assert "cannot load ptx code" in str(e), e
+    else:
+        assert module.format == "ptx"
+        assert module.get_kernel("empty").name == "empty"
+
+
+def test_text_that_only_mentions_ptx_words_is_opencl_c(
+        facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    if facts.kernel_format != "opencl-c":
+        with pytest.raises(ValueError, match="cannot load opencl-c code"):
+            acc.Module(OPENCL_C_WITH_PTX_WORDS)
+        return
+    module = acc.Module(OPENCL_C_WITH_PTX_WORDS)
+    assert module.format == "opencl-c"
+    out = upload(np.zeros(1, np.uint32))
+    acc.launch(module.get_kernel("tagged"), 1, 1, out, np.uint32(20))
+    assert download(out, np.uint32, 1)[0] == 41
+
+
+#: a kernel that writes the addresses it is given, in each test format
+ADDRESS_OF = {
+    "opencl-c": r"""
+__kernel void address_of(__global ulong *out, __global uchar *a,
+                         __global uchar *b)
+{
+    out[0] = (ulong)a;
+    out[1] = (ulong)b;
+}
+""",
+    "native": r"""
+#include <stdint.h>
+#include "native_kernel.h"
+
+static void
+address_of(const native_block *b, void *const *args)
+{
+    uint64_t *out = *(uint64_t **)args[0];
+
+    (void)b;
+    out[0] = (uint64_t)(uintptr_t)*(void **)args[1];
+    out[1] = (uint64_t)(uintptr_t)*(void **)args[2];
+}
+
+static const native_param params[] = {
+    {NATIVE_PARAM_POINTER, 8}, {NATIVE_PARAM_POINTER, 8},
+    {NATIVE_PARAM_POINTER, 8}};
+
+const native_kernel accelerator_native_kernels[] = {
+    {"address_of", address_of, 3, params, 0, 0},
+    {0, 0, 0, 0, 0, 0},
+};
+""",
+}
+
+
+def test_an_empty_host_buffer_passes_what_its_ptr_says(
+        code: bytes, facts: type[fake_drivers.DriverDouble]) -> None:
+    source = ADDRESS_OF[facts.kernel_format]
+    module = acc.Module(kernel_code.native(source)
+                        if facts.kernel_format == "native" else source)
+    empty, full = acc.HostBuffer(0), acc.HostBuffer(64)
+    out = upload(np.full(2, 7, np.uint64))
+    acc.launch(module.get_kernel("address_of"), 1, 1, out, empty, full)
+    assert empty.ptr == 0
+    assert download(out, np.uint64, 2).tolist() == [empty.ptr, full.ptr]
 
 
 def test_a_build_error_carries_the_driver_s_log(
