@@ -205,7 +205,7 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
                       "--ignore=tests/test_pytest_plugin.py",
                       "--ignore=tests/test_pytest_xdist.py",
                       "--deselect=tests/test_docs.py::"
-                      "test_kernels_page_examples_type_check"], budget=330)
+                      "test_kernels_page_examples_type_check"], budget=300)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
          "mode)", behaviour, xpu, budget=330)
     # The loader's modes change what lies between the backend and the
@@ -243,12 +243,12 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
          "the behaviour suite without the faults below the loader, the "
          "leak loops and the fuzz",
          [*behaviour, "--ignore=tests/behaviour/test_fuzz.py",
-          *below_the_loader], intercept, budget=120)
+          *below_the_loader], intercept, budget=90)
     inst("xpu-validation", "what the loader's validation layer can change "
          "on Level Zero: the behaviour suite without the faults below the "
          "loader and the leak loops", [*behaviour, *below_the_loader],
          {**xpu, "ZE_ENABLE_VALIDATION_LAYER": "1",
-          "ZE_ENABLE_PARAMETER_VALIDATION": "1"}, budget=180)
+          "ZE_ENABLE_PARAMETER_VALIDATION": "1"}, budget=150)
     # Events cannot cross drivers: waits between devices of two drivers go
     # through the backend's bridge.  Copies between them are not supported,
     # so the memory tests stay on one driver.
@@ -315,7 +315,7 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
         # wheel under every other CPython >= 3.11 (tests/check_wheel.sh),
         # each its own stage so that they share the lanes.
         Stage("wheel", ["bash", "tests/check_wheel.sh", "build",
-                        str(run_dir / "wheel")], 240, kind="cmd",
+                        str(run_dir / "wheel")], 180, kind="cmd",
               needs=["build"],
               doc="an sdist and from it one abi3 wheel, in a fresh venv: "
                   "its files, tag, import, package data, pytest entry "
@@ -323,7 +323,7 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
                   "suite on the CUDA double"),
         *(Stage(f"wheel-{version}", ["bash", "tests/check_wheel.sh",
                                      "suite", str(run_dir / "wheel"),
-                                     version], 240, kind="cmd",
+                                     version], 300, kind="cmd",
                 needs=["wheel"],
                 doc=f"the same wheel under CPython {version} (skipped "
                     "where it is missing): the behaviour suite on the "
