@@ -92,6 +92,14 @@ suite)
     rm -rf "$work/sdist-$version"
     cp -a "$work/sdist" "$work/sdist-$version"
     cd "$work/sdist-$version"
+    # The abi3 extension built under the other Python, from this venv.
+    env -u PYTHONPATH "$work/venv-$version/bin/python" -c '
+import pathlib, sys, sysconfig
+import accelerator._accelerator as ext
+site = pathlib.Path(sysconfig.get_paths()["platlib"])
+if not pathlib.Path(ext.__file__).is_relative_to(site):
+    sys.exit(f"the extension came from {ext.__file__}, not from {site}")
+print(f"{ext.__file__} loads under Python {sys.version.split()[0]}")'
     env -u PYTHONPATH -u ACCELERATOR_TEST_BACKEND \
         "$work/venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
         "${timeout[@]}" tests/behaviour
