@@ -1,30 +1,111 @@
 #!/usr/bin/env bash
-# The package as a user installs it (tests/stages.py runs this after the
-# plain build): `python -m build` makes an sdist and, from it, a wheel; the
-# wheel goes into a fresh venv, and the sdist's tests run there against it
-# on the CUDA double, uninstrumented (the source package is removed from
-# the unpacked sdist, so that the wheel's copy is the one imported).
+# The package as a user installs it (tests/stages.py runs these after the
+# plain build).  One wheel, checked by what can differ between it and the
+# in-place build, then run under every CPython >= 3.11 the machine has:
 #
-#   bash tests/check_wheel.sh DIR     (DIR: an empty work folder)
+#   bash tests/check_wheel.sh build DIR
+#       `python -m build` makes an sdist and, from it, the wheel (in
+#       DIR/dist); the sdist is unpacked (DIR/sdist) without its source
+#       package, so that the wheel's copy is the one imported, and its
+#       doubles are built; the wheel goes into a fresh venv of this Python
+#       (the one the in-place build and every other stage use), where
+#       tests/wheel_checks.py checks its files, its abi3 tag, the import
+#       from site-packages, the package data, the pytest11 entry point and
+#       `python -m accelerator`, and a slice of the suite runs against it
+#       on the CUDA double: the public surface, devices, kernels (the
+#       launch layer is Python of the package), DLPack and asyncio.
+#   bash tests/check_wheel.sh suite DIR VERSION
+#       the same wheel (DIR/dist, from `build`) in a fresh venv of CPython
+#       VERSION (python$VERSION, or pyenv's $PYENV_ROOT/versions/VERSION.*)
+#       with tests/requirements.txt, and the whole behaviour suite against
+#       it on the CUDA double, uninstrumented: the abi3 promise, proven.
+#       Where that CPython is missing it says so as one skipped check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-work=${1:?usage: check_wheel.sh DIR}
-rm -rf "$work"
-mkdir -p "$work"
-work=$(realpath "$work")
+usage="usage: check_wheel.sh build DIR | suite DIR VERSION"
+mode=${1:?$usage}
+work=${2:?$usage}
+# The hang guard of every other stage (tests/stages.py TEST_TIMEOUT).
+timeout=(--timeout="${ACCELERATOR_TEST_TIMEOUT:-300}" --timeout-method=thread)
 
-echo "== sdist and wheel"
-"$PYTHON" -m build -q --outdir "$work/dist" . >/dev/null
-ls "$work/dist"
+# A fresh venv at $1 with the wheel and the test requirements.
+make_venv() {
+    "$2" -m venv "$1"
+    "$1/bin/python" -m pip install -q --disable-pip-version-check \
+        "$work"/dist/*.whl -r tests/requirements.txt
+}
 
-echo "== the wheel in a fresh venv"
-"$PYTHON" -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install -q --disable-pip-version-check \
-    "$work"/dist/*.whl -r tests/requirements.txt
-tar -xzf "$work"/dist/*.tar.gz -C "$work"
-sdist=$(find "$work" -maxdepth 1 -type d -name 'accelerator-*')
-rm -rf "$sdist/src/accelerator"
-make -s -C "$sdist/tests/drivers"
-cd "$sdist"
-"$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests
+case $mode in
+build)
+    rm -rf "$work"
+    mkdir -p "$work"
+    work=$(realpath "$work")
+    echo "== sdist and wheel"
+    "$PYTHON" -m build -q --outdir "$work/dist" . >/dev/null
+    ls "$work/dist"
+    tar -xzf "$work"/dist/*.tar.gz -C "$work"
+    mv "$work"/accelerator-*/ "$work/sdist"
+    rm -rf "$work/sdist/src/accelerator"
+    make -s -C "$work/sdist/tests/drivers"
+    echo "== the wheel in a fresh venv of $("$PYTHON" -V)"
+    make_venv "$work/venv" "$PYTHON"
+    # From outside both trees; the expected files are the checkout's.
+    repo=$PWD
+    cd "$work"
+    "$work/venv/bin/python" "$repo/tests/wheel_checks.py" \
+        "$work"/dist/*.whl "$repo/src/accelerator" "$work/sdist"
+    echo "== a slice of the suite against the wheel"
+    cd "$work/sdist"
+    env -u PYTHONPATH "$work/venv/bin/python" -m pytest -q \
+        -p no:cacheprovider "${timeout[@]}" \
+        tests/test_api_surface.py tests/behaviour/test_device_api.py \
+        tests/behaviour/test_kernels.py tests/behaviour/test_dlpack.py \
+        tests/behaviour/test_asyncio.py
+    ;;
+suite)
+    version=${3:?$usage}
+    work=$(realpath "$work")
+    python=
+    for candidate in \
+            $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$version".* \
+              2>/dev/null | sort -V -r | sed "s|\$|/bin/python$version|") \
+            "$(command -v "python$version" || true)"; do
+        if [ -x "$candidate" ] && [ "$("$candidate" -c \
+                'import sys; print("%d.%d" % sys.version_info[:2])' \
+                2>/dev/null)" = "$version" ]; then
+            python=$candidate
+            break
+        fi
+    done
+    if [ -z "$python" ]; then
+        echo "0 passed, 1 skipped: no CPython $version on this machine" \
+             "(neither python$version on PATH nor" \
+             "${PYENV_ROOT:-$HOME/.pyenv}/versions/$version.*): the wheel" \
+             "is not tested under it"
+        exit 0
+    fi
+    echo "== the wheel in a fresh venv of $("$python" -V) ($python)"
+    make_venv "$work/venv-$version" "$python"
+    # A copy of the unpacked sdist per interpreter: the suites of two
+    # versions run at once.
+    rm -rf "$work/sdist-$version"
+    cp -a "$work/sdist" "$work/sdist-$version"
+    cd "$work/sdist-$version"
+    # The abi3 extension built under the other Python, from this venv.
+    env -u PYTHONPATH "$work/venv-$version/bin/python" -c '
+import pathlib, sys, sysconfig
+import accelerator._accelerator as ext
+site = pathlib.Path(sysconfig.get_paths()["platlib"])
+if not pathlib.Path(ext.__file__).is_relative_to(site):
+    sys.exit(f"the extension came from {ext.__file__}, not from {site}")
+print(f"{ext.__file__} loads under Python {sys.version.split()[0]}")'
+    env -u PYTHONPATH -u ACCELERATOR_TEST_BACKEND \
+        "$work/venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
+        "${timeout[@]}" tests/behaviour
+    ;;
+*)
+    echo "$usage" >&2
+    exit 2
+    ;;
+esac

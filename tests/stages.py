@@ -163,6 +163,11 @@ def hang_guard() -> list[str]:
     return [f"--timeout={seconds}", "--timeout-method=thread"]
 
 
+#: the CPythons besides the build's that the wheel's behaviour suite runs
+#: under (tests/check_wheel.sh finds them on PATH or under pyenv)
+WHEEL_PYTHONS = ("3.12", "3.13")
+
+
 def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
     """Every stage of the test command, in the order they are started."""
     py = sys.executable
@@ -206,22 +211,64 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
     # processes, headers and tools around it.
     inst("cuda", "the behaviour suite on the CUDA double", behaviour,
          budget=330)
-    # The kernels added about 100 s here (each backend's kernel tests run
-    # in fresh processes, the shared kernel layer's C check, the kernel
-    # page's examples); the benchmarks' checks run in the plain stage,
-    # where their peers can load.
+    # The benchmarks' checks run in the plain stage, where their peers can
+    # load.  So do the pytest plugin's and its xdist support's tests (over
+    # 40% of this stage: an inner pytest in a fresh process each) and the
+    # kernel page's type check (mypy): Python whose C paths (probing,
+    # counting, visible devices) the configuration and behaviour tests
+    # here drive under the sanitizers; the plain stage runs them from the
+    # installed package, as a user's pytest loads the plugin.
     inst("cuda-around", "the rest of the suite on the CUDA double: "
-         "configurations, fork, processes, exit, headers, the plugin",
-         ["tests", "--ignore=tests/behaviour",
-          "--ignore=tests/test_bench_check.py"], budget=540)
+         "configurations, fork, processes, exit, headers, the docs' "
+         "examples", ["tests", "--ignore=tests/behaviour",
+                      "--ignore=tests/test_bench_check.py",
+                      "--ignore=tests/test_pytest_plugin.py",
+                      "--ignore=tests/test_pytest_xdist.py",
+                      "--deselect=tests/test_docs.py::"
+                      "test_kernels_page_examples_type_check"], budget=300)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
          "mode)", behaviour, xpu, budget=330)
-    inst("xpu-intercept", "the behaviour suite on Level Zero (the loader's "
-         "intercept mode)", behaviour, intercept, budget=330)
-    inst("xpu-validation", "the behaviour suite on Level Zero under the "
-         "loader's validation layer", behaviour,
+    # The loader's modes change what lies between the backend and the
+    # driver, so each runs what that can change, not the suite again:
+    #  - intercept: the loader wraps every handle the driver returns in an
+    #    object of its own and unwraps it on the way back, answers the
+    #    driver and device enumeration itself, and turns a NULL table
+    #    entry into ZE_RESULT_ERROR_UNINITIALIZED (direct mode:
+    #    UNSUPPORTED_FEATURE).  Every test that passes handles runs;
+    #    left out are the tests whose checks happen below the loader,
+    #    where both modes make the same calls: the fault injections after
+    #    initialisation (test_raise, test_fresh, test_silent: the double
+    #    fails a call and the loader forwards its code unchanged; the
+    #    probe's faults, in zeInit and the enumeration the loader answers
+    #    itself, still run, with the optional entry points), the leak
+    #    loops (the double counts its live objects, the loader frees its
+    #    wrapper with each), and the fuzz, which xpu-two-drivers-fuzz runs
+    #    in intercept mode already (two drivers force it).
+    #  - validation: the layer checks each call's parameters before the
+    #    driver sees them (NULL handles and pointers, flags and enums out
+    #    of range, a count without its array), so every path that makes
+    #    a call runs, the fuzz's unusual states included.  Left out are
+    #    the leak loops, which repeat calls the rest of the suite makes
+    #    with the same parameters, and the same fault injections: the
+    #    calls an error path makes differ from the normal path's only in
+    #    the handles they pass, and a NULL or stale handle fails every
+    #    mode already (the double looks up each handle, and its detector
+    #    fails the test), while their flags are those of the normal path.
+    below_the_loader = [
+        "--ignore=tests/behaviour/test_leaks.py",
+        *(f"--deselect=tests/behaviour/test_faults.py::{name}"
+          for name in ("test_raise", "test_fresh", "test_silent"))]
+    inst("xpu-intercept", "what the loader's intercept mode can change "
+         "(handles wrapped, enumeration, missing entries) on Level Zero: "
+         "the behaviour suite without the faults below the loader, the "
+         "leak loops and the fuzz",
+         [*behaviour, "--ignore=tests/behaviour/test_fuzz.py",
+          *below_the_loader], intercept, budget=90)
+    inst("xpu-validation", "what the loader's validation layer can change "
+         "on Level Zero: the behaviour suite without the faults below the "
+         "loader and the leak loops", [*behaviour, *below_the_loader],
          {**xpu, "ZE_ENABLE_VALIDATION_LAYER": "1",
-          "ZE_ENABLE_PARAMETER_VALIDATION": "1"}, budget=300)
+          "ZE_ENABLE_PARAMETER_VALIDATION": "1"}, budget=150)
     # Events cannot cross drivers: waits between devices of two drivers go
     # through the backend's bridge.  Copies between them are not supported,
     # so the memory tests stay on one driver.
@@ -280,13 +327,28 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
                        str(run_dir / "docs-html")], 90, kind="cmd",
               env={"PYTHONPATH": "src"}, needs=["build"],
               doc="the Sphinx docs build with warnings as errors"),
-        # The whole suite from the wheel: the kernel tests added about a
-        # minute to it.
-        Stage("wheel", ["bash", "tests/check_wheel.sh",
-                        str(run_dir / "wheel")], 720, kind="cmd",
+        # The wheel, checked by what can differ from the in-place build
+        # (its files, the abi3 tag, the import from site-packages, the
+        # package data, the entry point, `python -m accelerator`) and a
+        # slice of the suite under this Python, whose whole suite the
+        # stages above run; then the behaviour suite against the same
+        # wheel under every other CPython >= 3.11 (tests/check_wheel.sh),
+        # each its own stage so that they share the lanes.
+        Stage("wheel", ["bash", "tests/check_wheel.sh", "build",
+                        str(run_dir / "wheel")], 180, kind="cmd",
               needs=["build"],
-              doc="an sdist and from it a wheel; the wheel in a fresh venv "
-                  "passes the whole suite on the CUDA double, uninstrumented"),
+              doc="an sdist and from it one abi3 wheel, in a fresh venv: "
+                  "its files, tag, import, package data, pytest entry "
+                  "point, python -m accelerator, and a slice of the "
+                  "suite on the CUDA double"),
+        *(Stage(f"wheel-{version}", ["bash", "tests/check_wheel.sh",
+                                     "suite", str(run_dir / "wheel"),
+                                     version], 300, kind="cmd",
+                needs=["wheel"],
+                doc=f"the same wheel under CPython {version} (skipped "
+                    "where it is missing): the behaviour suite on the "
+                    "CUDA double, uninstrumented")
+          for version in WHEEL_PYTHONS),
         Stage("coverage", ["bash", "tests/coverage_report.sh", INSTRUMENTED],
               90, kind="cmd", needs=["build-instrumented"],
               after=[s.name for s in stages if s.cwd == INSTRUMENTED],
@@ -440,10 +502,35 @@ class Runner:
                 return False
         return True
 
+    def chains(self) -> dict[str, float]:
+        """Each stage's budget plus the longest chain of stages that wait
+        for it (needs or after): how long the run lasts at least once it
+        starts."""
+        waiting: dict[str, list[Stage]] = {s.name: [] for s in self.stages}
+        for s in self.stages:
+            for name in {*s.needs, *s.after}:
+                if name in waiting:
+                    waiting[name].append(s)
+        chain: dict[str, float] = {}
+
+        def length(stage: Stage, seen: frozenset[str]) -> float:
+            if stage.name not in chain:
+                later = [length(w, seen | {stage.name})
+                         for w in waiting[stage.name] if w.name not in seen]
+                chain[stage.name] = stage.budget + max(later, default=0)
+            return chain[stage.name]
+
+        for s in self.stages:
+            length(s, frozenset())
+        return chain
+
     def run(self) -> None:
-        # Setup first, then the longest stages first: the two lanes end
-        # closer together.
-        pending = sorted(self.stages, key=lambda s: (not s.serial, -s.budget))
+        # Setup first, then the longest chains first (a stage and what
+        # waits for it: the wheel before the suites under other Pythons
+        # that need it), so that the two lanes end closer together.
+        chain = self.chains()
+        pending = sorted(self.stages,
+                         key=lambda s: (not s.serial, -chain[s.name]))
         procs: dict[str, subprocess.Popen[bytes]] = {}
         while pending or procs:
             if self.deadline is not None and \

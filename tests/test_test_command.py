@@ -207,3 +207,58 @@ def test_the_run_deadline_stops_running_stages_and_starts_no_more(
     assert "timed" in rows["long"] and "deadline" in " ".join(rows["long"])
     assert "not" in rows["later"]
     assert proc.stdout.rstrip().splitlines()[-1].startswith("total: ")
+
+
+def test_a_stage_that_others_wait_for_starts_before_a_longer_one_alone(
+        tmp_path: pathlib.Path) -> None:
+    """Longest chain first: a stage whose dependents make the longer
+    chain (the wheel, then the suites under other Pythons) starts before
+    a stage longer than it alone, so that the lanes end closer together."""
+    plan = [
+        {"name": "long", "cmd": ["true"], "kind": "cmd", "budget": 10},
+        {"name": "first", "cmd": ["true"], "kind": "cmd", "budget": 6},
+        {"name": "then", "cmd": ["true"], "kind": "cmd", "budget": 6,
+         "needs": ["first"]},
+    ]
+    proc = run_plan(tmp_path, plan, "--jobs", "1")
+    assert proc.returncode == 0, proc.stdout
+    starts = [line.split("start ")[1] for line in proc.stdout.splitlines()
+              if "] start " in line]
+    assert starts == ["first", "long", "then"], proc.stdout
+
+
+def test_the_wheel_is_checked_once_and_run_under_every_other_python() -> None:
+    """The wheel stage checks what can differ from the in-place build and
+    runs a slice, not the whole suite again; the behaviour suite runs
+    against the same wheel under each other CPython >= 3.11, one stage
+    each, after it."""
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        import stages
+    finally:
+        sys.path.remove(str(REPO / "tests"))
+    plan = {s.name: s for s in stages.builtin_plan(REPO / "build" / "x")}
+    assert plan["wheel"].cmd[:3] == ["bash", "tests/check_wheel.sh", "build"]
+    for version in ("3.12", "3.13"):
+        stage = plan[f"wheel-{version}"]
+        assert stage.cmd[2] == "suite" and stage.cmd[-1] == version
+        assert stage.needs == ["wheel"]
+        assert stage.cmd[3] == plan["wheel"].cmd[3]   # the same wheel
+
+
+def test_a_missing_python_is_a_skip_with_the_reason(
+        tmp_path: pathlib.Path) -> None:
+    proc = subprocess.run(
+        ["bash", str(REPO / "tests" / "check_wheel.sh"), "suite",
+         str(tmp_path), "3.99"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("0 passed, 1 skipped: no CPython 3.99 "), \
+        proc.stdout
+    log = tmp_path / "log"
+    log.write_text(proc.stdout)
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        import stages
+    finally:
+        sys.path.remove(str(REPO / "tests"))
+    assert stages.command_counts(log) == (0, 0, 1)
