@@ -630,6 +630,18 @@ def test_arguments_that_cannot_pass_are_refused(
         acc.launch(module.get_kernel("add_one"), 1, 64, data, arg)
 
 
+def test_a_module_without_kernels_lists_none(
+        code: bytes, facts: type[fake_drivers.DriverDouble]) -> None:
+    # PoCL tells a 1-byte list of an empty program's kernel names and
+    # writes none of it: the message showed a byte of uninitialised heap.
+    empty = acc.Module(kernel_code.without_kernels(facts.kernel_format),
+                       format=facts.kernel_format)
+    for _ in range(4):
+        with pytest.raises(KeyError) as info:
+            empty.get_kernel("saxpy")
+        assert info.value.args[0] == "the module has no kernel named 'saxpy'"
+
+
 def test_launch_needs_a_kernel_and_known_keywords(module: acc.Module) -> None:
     data = upload(np.zeros(64, np.uint32))
     with pytest.raises(TypeError, match="at least 3"):
