@@ -799,3 +799,35 @@ def test_a_build_error_carries_the_driver_s_log(
         acc.Module(broken)
     assert isinstance(info.value, acc.AcceleratorError)
     assert info.value.log and info.value.log in str(info.value)
+
+
+MALFORMED_TABLE = """
+#include "native_kernel.h"
+
+static void
+f(const native_block *b, void *const *args)
+{
+    (void)b;
+    (void)args;
+}
+
+static const native_param params[] = {{NATIVE_PARAM_POINTER, 8}};
+
+const native_kernel accelerator_native_kernels[] = {
+    {"f", f, %s, %s, 0, 0},
+    {0, 0, 0, 0, 0, 0},
+};
+"""
+
+
+@pytest.mark.parametrize("nparams, params", [("-1", "params"), ("2", "0")])
+def test_a_native_table_that_lies_is_not_an_image(
+        code: bytes, facts: type[fake_drivers.DriverDouble], nparams: str,
+        params: str) -> None:
+    # A negative count loaded as a kernel of no parameters; a count with
+    # no parameter array made the doubles read through NULL (a crash).
+    if facts.kernel_format != "native":
+        pytest.skip("the backend's kernels are not native objects")
+    image = kernel_code.native(MALFORMED_TABLE % (nparams, params))
+    with pytest.raises(acc.AcceleratorError, match="(?i)image|invalid"):
+        acc.Module(image)
