@@ -610,10 +610,13 @@ tensor_nbytes(const acc_dl_tensor *t, size_t *out)
     unsigned long long count = 1, item, expected = 1;
     int empty = 0;
 
-    if (t->dtype.lanes == 0 || (t->dtype.bits * t->dtype.lanes) % 8 != 0) {
+    /* 0 bits is no type: it would make any shape an empty tensor. */
+    if (t->dtype.bits == 0 || t->dtype.lanes == 0
+        || (t->dtype.bits * t->dtype.lanes) % 8 != 0) {
         PyErr_Format(PyExc_BufferError, "from_dlpack(): element type "
                      "(code %d, %d bits, %d lanes) is not a whole number of "
-                     "bytes", t->dtype.code, t->dtype.bits, t->dtype.lanes);
+                     "bytes, at least one", t->dtype.code, t->dtype.bits,
+                     t->dtype.lanes);
         return -1;
     }
     item = (unsigned long long)t->dtype.bits * t->dtype.lanes / 8;

@@ -293,6 +293,21 @@ def for_format(fmt: str) -> bytes:
     raise ValueError(f"no test kernels in format {fmt!r}")
 
 
+#: a module without kernels, in each format
+NO_KERNELS = {
+    "opencl-c": b"/* no kernels here */\n",
+    "native": '#include "native_kernel.h"\n'
+              "const native_kernel accelerator_native_kernels[] = "
+              "{{0, 0, 0, 0, 0, 0}};\n",
+}
+
+
+def without_kernels(fmt: str) -> bytes:
+    """Code in fmt that loads as a module with no kernels."""
+    code = NO_KERNELS[fmt]
+    return code if isinstance(code, bytes) else native(code)
+
+
 def broken(fmt: str) -> bytes | None:
     """Code in fmt that its driver fails to build, or None where the
     driver builds nothing (a native object is loaded as it is)."""

@@ -1487,7 +1487,9 @@ ocl_kernel_names(int device, void *module, char *names, size_t size,
                               &n)) != ACC_OK) {
         return err->status;
     }
-    list = malloc(n + 1);
+    /* Zeroed: PoCL tells an empty program's list as 1 byte and writes
+     * none of it. */
+    list = calloc(n + 1, 1);
     if (list == NULL) {
         return ACC_OK;   /* the names are only for a message */
     }

@@ -318,6 +318,9 @@ def test_from_dlpack_refuses_what_it_cannot_wrap(driver) -> None:
         (Made(b.ptr, [8], device=ours, flags=1), BufferError, "read-only"),
         (Made(b.ptr, [8], device=ours, major=2), BufferError, "DLPack 2"),
         (Made(b.ptr, [8], device=ours, bits=4), BufferError, "whole number"),
+        # A 0-bit element is no type: not an empty tensor of 8 elements.
+        (Made(b.ptr, [8], device=ours, bits=0), BufferError,
+         "0 bits.*not a whole number of bytes, at least one"),
         (Made(b.ptr, [8], device=(ours[0], 99)), acc.DeviceIndexError,
          "out of index range"),
         # The address itself, not a format string PyErr_Format cannot read.

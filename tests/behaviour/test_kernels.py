@@ -630,6 +630,18 @@ def test_arguments_that_cannot_pass_are_refused(
         acc.launch(module.get_kernel("add_one"), 1, 64, data, arg)
 
 
+def test_a_module_without_kernels_lists_none(
+        code: bytes, facts: type[fake_drivers.DriverDouble]) -> None:
+    # PoCL tells a 1-byte list of an empty program's kernel names and
+    # writes none of it: the message showed a byte of uninitialised heap.
+    empty = acc.Module(kernel_code.without_kernels(facts.kernel_format),
+                       format=facts.kernel_format)
+    for _ in range(4):
+        with pytest.raises(KeyError) as info:
+            empty.get_kernel("saxpy")
+        assert info.value.args[0] == "the module has no kernel named 'saxpy'"
+
+
 def test_launch_needs_a_kernel_and_known_keywords(module: acc.Module) -> None:
     data = upload(np.zeros(64, np.uint32))
     with pytest.raises(TypeError, match="at least 3"):
@@ -787,3 +799,35 @@ def test_a_build_error_carries_the_driver_s_log(
         acc.Module(broken)
     assert isinstance(info.value, acc.AcceleratorError)
     assert info.value.log and info.value.log in str(info.value)
+
+
+MALFORMED_TABLE = """
+#include "native_kernel.h"
+
+static void
+f(const native_block *b, void *const *args)
+{
+    (void)b;
+    (void)args;
+}
+
+static const native_param params[] = {{NATIVE_PARAM_POINTER, 8}};
+
+const native_kernel accelerator_native_kernels[] = {
+    {"f", f, %s, %s, 0, 0},
+    {0, 0, 0, 0, 0, 0},
+};
+"""
+
+
+@pytest.mark.parametrize("nparams, params", [("-1", "params"), ("2", "0")])
+def test_a_native_table_that_lies_is_not_an_image(
+        code: bytes, facts: type[fake_drivers.DriverDouble], nparams: str,
+        params: str) -> None:
+    # A negative count loaded as a kernel of no parameters; a count with
+    # no parameter array made the doubles read through NULL (a crash).
+    if facts.kernel_format != "native":
+        pytest.skip("the backend's kernels are not native objects")
+    image = kernel_code.native(MALFORMED_TABLE % (nparams, params))
+    with pytest.raises(acc.AcceleratorError, match="(?i)image|invalid"):
+        acc.Module(image)

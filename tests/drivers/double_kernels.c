@@ -262,6 +262,13 @@ load_native(dk_module *m, const unsigned char *image, size_t size,
                     table[n].name, DK_MAX_PARAMS);
             return DK_NOT_IMAGE;
         }
+        if (table[n].nparams < 0
+            || (table[n].nparams > 0 && table[n].params == NULL)) {
+            log_add(log, "kernel %s has a malformed parameter table (%d "
+                    "parameters%s)", table[n].name, table[n].nparams,
+                    table[n].params == NULL ? ", no array of them" : "");
+            return DK_NOT_IMAGE;
+        }
         n++;
     }
     m->kernels = calloc(n ? (size_t)n : 1, sizeof(dk_kernel));
