@@ -46,8 +46,9 @@ build)
     ls "$work/dist"
     tar -xzf "$work"/dist/*.tar.gz -C "$work"
     mv "$work"/accelerator-*/ "$work/sdist"
-    rm -rf "$work/sdist/src/accelerator"
+    # The doubles first: they include the package's native_kernel.h.
     make -s -C "$work/sdist/tests/drivers"
+    rm -rf "$work/sdist/src/accelerator"
     echo "== the wheel in a fresh venv of $("$PYTHON" -V)"
     make_venv "$work/venv" "$PYTHON"
     # From outside both trees; the expected files are the checkout's.
