@@ -682,6 +682,14 @@ typedef struct acc_kernel_arg {
     size_t size;
     int device;              /* the memory's device; -1: not memory */
     unsigned flags;          /* ACC_ARG_* */
+    acc_param_kind kind;     /* what a by-value scalar holds, where the
+                              * caller knows (ACC_PARAM_POINTER: an
+                              * address); a floating-point one for a
+                              * pointer or integer parameter, or an
+                              * integer or address for a floating-point
+                              * one, is refused.  ACC_PARAM_UNKNOWN
+                              * (bytes: a struct, a converted number):
+                              * checked by size only */
 } acc_kernel_arg;
 
 enum {
