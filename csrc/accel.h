@@ -649,6 +649,8 @@ typedef enum acc_param_kind {
     ACC_PARAM_UINT,          /* an unsigned integer */
     ACC_PARAM_FLOAT,         /* a floating-point number (4 or 8 bytes) */
     ACC_PARAM_OTHER,         /* anything else passed by value (a struct) */
+    ACC_PARAM_COMPLEX,       /* an argument's kind only (no parameter is
+                              * told so): a complex number, two floats */
 } acc_param_kind;
 
 #define ACC_MAX_KERNEL_PARAMS 256

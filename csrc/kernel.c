@@ -865,13 +865,15 @@ check_geometry(const acc_kernel_info *info, const long long grid[3],
  * [param]: its bits would be read as another kind of number (a float's
  * as an integer or an address, an integer's as a float).  Signedness
  * differs harmlessly; unknown kinds are never refused. */
-static const unsigned char kind_clash[ACC_PARAM_OTHER + 1]
-                                     [ACC_PARAM_OTHER + 1] = {
+static const unsigned char kind_clash[ACC_PARAM_COMPLEX + 1]
+                                     [ACC_PARAM_COMPLEX + 1] = {
     [ACC_PARAM_FLOAT] = {[ACC_PARAM_POINTER] = 1, [ACC_PARAM_INT] = 1,
                          [ACC_PARAM_UINT] = 1},
     [ACC_PARAM_INT] = {[ACC_PARAM_FLOAT] = 1},
     [ACC_PARAM_UINT] = {[ACC_PARAM_FLOAT] = 1},
     [ACC_PARAM_POINTER] = {[ACC_PARAM_FLOAT] = 1},
+    [ACC_PARAM_COMPLEX] = {[ACC_PARAM_POINTER] = 1, [ACC_PARAM_INT] = 1,
+                           [ACC_PARAM_UINT] = 1, [ACC_PARAM_FLOAT] = 1},
 };
 
 /* "a 4-byte unsigned integer", "a pointer" (size bytes of kind). */
@@ -881,7 +883,8 @@ kind_text(acc_param_kind kind, size_t size, char *out, size_t n)
     const char *what = kind == ACC_PARAM_INT    ? "signed integer"
                        : kind == ACC_PARAM_UINT ? "unsigned integer"
                        : kind == ACC_PARAM_FLOAT ? "floating-point number"
-                                                 : "address";
+                       : kind == ACC_PARAM_COMPLEX ? "complex number"
+                                                   : "address";
 
     snprintf(out, n, "a %zu-byte %s", size, what);
 }

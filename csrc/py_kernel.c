@@ -896,8 +896,8 @@ pack_number(PyObject *obj, const acc_kernel_info *info, int i,
 /* What a 0-dimensional buffer's one item holds, from its struct-module
  * format (numpy: "f", ctypes: "<f", a ctypes pointer: "&<i"), for the
  * core's check against the parameter's kind.  ACC_PARAM_UNKNOWN where the
- * format does not say (a struct, complex, text) or names an item of
- * another size than the buffer's (a ctypes Union says "B"). */
+ * format does not say (a struct, text) or names an item of another size
+ * than the buffer's (a ctypes Union says "B"). */
 static acc_param_kind
 scalar_kind(const Py_buffer *view)
 {
@@ -914,6 +914,10 @@ scalar_kind(const Py_buffer *view)
     if (f[0] == '&') {
         return view->itemsize == (Py_ssize_t)sizeof(void *)
                    ? ACC_PARAM_POINTER : ACC_PARAM_UNKNOWN;
+    }
+    if (f[0] == 'Z' && f[1] != '\0' && strchr("efdg", f[1]) != NULL
+        && f[2] == '\0') {
+        return ACC_PARAM_COMPLEX;   /* numpy's complex64 is "Zf" */
     }
     if (f[0] == '\0' || f[1] != '\0') {
         return ACC_PARAM_UNKNOWN;

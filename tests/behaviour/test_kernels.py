@@ -201,7 +201,8 @@ def test_a_scalar_of_the_wrong_kind_is_refused(
                            r"floating-point number, but parameter 1 of "
                            r"kernel 'add_one' is a 4-byte unsigned integer"):
             acc.launch(add_one, 1, 64, data, value)
-    for value in (np.float64(data.ptr), ctypes.c_double(data.ptr)):
+    for value in (np.float64(data.ptr), ctypes.c_double(data.ptr),
+                  np.complex64(1)):
         with pytest.raises(ValueError, match=r"argument 0 is .*8.*, but "
                            r"parameter 0 of kernel 'add_one' is a pointer"):
             acc.launch(add_one, 1, 64, value, np.uint32(n))
