@@ -1189,10 +1189,11 @@ PyDoc_STRVAR(launch_doc,
 "(work-items), each an int or a tuple of 1 to 3 ints.  A Buffer or\n"
 "HostBuffer (or a view) passes its address (an empty one: 0, its ptr),\n"
 "and the launch is recorded as a use of its memory; numpy and ctypes\n"
-"scalars pass their bytes by value; a bare int or float only where\n"
-"the driver tells the parameter's type.  shared_mem bytes of dynamic\n"
-"shared (local) memory go to each block.  Captured into a Graph like\n"
-"any work.");
+"scalars pass their bytes by value (a float for an integer or pointer\n"
+"parameter, or an integer for a float one, is refused where the driver\n"
+"tells kinds); a bare int or float only where the driver tells the\n"
+"parameter's type.  shared_mem bytes of dynamic shared (local) memory\n"
+"go to each block.  Captured into a Graph like any work.");
 
 PyMethodDef acc_kernel_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch,
