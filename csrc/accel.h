@@ -649,6 +649,8 @@ typedef enum acc_param_kind {
     ACC_PARAM_UINT,          /* an unsigned integer */
     ACC_PARAM_FLOAT,         /* a floating-point number (4 or 8 bytes) */
     ACC_PARAM_OTHER,         /* anything else passed by value (a struct) */
+    ACC_PARAM_COMPLEX,       /* an argument's kind only (no parameter is
+                              * told so): a complex number, two floats */
 } acc_param_kind;
 
 #define ACC_MAX_KERNEL_PARAMS 256
@@ -682,6 +684,14 @@ typedef struct acc_kernel_arg {
     size_t size;
     int device;              /* the memory's device; -1: not memory */
     unsigned flags;          /* ACC_ARG_* */
+    acc_param_kind kind;     /* what a by-value scalar holds, where the
+                              * caller knows (ACC_PARAM_POINTER: an
+                              * address); a floating-point one for a
+                              * pointer or integer parameter, or an
+                              * integer or address for a floating-point
+                              * one, is refused.  ACC_PARAM_UNKNOWN
+                              * (bytes: a struct, a converted number):
+                              * checked by size only */
 } acc_kernel_arg;
 
 enum {

@@ -861,6 +861,56 @@ check_geometry(const acc_kernel_info *info, const long long grid[3],
     return ACC_OK;
 }
 
+/* Whether a scalar of kind [arg] must not pass for a parameter of kind
+ * [param]: its bits would be read as another kind of number (a float's
+ * as an integer or an address, an integer's as a float).  Signedness
+ * differs harmlessly; unknown kinds are never refused. */
+static const unsigned char kind_clash[ACC_PARAM_COMPLEX + 1]
+                                     [ACC_PARAM_COMPLEX + 1] = {
+    [ACC_PARAM_FLOAT] = {[ACC_PARAM_POINTER] = 1, [ACC_PARAM_INT] = 1,
+                         [ACC_PARAM_UINT] = 1},
+    [ACC_PARAM_INT] = {[ACC_PARAM_FLOAT] = 1},
+    [ACC_PARAM_UINT] = {[ACC_PARAM_FLOAT] = 1},
+    [ACC_PARAM_POINTER] = {[ACC_PARAM_FLOAT] = 1},
+    [ACC_PARAM_COMPLEX] = {[ACC_PARAM_POINTER] = 1, [ACC_PARAM_INT] = 1,
+                           [ACC_PARAM_UINT] = 1, [ACC_PARAM_FLOAT] = 1},
+};
+
+/* "a 4-byte unsigned integer", "a pointer" (size bytes of kind). */
+static void
+kind_text(acc_param_kind kind, size_t size, char *out, size_t n)
+{
+    const char *what = kind == ACC_PARAM_INT    ? "signed integer"
+                       : kind == ACC_PARAM_UINT ? "unsigned integer"
+                       : kind == ACC_PARAM_FLOAT ? "floating-point number"
+                       : kind == ACC_PARAM_COMPLEX ? "complex number"
+                                                   : "address";
+
+    snprintf(out, n, "a %zu-byte %s", size, what);
+}
+
+static acc_status
+kind_error(const acc_kernel *k, int i, const acc_kernel_arg *a,
+           acc_error *err)
+{
+    const acc_param *p = &k->info.params[i];
+    char given[48], wanted[48];
+
+    kind_text(a->kind, a->size, given, sizeof(given));
+    if (p->kind == ACC_PARAM_POINTER) {
+        snprintf(wanted, sizeof(wanted), "a pointer");
+    }
+    else {
+        kind_text(p->kind, p->size, wanted, sizeof(wanted));
+    }
+    return invalid(err, "argument %d is %s, but parameter %d of kernel "
+                   "'%.200s' is %s%s", i, given, i, k->name, wanted,
+                   p->kind == ACC_PARAM_POINTER
+                       ? ": pass a Buffer or a HostBuffer"
+                       : " (its bits would be read as another kind of "
+                         "number)");
+}
+
 static acc_status
 check_args(const acc_kernel *k, const acc_kernel_arg *args, int nargs,
            int device, acc_error *err)
@@ -890,6 +940,9 @@ check_args(const acc_kernel *k, const acc_kernel_arg *args, int nargs,
                            "of kernel '%.200s' is not a pointer (it takes "
                            "%zu bytes by value)", i, i, k->name,
                            info->params[i].size);
+        }
+        if (kind_clash[a->kind][info->params[i].kind]) {
+            return kind_error(k, i, a, err);
         }
         if (!memory && info->params[i].kind == ACC_PARAM_POINTER
             && k->module->backend->pointer_params_take_memory != NULL) {

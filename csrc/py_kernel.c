@@ -893,6 +893,67 @@ pack_number(PyObject *obj, const acc_kernel_info *info, int i,
     return 0;
 }
 
+/* What a 0-dimensional buffer's one item holds, from its struct-module
+ * format (numpy: "f", ctypes: "<f", a ctypes pointer: "&<i"), for the
+ * core's check against the parameter's kind.  ACC_PARAM_UNKNOWN where the
+ * format does not say (a struct, text) or names an item of another size
+ * than the buffer's (a ctypes Union says "B"). */
+static acc_param_kind
+scalar_kind(const Py_buffer *view)
+{
+    const char *f = view->format;
+    acc_param_kind kind;
+    size_t size;
+
+    if (f == NULL) {
+        return ACC_PARAM_UNKNOWN;
+    }
+    if (*f != '\0' && strchr("@=<>!", *f) != NULL) {
+        f++;
+    }
+    if (f[0] == '&') {
+        return view->itemsize == (Py_ssize_t)sizeof(void *)
+                   ? ACC_PARAM_POINTER : ACC_PARAM_UNKNOWN;
+    }
+    if (f[0] == 'Z' && f[1] != '\0' && strchr("efdg", f[1]) != NULL
+        && f[2] == '\0') {
+        return ACC_PARAM_COMPLEX;   /* numpy's complex64 is "Zf" */
+    }
+    if (f[0] == '\0' || f[1] != '\0') {
+        return ACC_PARAM_UNKNOWN;
+    }
+    switch (f[0]) {
+    case 'b': kind = ACC_PARAM_INT; size = 1; break;
+    case 'h': kind = ACC_PARAM_INT; size = 2; break;
+    case 'i': kind = ACC_PARAM_INT; size = 4; break;
+    case 'l': kind = ACC_PARAM_INT; size = sizeof(long); break;
+    case 'q': kind = ACC_PARAM_INT; size = 8; break;
+    case 'n': kind = ACC_PARAM_INT; size = sizeof(Py_ssize_t); break;
+    case 'B': case 'c': case '?':
+        kind = ACC_PARAM_UINT; size = 1; break;
+    case 'H': kind = ACC_PARAM_UINT; size = 2; break;
+    case 'I': kind = ACC_PARAM_UINT; size = 4; break;
+    case 'L': kind = ACC_PARAM_UINT; size = sizeof(long); break;
+    case 'Q': kind = ACC_PARAM_UINT; size = 8; break;
+    case 'N': kind = ACC_PARAM_UINT; size = sizeof(size_t); break;
+    case 'e': kind = ACC_PARAM_FLOAT; size = 2; break;
+    case 'f': kind = ACC_PARAM_FLOAT; size = 4; break;
+    case 'd': kind = ACC_PARAM_FLOAT; size = 8; break;
+    case 'g': kind = ACC_PARAM_FLOAT; size = sizeof(long double); break;
+    case 'P': case 'z':
+        kind = ACC_PARAM_POINTER; size = sizeof(void *); break;
+    default:
+        return ACC_PARAM_UNKNOWN;
+    }
+    /* "<l" is 4 bytes in the struct module's standard sizes, 8 natively:
+     * the buffer's own item size decides. */
+    if (f[0] == 'l' || f[0] == 'L') {
+        return view->itemsize == 4 || view->itemsize == 8
+                   ? kind : ACC_PARAM_UNKNOWN;
+    }
+    return (size_t)view->itemsize == size ? kind : ACC_PARAM_UNKNOWN;
+}
+
 /* One argument into a (bytes or an address) and, for memory, the object
  * whose books get the launch's use.  -1 with an error. */
 static int
@@ -903,6 +964,7 @@ parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
 
     a->device = -1;
     a->flags = 0;
+    a->kind = ACC_PARAM_UNKNOWN;
     if (acc_buffer_check(st, obj)) {
         BufferObject *b = (BufferObject *)obj;
 
@@ -962,6 +1024,7 @@ parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
         return -1;
     }
     a->size = (size_t)view.len;
+    a->kind = scalar_kind(&view);
     if (a->size <= sizeof(store->inline_bytes)) {
         memcpy(store->inline_bytes, view.buf, a->size);
         a->value = store->inline_bytes;
@@ -1126,10 +1189,11 @@ PyDoc_STRVAR(launch_doc,
 "(work-items), each an int or a tuple of 1 to 3 ints.  A Buffer or\n"
 "HostBuffer (or a view) passes its address (an empty one: 0, its ptr),\n"
 "and the launch is recorded as a use of its memory; numpy and ctypes\n"
-"scalars pass their bytes by value; a bare int or float only where\n"
-"the driver tells the parameter's type.  shared_mem bytes of dynamic\n"
-"shared (local) memory go to each block.  Captured into a Graph like\n"
-"any work.");
+"scalars pass their bytes by value (a float for an integer or pointer\n"
+"parameter, or an integer for a float one, is refused where the driver\n"
+"tells kinds); a bare int or float only where the driver tells the\n"
+"parameter's type.  shared_mem bytes of dynamic shared (local) memory\n"
+"go to each block.  Captured into a Graph like any work.");
 
 PyMethodDef acc_kernel_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch,

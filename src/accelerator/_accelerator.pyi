@@ -304,8 +304,10 @@ _Dims: TypeAlias = (
     | tuple[SupportsIndex, SupportsIndex, SupportsIndex]
     | list[SupportsIndex]
 )
-# A kernel argument: memory by address; numpy or ctypes scalars by value;
-# a bare int or float only where the driver tells the parameter's size.
+# A kernel argument: memory by address; numpy or ctypes scalars by value
+# (checked against the parameter's size and kind where the driver tells
+# them); a bare int or float only where the driver tells the parameter's
+# size.
 _KernelArg: TypeAlias = Buffer | HostBuffer | int | float | _HostData
 
 @final

@@ -185,6 +185,40 @@ def test_an_address_by_value_for_a_pointer_parameter(
     assert (download(data, np.uint32, n) == 2).all()
 
 
+def test_a_scalar_of_the_wrong_kind_is_refused(
+        module: acc.Module, facts: type[fake_drivers.DriverDouble]) -> None:
+    """A sized scalar of the parameter's size but not its kind (a float's
+    bits read as an integer or an address, an integer's as a float) is
+    refused before anything is queued, where the driver tells kinds."""
+    if not facts.kernel_param_kinds:
+        pytest.skip("the driver tells parameter sizes only, not kinds")
+    n = 64
+    data = upload(np.zeros(n, np.uint32))
+    add_one = module.get_kernel("add_one")   # (uint *data, uint n)
+    saxpy = module.get_kernel("saxpy")       # (float *y, *x, float a, uint n)
+    for value in (np.float32(n), ctypes.c_float(n)):
+        with pytest.raises(ValueError, match=r"argument 1 is a 4-byte "
+                           r"floating-point number, but parameter 1 of "
+                           r"kernel 'add_one' is a 4-byte unsigned integer"):
+            acc.launch(add_one, 1, 64, data, value)
+    for value in (np.float64(data.ptr), ctypes.c_double(data.ptr),
+                  np.complex64(1)):
+        with pytest.raises(ValueError, match=r"argument 0 is .*8.*, but "
+                           r"parameter 0 of kernel 'add_one' is a pointer"):
+            acc.launch(add_one, 1, 64, value, np.uint32(n))
+    for value in (np.int32(2), np.uint32(2), ctypes.c_int(2)):
+        with pytest.raises(ValueError, match=r"argument 2 is a 4-byte "
+                           r"(unsigned |signed )?integer, but parameter 2 of "
+                           r"kernel 'saxpy' is a 4-byte floating-point "
+                           r"number"):
+            acc.launch(saxpy, 1, 64, data, data, value, np.uint32(n))
+    acc.synchronize(0)
+    assert not download(data, np.uint32, n).any()
+    # Signedness is bit-compatible: an int32 passes for a uint parameter.
+    acc.launch(add_one, 1, 64, data, np.int32(n))
+    assert (download(data, np.uint32, n) == 1).all()
+
+
 # Streams, events, graphs ---------------------------------------------------
 
 
