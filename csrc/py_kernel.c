@@ -898,6 +898,18 @@ pack_number(PyObject *obj, const acc_kernel_info *info, int i,
  * core's check against the parameter's kind.  ACC_PARAM_UNKNOWN where the
  * format does not say (a struct, text) or names an item of another size
  * than the buffer's (a ctypes Union says "B"). */
+/* Whether a buffer format's byte-order prefix names the order that is
+ * not the host's ('!' is network order, big-endian). */
+static int
+other_byte_order(char prefix)
+{
+#if PY_BIG_ENDIAN
+    return prefix == '<';
+#else
+    return prefix == '>' || prefix == '!';
+#endif
+}
+
 static acc_param_kind
 scalar_kind(const Py_buffer *view)
 {
@@ -1020,6 +1032,17 @@ parse_arg(acc_state *st, PyObject *obj, const acc_kernel_info *info, int i,
                      "numpy.float32(...) or ctypes.c_int(...)", i,
                      acc_type_name(obj), view.ndim,
                      view.ndim == 1 ? "" : "s");
+        PyBuffer_Release(&view);
+        return -1;
+    }
+    if (view.itemsize > 1 && view.format != NULL
+        && other_byte_order(view.format[0])) {
+        PyErr_Format(PyExc_ValueError, "launch(): argument %d is in the "
+                     "other byte order (format '%.20s'): a kernel reads "
+                     "its bytes unswapped; pass the value in the host's "
+                     "order, e.g. numpy.uint32(value) or "
+                     "value.astype(value.dtype.newbyteorder('='))", i,
+                     view.format);
         PyBuffer_Release(&view);
         return -1;
     }

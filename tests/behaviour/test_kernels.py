@@ -219,6 +219,26 @@ def test_a_scalar_of_the_wrong_kind_is_refused(
     assert (download(data, np.uint32, n) == 1).all()
 
 
+def test_a_scalar_of_the_other_byte_order_is_refused(
+        module: acc.Module) -> None:
+    """A scalar in the other byte order (numpy's '>u4' on a little-endian
+    host) would reach the kernel with its bytes unswapped, a silent wrong
+    value: it is refused before anything is queued, on every backend."""
+    n = 64
+    data = upload(np.zeros(n, np.uint32))
+    add_one = module.get_kernel("add_one")   # (uint *data, uint n)
+    other = ">" if sys.byteorder == "little" else "<"
+    swapped = np.array(n, other + "u4")      # 0-d: its bytes as they are
+    with pytest.raises(ValueError, match=r"argument 1 is in the other "
+                       r"byte order .*numpy\.uint32"):
+        acc.launch(add_one, 1, 64, data, swapped)
+    acc.synchronize(0)
+    assert not download(data, np.uint32, n).any()
+    # One byte has no order; the native order passes.
+    acc.launch(add_one, 1, 64, data, np.array(n, "=u4"))
+    assert (download(data, np.uint32, n) == 1).all()
+
+
 # Streams, events, graphs ---------------------------------------------------
 
 
