@@ -796,6 +796,10 @@ module_clear(PyObject *module)
 static void
 module_free(void *module)
 {
+    /* Every Buffer of the instance is gone (each holds its type, which
+     * holds the module); releases of its foreign wrappers may still
+     * wait, and could not run once its interpreter has ended. */
+    acc_foreign_settle(acc_module_state((PyObject *)module));
     module_clear((PyObject *)module);
 }
 

@@ -485,6 +485,16 @@ acc_status acc_check_foreign_range(int device, uintptr_t ptr, size_t nbytes,
 typedef void (*acc_release_fn)(int device, uintptr_t ptr);
 void acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
                        acc_uses *uses);
+/* Settle now the waiting releases made with `release` that `claim`
+ * takes (called with each entry's ptr and ctx, under the list's lock;
+ * it must only look and record): they leave the list, their work is
+ * waited for, and their release is NOT called: the caller, which
+ * recorded them, ends them itself (for an owner about to go, such as
+ * an interpreter ending, whose releases could not run later).  Blocks:
+ * call without the GIL. */
+typedef int (*acc_deferred_claim)(uintptr_t ptr, void *ctx);
+void acc_deferred_settle(acc_release_fn release, acc_deferred_claim claim,
+                         void *ctx);
 
 /* torch's allocator statistics: one Stat per kind and pool. */
 typedef struct acc_stat {

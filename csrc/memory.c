@@ -422,6 +422,42 @@ acc_defer_release(int device, uintptr_t ptr, acc_release_fn release,
     }
 }
 
+void
+acc_deferred_settle(acc_release_fn release, acc_deferred_claim claim,
+                    void *ctx)
+{
+    deferred *mine = NULL, **p, *d;
+    acc_error err;
+
+    if (acc_check_usable(&err) == ACC_ERR_FORKED) {
+        return;
+    }
+    pthread_mutex_lock(&pending.lock);
+    p = &pending.head;
+    while ((d = *p) != NULL) {
+        if (d->release == release && claim(d->ptr, ctx)) {
+            *p = d->next;
+            d->next = mine;
+            mine = d;
+            atomic_fetch_sub(&pending.count, 1);
+        }
+        else {
+            p = &d->next;
+        }
+    }
+    pthread_mutex_unlock(&pending.lock);
+    while (mine != NULL) {
+        d = mine;
+        mine = d->next;
+        (void)deferred_ready(d, 1);
+        for (int i = 0; i < d->nevents; i++) {
+            acc_event_release(&d->events[i]);
+        }
+        free(d->events);
+        free(d);
+    }
+}
+
 int
 acc_deferred_count(void)
 {

@@ -44,6 +44,8 @@ acc_buffer_root(BufferObject *self)
 typedef struct foreign_hold {
     PyObject *keep;
     PyInterpreterState *interp;
+    acc_state *owner;            /* the module instance that made it */
+    struct foreign_hold *next;   /* acc_foreign_settle's list */
 } foreign_hold;
 
 /* Drop the hold; GIL held, under a thread state of its interpreter.
@@ -93,6 +95,45 @@ foreign_release(int device, uintptr_t ptr)
     free(h);
 }
 
+typedef struct settle_ctx {
+    acc_state *owner;
+    foreign_hold *holds;
+} settle_ctx;
+
+static int
+claim_hold(uintptr_t ptr, void *ctx)
+{
+    foreign_hold *h = (foreign_hold *)ptr;
+    settle_ctx *c = ctx;
+
+    if (h->owner != c->owner) {
+        return 0;
+    }
+    h->next = c->holds;
+    c->holds = h;
+    return 1;
+}
+
+/* The module instance st is going (its interpreter may be ending, after
+ * which no thread state of it can be had): wait for the work of its
+ * foreign wrappers' releases still waiting and drop their holds now,
+ * under this interpreter's thread state; GIL held. */
+void
+acc_foreign_settle(acc_state *st)
+{
+    settle_ctx ctx = {.owner = st, .holds = NULL};
+    foreign_hold *h;
+
+    Py_BEGIN_ALLOW_THREADS
+    acc_deferred_settle(foreign_release, claim_hold, &ctx);
+    Py_END_ALLOW_THREADS
+    while ((h = ctx.holds) != NULL) {
+        ctx.holds = h->next;
+        foreign_drop(h->keep);
+        free(h);
+    }
+}
+
 /* Give the root's memory back once no call is using it; GIL held.  Owned
  * memory goes to the allocator (which waits for the recorded uses);
  * a foreign wrapper lets the producer's tensor go once its own recorded
@@ -117,6 +158,8 @@ acc_buffer_release(BufferObject *root)
             /* The reference moves to the deferred release. */
             hold->keep = keep;
             hold->interp = PyInterpreterState_Get();
+            hold->owner = acc_state_from_type(Py_TYPE((PyObject *)root));
+            hold->next = NULL;
             Py_BEGIN_ALLOW_THREADS
             acc_defer_release(root->device, (uintptr_t)hold,
                               foreign_release, uses);

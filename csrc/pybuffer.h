@@ -82,6 +82,9 @@ acc_status acc_buffer_record(BufferObject *root, acc_stream *s,
                              acc_error *err);
 /* Give the root's memory back once no call is using it; GIL held. */
 void acc_buffer_release(BufferObject *root);
+/* The instance st is going: its foreign wrappers' waiting releases are
+ * waited for and run now (module_free); GIL held. */
+void acc_foreign_settle(acc_state *st);
 
 /* DLPack methods of Buffer and HostBuffer (py_dlpack.c). */
 PyObject *acc_buffer_dlpack(PyObject *self, PyObject *const *args,

@@ -258,6 +258,65 @@ def test_a_foreign_release_runs_in_its_subinterpreter(
     assert out.strip() == "ok"
 
 
+SUBINTERPRETER_ENDS_BEFORE_RELEASE = """
+import sys
+sys.path.insert(0, @TESTS@)
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+import accelerator as a
+import fake_drivers
+driver = fake_drivers.DOUBLES[@BACKEND@]()
+side = a.Stream()
+for _ in range(2):
+    gate = driver.gate(side)
+    interp = interpreters.create()
+    interpreters.run_string(interp, @SUB@.replace("HANDLE", str(side.handle)))
+    gate.open_soon(0.3)
+    interpreters.destroy(interp)     # its wrapper's release still waits
+    gate.open()
+    side.synchronize()
+    module = a.Module(open(@CODE@, "rb").read())
+    del module                       # runs the ready releases
+    a.Buffer(64).close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_subinterpreter_ends_before_its_foreign_release(
+        backend: str, tmp_path) -> None:
+    """A subinterpreter destroyed while its from_dlpack() wrapper's
+    release still waited for the wrapper's work (queued on a stream the
+    main interpreter holds closed): the release, run later by the main
+    interpreter, made a thread state of the freed interpreter (heap
+    corruption, an abort)."""
+    path = tmp_path / "code.bin"
+    path.write_bytes(kernel_code.for_format(
+        fake_drivers.DOUBLES[backend].kernel_format))
+    # The foreign wrapper of SUBINTERPRETER_FOREIGN_RELEASE, its work
+    # queued on the main interpreter's stream, closed, left waiting.
+    sub = SUBINTERPRETER_FOREIGN_RELEASE.split("code = r\'\'\'")[1]
+    sub = sub.split("side = a.Stream()")[0]
+    sub += ("side = a.Stream.from_handle(HANDLE, 0)\n"
+            "wrapped.fill(1, stream=side)\n"
+            "wrapped.close()\n"
+            "under.close()\n")
+    sub = (sub.replace("@TESTS@", repr(str(REPO / "tests")))
+           .replace("@BACKEND@", repr(backend)))
+    code = (SUBINTERPRETER_ENDS_BEFORE_RELEASE
+            .replace("@SUB@", repr(sub))
+            .replace("@TESTS@", repr(str(REPO / "tests")))
+            .replace("@BACKEND@", repr(backend))
+            .replace("@CODE@", repr(str(path))))
+    try:
+        out = run(backend, code, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("ending a subinterpreter with a release waiting hung")
+    assert out.strip() == "ok"
+
+
 def test_stream_and_event_types_are_immutable() -> None:
     import accelerator as acc
     for cls in (acc.Stream, acc.Event, acc.device, acc.Graph, acc.Buffer,
