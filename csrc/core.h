@@ -84,6 +84,19 @@ void acc_hooks_event_recorded(const acc_event *e, const acc_stream *s);
 void acc_hooks_stream_waited(const acc_stream *s, const acc_event *e);
 void acc_hooks_event_released(const acc_event *e);
 
+/* How many registrations want the event hooks now (graph.c: one per
+ * capture in progress).  The dispatcher calls the three event hooks only
+ * while it is not 0, so that recording or waiting for an event outside
+ * any capture costs one load instead of a walk of the hooks. */
+extern int acc_hooks_event_watchers;
+void acc_hooks_watch_events(int delta);
+
+static inline int
+acc_hooks_events_watched(void)
+{
+    return __atomic_load_n(&acc_hooks_event_watchers, __ATOMIC_ACQUIRE) != 0;
+}
+
 /* ACCELERATOR_VISIBLE_DEVICES (visible.c) ------------------------------- */
 
 typedef struct acc_visible {

@@ -144,7 +144,7 @@ acc_event_record(acc_event *e, acc_stream *s, acc_error *err)
         }
         st = s->backend->event_record(e, s, err);
     }
-    if (st == ACC_OK) {
+    if (st == ACC_OK && acc_hooks_events_watched()) {
         acc_hooks_event_recorded(e, s);
     }
     return st;
@@ -235,7 +235,9 @@ acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
 void
 acc_event_release(acc_event *e)
 {
-    acc_hooks_event_released(e);
+    if (acc_hooks_events_watched()) {
+        acc_hooks_event_released(e);
+    }
     if (acc_event_made(e) && !acc_forked()) {
         acc_cache_put_event(e);
     }

@@ -223,6 +223,7 @@ register_capture(const acc_graph *g, acc_stream *s, int mode,
         captures.items[captures.n].mode = mode;
         captures.items[captures.n].thread = pthread_self();
         __atomic_store_n(&captures.n, captures.n + 1, __ATOMIC_RELEASE);
+        acc_hooks_watch_events(1);
     }
     pthread_mutex_unlock(&captures.lock);
     return st;
@@ -238,6 +239,7 @@ unregister_capture(const acc_graph *g)
         if (captures.items[i].owner == g) {
             captures.items[i] = captures.items[captures.n - 1];
             __atomic_store_n(&captures.n, captures.n - 1, __ATOMIC_RELEASE);
+            acc_hooks_watch_events(-1);
             break;
         }
     }

@@ -64,6 +64,14 @@ acc_hooks_after_fork_child(void)
     }
 }
 
+int acc_hooks_event_watchers;
+
+void
+acc_hooks_watch_events(int delta)
+{
+    __atomic_add_fetch(&acc_hooks_event_watchers, delta, __ATOMIC_ACQ_REL);
+}
+
 void
 acc_hooks_event_recorded(const acc_event *e, const acc_stream *s)
 {

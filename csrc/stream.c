@@ -349,7 +349,7 @@ acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
         return ACC_OK;
     }
     st = s->backend->stream_wait_event(s, e, err);
-    if (st == ACC_OK) {
+    if (st == ACC_OK && acc_hooks_events_watched()) {
         acc_hooks_stream_waited(s, e);
     }
     return st;
