@@ -220,21 +220,28 @@ def _cached(name: str, text: str, build: list[str], suffix: str) -> bytes:
     return out.read_bytes()
 
 
+def _native_build() -> list[str]:
+    """The command that builds a native module: native_kernel.h from the
+    package that is imported (accelerator.get_include(), as a user's
+    build finds it: the installed wheel's in the wheel stage), then the
+    doubles' folder."""
+    import accelerator
+
+    include = Path(accelerator.get_include()) / "accelerator"
+    return [os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O1",
+            f"-I{include}", "-I{drivers}", "-o", "{out}", "{src}"]
+
+
 def native(source: str = NATIVE_C) -> bytes:
     """A native module of the doubles: a host shared object (ELF)."""
-    cc = os.environ.get("CC", "cc")
-    return _cached("c", source, [cc, "-shared", "-fPIC", "-O1",
-                                 "-I{drivers}", "-o", "{out}", "{src}"],
-                   ".so")
+    return _cached("c", source, _native_build(), ".so")
 
 
 def native_path(source: str = NATIVE_C) -> Path:
     """Where native(source) is, for Module.from_file()."""
     native(source)
     key = hashlib.sha256(
-        ("c" + source + " ".join([os.environ.get("CC", "cc"), "-shared",
-                                  "-fPIC", "-O1", "-I{drivers}", "-o",
-                                  "{out}", "{src}"])).encode()).hexdigest()
+        ("c" + source + " ".join(_native_build())).encode()).hexdigest()
     return _CACHE / f"{key[:16]}.so"
 
 
