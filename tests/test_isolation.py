@@ -208,8 +208,18 @@ new_capsule = ctypes.pythonapi.PyCapsule_New
 new_capsule.restype = ctypes.py_object
 new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 under = a.Buffer(64)
-shape = (ctypes.c_int64 * 1)(64)
-tensor = DLManagedTensor()
+# The tensor and its shape in malloc'd memory, valid until the deleter
+# (none here) is called, as DLPack asks of a producer: ctypes objects of
+# this interpreter would be freed at its end, before a release that
+# still waits.  The few bytes leak on purpose.
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+shape = (ctypes.c_int64 * 1).from_address(libc.malloc(8))
+shape[0] = 64
+tensor = DLManagedTensor.from_address(
+    libc.malloc(ctypes.sizeof(DLManagedTensor)))
+ctypes.memset(ctypes.addressof(tensor), 0, ctypes.sizeof(tensor))
 tensor.dl_tensor.data = under.ptr
 tensor.dl_tensor.device = DLDevice(facts.dlpack_device_type, 0)
 tensor.dl_tensor.ndim = 1
