@@ -107,15 +107,18 @@ def test_cancelled_await_leaves_nothing_behind(driver) -> None:
     stream = acc.Stream()
 
     async def cancel_round() -> None:
-        driver.enqueue_sleep(stream, 50)
-        tasks = [asyncio.create_task(stream.synchronize_async())
-                 for _ in range(5)]
-        await asyncio.sleep(0.005)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        # A gate, not a timed sleep: the work must still be pending when
+        # the tasks are cancelled, however long the host was descheduled.
+        with driver.gate(stream) as gate:
+            tasks = [asyncio.create_task(stream.synchronize_async())
+                     for _ in range(5)]
+            await asyncio.sleep(0.005)
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            gate.open()
         # The waiter takes items in order: once this await completes it
         # has passed (and dropped) the cancelled ones.
         await stream
