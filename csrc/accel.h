@@ -427,6 +427,13 @@ acc_status acc_free_try(acc_block *b);
  * queued on the other device's current stream, and later work there waits
  * for it (torch's copy_). */
 acc_status acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err);
+/* A copy between a Buffer of `buffer` bytes and its other side (`side`:
+ * "other Buffer", "HostBuffer", "source", "destination") of `other`
+ * bytes moves exactly the Buffer's size: ACC_ERR_INVALID_ARGUMENT, worded
+ * for the operation `what`, when the sizes differ. */
+acc_status acc_copy_check_sizes(const char *what, size_t buffer,
+                                size_t other, const char *side,
+                                acc_error *err);
 /* acc_memset: dst is memory of `device`, which s must be on. */
 acc_status acc_memset(acc_stream *s, int device, uintptr_t dst,
                       long long value, size_t nbytes, acc_error *err);

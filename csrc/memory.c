@@ -71,6 +71,19 @@ copy_side(char *text, size_t size, int device)
 }
 
 acc_status
+acc_copy_check_sizes(const char *what, size_t buffer, size_t other,
+                     const char *side, acc_error *err)
+{
+    if (buffer != other) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "%s: size mismatch: "
+                      "the Buffer has %zu bytes, the %s has %zu (expected "
+                      "exactly %zu)", what, buffer, side, other, buffer);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    return ACC_OK;
+}
+
+acc_status
 acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err)
 {
     const acc_backend *b = memory_backend(err);

@@ -270,13 +270,15 @@ buffer_note_stream(acc_state *st, BufferObject *root, acc_stream *s)
 }
 
 
+/* The core words the size check (acc_copy_check_sizes). */
 static int
-check_size(size_t have, size_t other, const char *what, const char *side)
+check_size(acc_state *st, size_t have, size_t other, const char *what,
+           const char *side)
 {
-    if (have != other) {
-        PyErr_Format(PyExc_ValueError, "%s: size mismatch: the Buffer has "
-                     "%zu bytes, the %s has %zu (expected exactly %zu)",
-                     what, have, side, other, have);
+    acc_error err;
+
+    if (acc_copy_check_sizes(what, have, other, side, &err) != ACC_OK) {
+        acc_raise(st, &err);
         return -1;
     }
     return 0;
@@ -334,7 +336,7 @@ copy_buffers(acc_state *st, BufferObject *self, BufferObject *other,
     };
 
     if (acc_buffer_check_open(other, what) < 0
-        || check_size(self->nbytes, other->nbytes, what, "other Buffer") < 0
+        || check_size(st, self->nbytes, other->nbytes, what, "other Buffer") < 0
         || run_copy(st, s, &c, acc_buffer_root(self), acc_buffer_root(other),
                     NULL) < 0) {
         return -1;
@@ -357,7 +359,7 @@ copy_host_buffer(acc_state *st, BufferObject *self, HostBufferObject *host,
     int rc;
 
     if (acc_host_check_open(host, what) < 0
-        || check_size(self->nbytes, (size_t)host->nbytes, what,
+        || check_size(st, self->nbytes, (size_t)host->nbytes, what,
                       "HostBuffer") < 0) {
         return -1;
     }
@@ -408,7 +410,7 @@ copy_object(acc_state *st, BufferObject *self, PyObject *obj, int to_self,
                      "expected contiguous memory", what, acc_type_name(obj));
         return -1;
     }
-    if (check_size(self->nbytes, (size_t)view.len, what,
+    if (check_size(st, self->nbytes, (size_t)view.len, what,
                    to_self ? "source" : "destination") < 0) {
         PyBuffer_Release(&view);
         return -1;

@@ -182,3 +182,13 @@ def test_no_loop_among_the_core_objects() -> None:
     assert "registry.o" in graph["stream.o"]
     loop = find_loop(graph)
     assert loop is None, "a loop in the core: " + " -> ".join(loop or [])
+
+
+def test_copy_size_mismatches_are_worded_by_the_core() -> None:
+    """A copy's size check is a meaning error: the core words it once
+    (acc_copy_check_sizes), the Python layer only raises it."""
+    python = [p.name for p in sorted(CSRC.glob("*.c"))
+              if in_python_layer(p.name)
+              and "size mismatch" in p.read_text()]
+    assert python == [], f"the Python layer words it in {python}"
+    assert "size mismatch" in (CSRC / "memory.c").read_text()
