@@ -209,8 +209,13 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
     # The CUDA double's suite in two halves, so the two lanes end closer
     # together: the behaviour suite, and the tests of configurations,
     # processes, headers and tools around it.
+    # Budgets of the suites below from the fresh-clone runs of issue 29
+    # (quiet 2-core machine, two lanes): cuda 234-277 s, cuda-around
+    # 298-338, xpu 242-278, opencl 245-266, hip 221-247, plain 228-258;
+    # the round's tests (DLPack ranges, kernel checks, subinterpreters,
+    # captures) took them past the budgets set from the last round.
     inst("cuda", "the behaviour suite on the CUDA double", behaviour,
-         budget=330)
+         budget=450)
     # The benchmarks' checks run in the plain stage, where their peers can
     # load.  So do the pytest plugin's and its xdist support's tests (over
     # 40% of this stage: an inner pytest in a fresh process each) and the
@@ -225,9 +230,9 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
                       "--ignore=tests/test_pytest_plugin.py",
                       "--ignore=tests/test_pytest_xdist.py",
                       "--deselect=tests/test_docs.py::"
-                      "test_kernels_page_examples_type_check"], budget=300)
+                      "test_kernels_page_examples_type_check"], budget=480)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
-         "mode)", behaviour, xpu, budget=330)
+         "mode)", behaviour, xpu, budget=450)
     # The loader's modes change what lies between the backend and the
     # driver, so each runs what that can change, not the suite again:
     #  - intercept: the loader wraps every handle the driver returns in an
@@ -283,9 +288,9 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
          ["tests/behaviour/test_fuzz.py"],
          {**intercept, "FAKE_ZE_DRIVERS": "2"}, budget=90)
     inst("opencl", "the behaviour suite on OpenCL (PoCL, two CPU devices)",
-         behaviour, opencl, budget=270)
+         behaviour, opencl, budget=420)
     inst("hip", "the behaviour suite on the HIP runtime double", behaviour,
-         hip, budget=300)
+         hip, budget=420)
     inst("hip-direct", "the memory tests without caching on HIP", memory,
          {**hip, **direct}, budget=90)
     inst("cuda-direct", "the memory tests without caching on CUDA",
@@ -308,7 +313,7 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
             # The benchmarks' own checks: pyopencl and cuda.core cannot
             # run under the instrumented build's preloaded ASan runtime.
             "tests/test_bench_check.py", *timing],
-            330, needs=["build"],
+            450, needs=["build"],
             doc="the uninstrumented build in place on the CUDA double: "
                 "timing, instruction counts, first commands, the plugin"),
         Stage("plain-xpu", timing, 90, env=xpu, needs=["build"],
