@@ -254,17 +254,25 @@ def test_a_foreign_release_runs_in_its_subinterpreter(
     subinterpreter ran it, took the GIL with PyGILState_Ensure (the main
     interpreter's thread state), which waited for ever for the GIL the
     thread held under the subinterpreter's."""
+    run_with_module(backend, tmp_path, SUBINTERPRETER_FOREIGN_RELEASE,
+                    "a foreign release run in a subinterpreter hung")
+
+
+def run_with_module(backend: str, tmp_path, script: str,
+                    hung: str) -> None:
+    """Run script in a child on backend, its @TESTS@, @BACKEND@ and
+    @CODE@ (a module of the backend's format, written to tmp_path)
+    filled in; it must print ok within a minute, else fail with hung."""
     path = tmp_path / "code.bin"
     path.write_bytes(kernel_code.for_format(
         fake_drivers.DOUBLES[backend].kernel_format))
-    code = (SUBINTERPRETER_FOREIGN_RELEASE
-            .replace("@TESTS@", repr(str(REPO / "tests")))
+    code = (script.replace("@TESTS@", repr(str(REPO / "tests")))
             .replace("@BACKEND@", repr(backend))
             .replace("@CODE@", repr(str(path))))
     try:
         out = run(backend, code, timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail("a foreign release run in a subinterpreter hung")
+        pytest.fail(hung)
     assert out.strip() == "ok"
 
 
@@ -302,9 +310,6 @@ def test_a_subinterpreter_ends_before_its_foreign_release(
     main interpreter holds closed): the release, run later by the main
     interpreter, made a thread state of the freed interpreter (heap
     corruption, an abort)."""
-    path = tmp_path / "code.bin"
-    path.write_bytes(kernel_code.for_format(
-        fake_drivers.DOUBLES[backend].kernel_format))
     # The foreign wrapper of SUBINTERPRETER_FOREIGN_RELEASE, its work
     # queued on the main interpreter's stream, closed, left waiting.
     sub = SUBINTERPRETER_FOREIGN_RELEASE.split("code = r\'\'\'")[1]
@@ -315,16 +320,10 @@ def test_a_subinterpreter_ends_before_its_foreign_release(
             "under.close()\n")
     sub = (sub.replace("@TESTS@", repr(str(REPO / "tests")))
            .replace("@BACKEND@", repr(backend)))
-    code = (SUBINTERPRETER_ENDS_BEFORE_RELEASE
-            .replace("@SUB@", repr(sub))
-            .replace("@TESTS@", repr(str(REPO / "tests")))
-            .replace("@BACKEND@", repr(backend))
-            .replace("@CODE@", repr(str(path))))
-    try:
-        out = run(backend, code, timeout=60)
-    except subprocess.TimeoutExpired:
-        pytest.fail("ending a subinterpreter with a release waiting hung")
-    assert out.strip() == "ok"
+    run_with_module(backend, tmp_path,
+                    SUBINTERPRETER_ENDS_BEFORE_RELEASE.replace(
+                        "@SUB@", repr(sub)),
+                    "ending a subinterpreter with a release waiting hung")
 
 
 def test_stream_and_event_types_are_immutable() -> None:
