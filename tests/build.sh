@@ -48,7 +48,7 @@ instrumented)
         ACCELERATOR_LDFLAGS="-fsanitize=address,undefined --coverage" \
         "$PYTHON" setup.py -q build_ext --inplace --force 2>&1 \
         | grep -v -e BetaConfiguration -e 'warnings.warn' || true
-    test -f src/accelerator/_accelerator*.so
+    test -f accelerator/_accelerator*.so
     ;;
 *)
     echo "usage: build.sh plain | instrumented DIR" >&2

@@ -20,9 +20,9 @@ import pathlib
 import re
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-#: what subprocesses put on PYTHONPATH to import the in-place build (src
-#: layout); harmless when the package is installed instead
-SRC = REPO / "src"
+#: what subprocesses put on PYTHONPATH to import the in-place build (the
+#: package is at the root); harmless when the package is installed instead
+SRC = REPO
 DRIVERS = REPO / "tests" / "drivers" / "build"
 CUDA_DOUBLE = DRIVERS / "libcuda.so.1"
 CUDA_DOUBLE_NOPROC = DRIVERS / "noproc" / "libcuda.so.1"

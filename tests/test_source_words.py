@@ -49,7 +49,7 @@ def test_no_text_lists_the_backends_as_two(path: str) -> None:
 def test_the_version_is_written_once() -> None:
     """pyproject.toml takes the version from accelerator.__version__, and
     setuptools reads it from there without importing the extension."""
-    if not (REPO / "src" / "accelerator").is_dir():
+    if not (REPO / "accelerator").is_dir():
         pytest.skip("no source package: tests/check_wheel.sh removes it to "
                     "test the installed wheel")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -57,7 +57,7 @@ def test_the_version_is_written_once() -> None:
     assert "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {
         "attr": "accelerator.__version__"}
-    written = [p for p in (REPO / "src" / "accelerator").glob("*.py")
+    written = [p for p in (REPO / "accelerator").glob("*.py")
                if re.search(r"^__version__ = ", p.read_text(), re.MULTILINE)]
     assert [p.name for p in written] == ["__init__.py"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", accelerator.__version__)
@@ -170,7 +170,7 @@ def test_a_backend_is_registered_by_one_line() -> None:
 
 def prose_files() -> list[pathlib.Path]:
     """The tracked C, Python, stub and documentation files."""
-    listed = subprocess.run(["git", "ls-files", "csrc", "src", "tests",
+    listed = subprocess.run(["git", "ls-files", "csrc", "accelerator", "tests",
                              "docs", "bench", "README.md", "setup.py"],
                             cwd=REPO, capture_output=True, text=True)
     if listed.returncode != 0:

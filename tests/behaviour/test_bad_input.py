@@ -647,7 +647,7 @@ def test_bad_input_without_an_accelerator() -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ACCELERATOR_", "FAKE_", "ZE_"))}
     env.update(ACCELERATOR_BACKEND="none",
-               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "src"))
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
     result = subprocess.run([sys.executable, "-c", NO_ACCELERATOR], env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -657,7 +657,7 @@ def test_bad_input_without_an_accelerator() -> None:
 def test_an_empty_backend_variable_means_unset() -> None:
     """ACCELERATOR_BACKEND='' probes as if unset (cuda, then xpu)."""
     env = dict(os.environ, ACCELERATOR_BACKEND="",
-               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "src"))
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
     code = ("import accelerator as a; "
             "print(a.is_available(), [b['reason'] for b in a.backends()"
             " if b['selected']])")

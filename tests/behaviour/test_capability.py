@@ -11,7 +11,7 @@ import pytest
 
 import accelerator as acc
 
-SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+SRC = pathlib.Path(__file__).resolve().parents[2]
 #: what every device holds and computes in, whatever its driver says
 EVERY_DEVICE = frozenset({"bool", "uint8", "int8", "int16", "int32",
                           "int64", "float32", "complex64"})
