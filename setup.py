@@ -20,6 +20,10 @@ if os.environ.get("ACCELERATOR_WERROR") == "1":
 # measured as fast as the full API (see bench/README.md).
 LIMITED_API = "0x030B0000"
 
+# The folders of csrc/ are the layers (docs/internals.rst), from the bottom:
+# a backend is one folder under csrc/backends/.
+LAYERS = ["base", "backends/*", "core", "python"]
+
 # The public headers (accelerator.get_include()): written once, here, and
 # copied into the package at build time (accelerator/include/, ignored by git).
 PUBLIC_INCLUDE = "csrc/include"
@@ -63,8 +67,8 @@ extension = Extension(
     "accelerator._accelerator",
     define_macros=[("Py_LIMITED_API", LIMITED_API)],
     py_limited_api=True,
-    # A backend is one file in csrc/backends/ or one folder under it.
-    sources=sorted(glob.glob("csrc/**/*.c", recursive=True)),
+    sources=[source for layer in LAYERS
+             for source in sorted(glob.glob(f"csrc/{layer}/*.c"))],
     depends=sorted(glob.glob("csrc/**/*.h", recursive=True)),
     include_dirs=[PUBLIC_INCLUDE],
     libraries=["dl", "pthread"],

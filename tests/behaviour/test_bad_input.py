@@ -536,7 +536,7 @@ CASES: list[tuple[str, Callable[[], Any], type, str, bool]] = [
     ("Event.record(Stream())", lambda: acc.Event.record(stream()), TE,
      r"descriptor 'record' for 'accelerator\.Event' objects doesn't apply",
      False),
-    # The one argument parser (csrc/py_args.c): every call words a wrong
+    # The one argument parser (csrc/python/py_args.c): every call words a wrong
     # count or keyword the same way, saying what the callable takes.
     ("Buffer(4, nbytes=4)", lambda: acc.Buffer(4, nbytes=4), TE,
      r"^Buffer\(\) got an unexpected keyword argument 'nbytes': nbytes was "

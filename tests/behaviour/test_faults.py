@@ -1,7 +1,7 @@
 """Fault injection at every driver call site.
 
 The driver functions a backend calls are read from the backend's own
-X-macro lists (its double class's symbol_lists: csrc/backends/cuda_api.h
+X-macro lists (its double class's symbol_lists: csrc/backends/cuda/cuda_api.h
 ACC_CUDA_FUNCTIONS, ...), so a new call site without an entry in the
 double class's fault_sites (tests/fake_drivers.py) fails
 test_every_driver_function_has_a_site.

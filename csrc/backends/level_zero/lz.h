@@ -78,8 +78,8 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 
-#include "../../backend.h"
-#include "../ze_api.h"
+#include <accelerator/backend.h>
+#include "ze_api.h"
 
 #include <pthread.h>
 #include <stddef.h>

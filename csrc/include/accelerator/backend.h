@@ -44,7 +44,7 @@
 #ifndef ACCEL_BACKEND_H
 #define ACCEL_BACKEND_H
 
-#include "accel.h"
+#include "../../core/accel.h"
 
 #ifdef __cplusplus
 extern "C" {

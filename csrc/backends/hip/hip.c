@@ -29,7 +29,7 @@
  * stream.
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#include <accelerator/backend.h>
 #include "hip_api.h"
 #include "hip_kfd.h"
 

@@ -17,7 +17,7 @@
 #ifndef ACCEL_CORE_H
 #define ACCEL_CORE_H
 
-#include "backend.h"
+#include <accelerator/backend.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,7 +18,7 @@
  * (pushed and popped when the thread's current context is another).
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#include <accelerator/backend.h>
 #include "cuda_api.h"
 #include "cuda_nvml.h"
 

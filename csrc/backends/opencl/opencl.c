@@ -40,7 +40,7 @@
  * memory (OpenCL cannot look up a pointer it did not hand us).
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#include <accelerator/backend.h>
 #include "opencl_api.h"
 
 #include <dlfcn.h>

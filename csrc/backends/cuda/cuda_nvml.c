@@ -19,7 +19,7 @@
  * are not resolved here: CUDA initialises instead.
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#include <accelerator/backend.h>
 #include "cuda_nvml.h"
 #include "nvml_api.h"
 

@@ -6,7 +6,7 @@
  *
  * Plain C, no Python objects.
  */
-#include "backend.h"
+#include <accelerator/backend.h>
 
 #include <stdio.h>
 

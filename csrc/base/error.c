@@ -7,7 +7,7 @@
  * The bottom of the core: it calls no other core file.  The probe tells
  * it whether to trace and, once a backend is selected, its name.
  */
-#include "core.h"
+#include "../core/core.h"
 
 #include <stdarg.h>
 #include <stdio.h>
