@@ -149,7 +149,7 @@ def test_the_main_command_works_from_the_root_of_a_fresh_clone(
     assert root_ext.parent == root_init.parent
     assert root_ext.read_bytes() == ext.read_bytes()
     assert root_init.read_bytes() == init.read_bytes()
-    for header in ("native_kernel.h",):
+    for header in ("backend.h", "types.h", "native_kernel.h"):
         assert ((pathlib.Path(root_include) / "accelerator" / header)
                 .read_bytes()
                 == (pathlib.Path(include) / "accelerator" / header)

@@ -155,19 +155,19 @@ def test_a_backend_takes_its_name_for_messages_from_its_descriptor(
 
 def test_a_backend_is_registered_by_one_line() -> None:
     """Outside csrc/backends/, a backend's descriptor is named once: its
-    line in backend.h's ACC_BACKENDS, which declares it and fills the
+    line in core.h's ACC_BACKENDS, which declares it and fills the
     dispatcher's registry (docs/backends.rst, "Adding a backend")."""
     registry = re.search(r"^#define ACC_BACKENDS\(X\)((?:.*\\\n)*.*)$",
-                         (CSRC / "include" / "accelerator" / "backend.h").read_text(),
+                         (CSRC / "core" / "core.h").read_text(),
                          re.MULTILINE)
-    assert registry, "backend.h has no ACC_BACKENDS list"
+    assert registry, "core.h has no ACC_BACKENDS list"
     listed = re.findall(r"\bX\((acc_\w+_backend)\)", registry.group(1))
     assert len(listed) == len(backend_names()) == len(set(listed))
     for path in sorted(CSRC.rglob("*.[ch]")):
         if "backends" in path.relative_to(CSRC).parts:
             continue
         text = path.read_text()
-        if path.name == "backend.h":
+        if path.name == "core.h":
             text = text.replace(registry.group(0), "")
         named = set(re.findall(r"\b(acc_\w+_backend)\b", text)) & set(listed)
         assert named == set(), f"{path.name} names {sorted(named)}"

@@ -1,13 +1,15 @@
 /*
- * error.c - the error record and tracing: how the core and the backends
- * word a failure (acc_error_set, acc_error_driver), format into fixed
- * buffers without cutting a character, and trace on stderr with
- * ACCELERATOR_DEBUG=1.
+ * error.c - the base's state: tracing on stderr with ACCELERATOR_DEBUG=1
+ * and the error record's wording (acc_error_set), which names the
+ * selected backend.  Formatting without cutting a character
+ * (acc_format, acc_utf8_whole) and the driver error's wording
+ * (acc_error_driver) are static inline in accelerator/types.h.
  *
- * The bottom of the core: it calls no other core file.  The probe tells
- * it whether to trace and, once a backend is selected, its name.
+ * The bottom layer: it calls nothing above it.  The probe tells it
+ * whether to trace and, once a backend is selected, its name; backends
+ * reach it through the host services (core/host.c), never by name.
  */
-#include "../core/core.h"
+#include "base.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,10 +33,15 @@ acc_error_select(const char *backend)
 
 /* Tracing ---------------------------------------------------------------- */
 
-int
-acc_debug_enabled(void)
+void
+acc_vtrace(const char *fmt, va_list ap)
 {
-    return E.debug;
+    if (!E.debug) {
+        return;
+    }
+    fputs("accelerator: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
 }
 
 void
@@ -42,70 +49,23 @@ acc_trace(const char *fmt, ...)
 {
     va_list ap;
 
-    if (!E.debug) {
-        return;
-    }
     va_start(ap, fmt);
-    fputs("accelerator: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    acc_vtrace(fmt, ap);
     va_end(ap);
 }
 
 /* Errors ----------------------------------------------------------------- */
 
-size_t
-acc_utf8_whole(const char *text, size_t length)
+void
+acc_verror_set(acc_error *err, acc_status status, const char *fmt,
+               va_list ap)
 {
-    size_t tail = 0;
-    unsigned char lead;
-    size_t need;
-
-    /* Back over the continuation bytes (10xxxxxx) to the last lead byte;
-     * it says how many bytes its character has. */
-    while (tail < 3 && tail < length
-           && ((unsigned char)text[length - 1 - tail] & 0xC0) == 0x80) {
-        tail++;
-    }
-    if (tail == length) {
-        return length;
-    }
-    lead = (unsigned char)text[length - 1 - tail];
-    need = lead >= 0xF8 ? 0 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3
-         : lead >= 0xC0 ? 2 : 0;
-    return need > tail + 1 ? length - 1 - tail : length;
-}
-
-static size_t
-format_v(char *buf, size_t size, const char *fmt, va_list ap)
-{
-    int n = vsnprintf(buf, size, fmt, ap);
-    size_t length;
-
-    if (n < 0) {
-        buf[0] = '\0';
-        return 0;
-    }
-    if ((size_t)n < size) {
-        return (size_t)n;
-    }
-    /* Cut: never leave half a character (a value from the environment or
-     * the driver may be any text). */
-    length = acc_utf8_whole(buf, size - 1);
-    buf[length] = '\0';
-    return length;
-}
-
-size_t
-acc_format(char *buf, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    size_t length;
-
-    va_start(ap, fmt);
-    length = format_v(buf, size, fmt, ap);
-    va_end(ap);
-    return length;
+    err->status = status;
+    err->backend = E.backend;
+    err->api = NULL;
+    err->code = 0;
+    err->code_name = NULL;
+    acc_vformat(err->message, sizeof(err->message), fmt, ap);
 }
 
 void
@@ -113,27 +73,9 @@ acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
 {
     va_list ap;
 
-    err->status = status;
-    err->backend = E.backend;
-    err->api = NULL;
-    err->code = 0;
-    err->code_name = NULL;
     va_start(ap, fmt);
-    format_v(err->message, sizeof(err->message), fmt, ap);
+    acc_verror_set(err, status, fmt, ap);
     va_end(ap);
-}
-
-void
-acc_error_driver(acc_error *err, const char *backend, const char *api,
-                 long long code, const char *code_name, acc_status status)
-{
-    err->status = status;
-    err->backend = backend;
-    err->api = api;
-    err->code = code;
-    err->code_name = code_name;
-    acc_format(err->message, sizeof(err->message), "%s() failed: %s (%lld)",
-               api, code_name ? code_name : "unknown error", code);
 }
 
 acc_status

@@ -9,7 +9,7 @@
  * and checks every line.  Every pointer of a "complete" descriptor is a
  * non-NULL byte pattern: the check only compares slots with NULL.
  */
-#include <accelerator/backend.h>
+#include "../../csrc/core/backend_check.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -19,6 +19,7 @@
  * are not resolved here: CUDA initialises instead.
  */
 #define _GNU_SOURCE
+#define ACC_BACKEND_HOST cuda_host
 #include <accelerator/backend.h>
 #include "cuda_nvml.h"
 #include "nvml_api.h"
