@@ -34,7 +34,7 @@ print(json.dumps([sorted(first["supported_dtypes"]), calls,
 
 
 def child(facts, **env: str) -> tuple[set[str], int, int, set[str]]:
-    code = CHILD.format(tests=str(SRC.parent / "tests"),
+    code = CHILD.format(tests=str(SRC / "tests"),
                         call=facts.capability_call)
     result = subprocess.run([sys.executable, "-c", code],
                             env={**os.environ, "PYTHONPATH": str(SRC), **env},
