@@ -43,7 +43,6 @@
 #define ACC_BACKEND_HOST opencl_host
 #include <accelerator/backend.h>
 #include "opencl_api.h"
-#include "../../core/accel.h"
 
 /* This backend's table (named in its messages). */
 extern const acc_backend acc_opencl_backend;
@@ -1774,13 +1773,6 @@ ocl_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
 }
 
 ACC_BACKEND_HOST_DEFINE(opencl_attach)
-
-int opencl_planted(void);
-int
-opencl_planted(void)
-{
-    return acc_device_count();
-}
 
 const acc_backend acc_opencl_backend = {
     ACC_BACKEND_ABI,
