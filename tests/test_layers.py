@@ -306,10 +306,20 @@ def built_objects() -> dict[pathlib.Path, str]:
     """The objects of the last in-place build, each with its folder."""
     if shutil.which("nm") is None:
         pytest.skip("nm (binutils) is not installed")
-    objects = sorted(REPO.glob("build/temp.*/csrc/**/*.o"))
-    if not objects:
+    found = sorted(REPO.glob("build/temp.*/csrc/**/*.o"))
+    if not found:
         pytest.skip("no in-place build (setup.py build_ext --inplace) "
                     "left its objects in build/")
+    # Only the objects of sources that exist: an older build of a file
+    # since moved or removed leaves its object behind.
+    sources = {path.relative_to(REPO).with_suffix(".o").as_posix()
+               for path in CSRC.rglob("*.c")}
+    objects = [o for o in found
+               if o.as_posix().split("/build/temp.", 1)[1].split("/", 1)[1]
+               in sources]
+    unbuilt = sources - {o.as_posix().split("/build/temp.", 1)[1]
+                         .split("/", 1)[1] for o in objects}
+    assert not unbuilt, f"sources without an object in build/: {unbuilt}"
     return {o: folder_of(o) for o in objects}
 
 
