@@ -40,11 +40,10 @@ from hypothesis.stateful import (  # noqa: E402
 )
 
 import accelerator as acc  # noqa: E402
-import fault_actions  # noqa: E402
 import test_bad_input  # noqa: E402
-from fake_drivers import FRESH, RAISE, SILENT  # noqa: E402
+import test_faults  # noqa: E402
 
-BACKEND = fault_actions.BACKEND
+BACKEND = test_faults.BACKEND
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 STEPS = int(os.environ.get("FUZZ_STEPS", "50"))
 MIN_STEPS = 2000
@@ -61,10 +60,10 @@ DOCUMENTED = (TypeError, ValueError, acc.DeviceIndexError,
 # Nor the releases that a driver refuses by keeping the object (sites with
 # `refused`): each fault there keeps one object by design, which
 # test_faults counts exactly, and the end of this run could not.
-REFUSED = {s.api for s in fault_actions.SITES if s.refused}
+REFUSED = {s.api for s in test_faults.SITES if s.refused}
 FAULT_APIS = sorted({
-    s.api for s in fault_actions.SITES
-    if s.how in (RAISE, SILENT, FRESH)
+    s.api for s in test_faults.SITES
+    if s.how in (test_faults.RAISE, test_faults.SILENT, test_faults.FRESH)
 } - {"cuCtxPopCurrent"} - REFUSED)
 #: the table's sites that raise (or swallow) in a running process
 #: (a free of memory that the driver refused is lost for good, so those
@@ -75,14 +74,13 @@ FAULT_APIS = sorted({
 #: whole run whenever the draw picked one)
 #: (nor, where devices 0 and 1 are on two drivers, the sites of a copy
 #: between them, which the backend refuses there: NotImplementedError)
-TWO_DRIVERS = getattr(fault_actions.make_double(), "drivers",
-                      lambda: 1)() >= 2
+TWO_DRIVERS = getattr(test_faults.make_double(), "drivers", lambda: 1)() >= 2
 BETWEEN_DEVICES = {"copy_from(Buffer of device 1)"}
-SITES = [s for s in fault_actions.SITES
-         if s.how in (RAISE, SILENT)
+SITES = [s for s in test_faults.SITES
+         if s.how in (test_faults.RAISE, test_faults.SILENT)
          and s.api not in REFUSED
          and (TWO_DRIVERS
-              or fault_actions.preparer(s) is not fault_actions.across_drivers)
+              or test_faults.preparer(s) is not test_faults.across_drivers)
          and not (TWO_DRIVERS and s.action in BETWEEN_DEVICES)]
 FAULTY_RULES = ["set_device_index", "synchronize", "memory_and_properties",
                 "stream_query", "stream_synchronize", "wait_stream",
@@ -101,7 +99,7 @@ class Model(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.driver = fault_actions.make_double()
+        self.driver = test_faults.make_double()
         self.count = acc.device_count()
         self.fault: tuple[str, int, type] | None = None
         self.entered: list[tuple[acc.Stream, Any]] = []
@@ -362,16 +360,16 @@ class Model(RuleBasedStateMachine):
         table, or one of the rules here with a fault at a random site."""
         if not FAULT_APIS:
             return
-        number, _, cls = fault_actions.expected(
+        number, _, cls = test_faults.expected(
             self.driver, "oom" if oom else "unknown")
         if data.draw(st.booleans()) and SITES:
             site = data.draw(st.sampled_from(SITES))
-            state = fault_actions.preparer(site)()
+            state = test_faults.preparer(site)()
             self.device = acc.current_device_index()  # prepare may switch
             api, nth = site.api, site.nth
 
             def run() -> None:
-                self.call(fault_actions.ACTIONS[site.action], state)
+                self.call(test_faults.ACTIONS[site.action], state)
         else:
             api = data.draw(st.sampled_from(FAULT_APIS))
             name = data.draw(st.sampled_from(FAULTY_RULES))
@@ -439,7 +437,7 @@ def test_fuzz_the_api_against_the_model(driver) -> None:
         acc.set_device_index(d)
         acc.get_memory_info(d)
     acc.set_device_index(0)
-    fault_actions.settle()
+    test_faults.settle()
     baseline = driver.live_all()
     Model.steps = Model.faults_raised = 0
     run_state_machine_as_test(Model, settings=settings(
@@ -452,7 +450,7 @@ def test_fuzz_the_api_against_the_model(driver) -> None:
     assert Model.faults_raised >= 10, "the faults missed every call"
     # Every driver object the run made is given back.
     gc.collect()
-    fault_actions.settle()
+    test_faults.settle()
     after = driver.live_all()
     for kind, count in baseline.items():
         if kind in driver.pooled_kinds:
