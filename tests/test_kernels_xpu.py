@@ -246,6 +246,42 @@ def test_a_graph_keeps_the_kernels_it_launches(mode) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_captured_launch_the_driver_refuses_is_not_kept_by_the_graph(
+        mode) -> None:
+    """The graph keeps a kernel only for a launch in its list: one whose
+    append failed lets go of it, so the module goes with the user's last
+    reference, the graph still alive."""
+    out = xpu("""
+    m = acc.Module(kernel_code.native())
+    k = m.get_kernel("add_one")
+    s = acc.Stream()
+    a = acc.Buffer(256, stream=s)
+    s.synchronize()
+    g = acc.Graph()
+    with s:
+        g.capture_begin()
+        driver.fail("zeCommandListAppendLaunchKernel", 1,
+                    driver.unknown_error[0])
+        try:
+            acc.launch(k, 1, 64, a, np.uint32(64), stream=s)
+        except acc.AcceleratorError as e:
+            print(e.api)
+        g.capture_end()
+    del m, k
+    gc.collect()
+    acc.empty_cache()
+    acc.synchronize()
+    print(driver.live("module"), driver.live("kernel"))
+    del g
+    gc.collect()
+    acc.synchronize()
+    print(driver.live("module"), driver.live("kernel"))
+    """, mode)
+    assert out.splitlines() == ["zeCommandListAppendLaunchKernel", "0 0",
+                                "0 0"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_module_dropped_while_its_launch_is_queued_waits_for_it(
         mode) -> None:
     out = xpu("""

@@ -709,6 +709,21 @@ cuda_pointer_range(int device, uintptr_t ptr, uintptr_t *base,
 
 /* Streams ---------------------------------------------------------------- */
 
+/*
+ * These stream and event slots have a twin in hip.c that reads alike line
+ * by line, since HIP copies this API.  They stay two copies on purpose:
+ * a backend uses only the backend contract, the base and its own folder,
+ * so one copy for both would be a template header in the public include
+ * folder, filled in by some twenty-five macros per backend (handle types,
+ * entry points, flags, result codes, how the device is made current) for
+ * slots of five to fifteen lines that make one driver call each.  It
+ * would hide the slots from this file's reader and bind plugins that
+ * compile against that folder to its macros.  The copies differ where
+ * the drivers do (a context pushed here, a current device there;
+ * cuEventCreate, hipEventCreateWithFlags): a fix to one is a fix to look
+ * for in the other.
+ */
+
 static inline CUstream
 cuda_stream(const acc_stream *s)
 {

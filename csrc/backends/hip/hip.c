@@ -598,6 +598,12 @@ hip_pointer_range(int device, uintptr_t ptr, uintptr_t *base, size_t *size,
 
 /* Streams ---------------------------------------------------------------- */
 
+/*
+ * These stream and event slots have a twin in cuda.c, kept as a second
+ * copy on purpose (the comment there says why): a fix to one is a fix to
+ * look for in the other.
+ */
+
 static acc_status
 hip_stream_default(int device, acc_stream *s, acc_error *err)
 {
@@ -750,6 +756,7 @@ hip_event_create(acc_event *e, acc_error *err)
         e->handle = (uintptr_t)event;
     }
     else if (event != NULL) {
+        /* Made, but restoring the caller's device failed: no leak. */
         (void)hip.fn.hipEventDestroy(event);
     }
     return st;

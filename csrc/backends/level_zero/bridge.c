@@ -14,48 +14,12 @@
  * blocks on the oldest event for at most LZ_BRIDGE_WAIT_NS at a time:
  * when that event signals it bridges the run of completed ones behind it,
  * when the wait times out it looks at all of them, so a later event that
- * completes first is bridged that much later at most.  An event that fails (device lost) is
- * bridged too: the waiting stream must not hang on it.  A failing
- * zeEventHostSignal is retried.
+ * completes first is bridged that much later at most.  An event that
+ * fails (device lost) is bridged too: the waiting stream must not hang
+ * on it.  A failing zeEventHostSignal is retried.  The signalling itself
+ * is slots.c's (lz_pump_bridges_locked): reclaiming slots moves the
+ * bridges on too, as it resolves links.
  */
-/* Signal the bridges whose event has signaled (lz.lock held): all of
- * them, or (full 0) the run of completed ones at the front.  Never
- * blocks.  Returns nonzero when a signal failed and must be retried. */
-int
-lz_pump_bridges_locked(int full)
-{
-    size_t keep = 0, i = 0;
-    int stalled = 0;
-    for (; i < lz.nbridges; i++) {
-        lz_bridge *b = &lz.bridges[i];
-        ze_result_t r = lz_fn.zeEventQueryStatus(b->from->event);
-        if (r == ZE_RESULT_NOT_READY && !full) {
-            break; /* events mostly complete in order: stop here */
-        }
-        if (r != ZE_RESULT_NOT_READY) {
-            if (r != ZE_RESULT_SUCCESS) {
-                acc_trace("xpu: an event waited on across drivers failed "
-                          "(0x%x); releasing its waiters", (unsigned)r);
-            }
-            r = lz_fn.zeEventHostSignal(b->to->event);
-            if (r == ZE_RESULT_SUCCESS) {
-                b->from->waiters--;
-                lz_retire_locked(b->to);
-                continue;
-            }
-            acc_trace("xpu: zeEventHostSignal failed (0x%x); retrying",
-                      (unsigned)r);
-            stalled = 1;
-        }
-        lz.bridges[keep++] = *b;
-    }
-    for (; i < lz.nbridges; i++) {
-        lz.bridges[keep++] = lz.bridges[i];
-    }
-    lz.nbridges = keep;
-    return stalled;
-}
-
 static void *
 lz_bridge_main(void *arg)
 {

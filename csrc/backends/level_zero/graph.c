@@ -71,8 +71,9 @@ typedef struct lz_graph {
                             * use start and done, with nothing marking
                             * their end: never replayed again, and its
                             * events never handed on */
-    struct lz_kernel **kernels; /* launched in it: held while it lives */
-    int nkernels, capkernels;
+    lz_keep *keeps;        /* what its launches use (their kernels):
+                            * held while it lives */
+    int nkeeps, capkeeps;
     struct lz_graph *next; /* lz.graphs */
 } lz_graph;
 
@@ -186,6 +187,9 @@ lz_capture_refuse_sync_locked(lz_stream *st, acc_error *err)
     return lz_capture_refuse_locked(st, "zeEventHostSynchronize", err);
 }
 
+/* Record op into t's capture (t->lock held).  On ACC_OK a launch's
+ * keep is the graph's, released when the graph goes; on failure it
+ * stays the caller's. */
 acc_status
 lz_capture_append_locked(lz_target *t, const lz_op *op, acc_error *err)
 {
@@ -201,20 +205,19 @@ lz_capture_append_locked(lz_target *t, const lz_op *op, acc_error *err)
         return ACC_ERR_STATE;
     }
     lz_graph *g = cap->graph;
-    if (op->kernel != NULL && g->nkernels == g->capkernels) {
+    if (op->handle != NULL && g->nkeeps == g->capkeeps) {
         /* Room first: a launch in the list holds its kernel. */
-        int n = g->capkernels ? 2 * g->capkernels : 4;
-        struct lz_kernel **more = realloc(g->kernels,
-                                          (size_t)n * sizeof(*more));
+        int n = g->capkeeps ? 2 * g->capkeeps : 4;
+        lz_keep *more = realloc(g->keeps, (size_t)n * sizeof(*more));
         if (more == NULL) {
             pthread_mutex_unlock(&cap->mu);
             return lz_no_memory(err);
         }
-        g->kernels = more;
-        g->capkernels = n;
+        g->keeps = more;
+        g->capkeeps = n;
     }
     ze_result_t r = lz_fn.zeCommandListAppendBarrier(list, NULL, 0, NULL);
-    if (r == ZE_RESULT_SUCCESS && op->kernel != NULL) {
+    if (r == ZE_RESULT_SUCCESS && op->handle != NULL) {
         /* The driver copies the kernel's arguments and group size into
          * the list now: each replay runs with these. */
         api = "zeCommandListAppendLaunchKernel";
@@ -222,8 +225,7 @@ lz_capture_append_locked(lz_target *t, const lz_op *op, acc_error *err)
                                                   op->groups, NULL, 0,
                                                   NULL);
         if (r == ZE_RESULT_SUCCESS) {
-            lz_kernel_hold(op->kernel);
-            g->kernels[g->nkernels++] = op->kernel;
+            g->keeps[g->nkeeps++] = op->keep;
         }
     }
     else if (r == ZE_RESULT_SUCCESS && op->src != NULL) {
@@ -360,14 +362,14 @@ lz_slot_release_locked(lz_slot *s)
     lz_retire_locked(s);
 }
 
-/* Let go of the kernels g's launches use and free g (its list gone). */
+/* Let go of what g's launches use and free g (its list gone). */
 static void
 lz_graph_forget(lz_graph *g)
 {
-    for (int i = 0; i < g->nkernels; i++) {
-        lz_kernel_drop(g->kernels[i]);
+    for (int i = 0; i < g->nkeeps; i++) {
+        g->keeps[i].release(g->keeps[i].object);
     }
-    free(g->kernels);
+    free(g->keeps);
     free(g);
 }
 

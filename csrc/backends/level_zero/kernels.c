@@ -312,7 +312,7 @@ lz_kernel_get(int device, void *module, const char *name, void **kernel,
     return ACC_OK;
 }
 
-void
+static void
 lz_kernel_hold(lz_kernel *k)
 {
     pthread_mutex_lock(&lz_kern.lock);
@@ -322,7 +322,7 @@ lz_kernel_hold(lz_kernel *k)
 
 /* Drop a reference to k; the last destroys it and lets go of its
  * module. */
-void
+static void
 lz_kernel_drop(lz_kernel *k)
 {
     pthread_mutex_lock(&lz_kern.lock);
@@ -349,6 +349,13 @@ void
 lz_kernel_release(int device, void *kernel)
 {
     (void)device;
+    lz_kernel_drop(kernel);
+}
+
+/* How a graph lets go of a kernel its launches use (lz_keep). */
+static void
+lz_kernel_unkeep(void *kernel)
+{
     lz_kernel_drop(kernel);
 }
 
@@ -467,10 +474,17 @@ lz_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
     int captured = t.st != NULL && lz_capturing_locked(t.st);
     status = lz_set_launch_locked(k, c, local, t.driver, err);
     if (status == ACC_OK && captured) {
+        /* The graph's reference, taken before the launch is in its list
+         * (where another thread may discard it); still ours on failure,
+         * and never the last: the core holds k during the launch. */
+        lz_kernel_hold(k);
         status = lz_capture_append_locked(
-            &t, &(lz_op){.kernel = k, .handle = k->handle,
-                         .groups = &groups},
+            &t, &(lz_op){.handle = k->handle, .groups = &groups,
+                         .keep = {k, lz_kernel_unkeep}},
             err);
+        if (status != ACC_OK) {
+            lz_kernel_drop(k);
+        }
     }
     else if (status == ACC_OK) {
         status = lz_order_locked(&t, err);

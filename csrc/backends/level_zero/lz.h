@@ -58,18 +58,27 @@
  * No lock is held while blocking in the driver, except by shutdown while
  * it drains the lists.
  *
- * Files, one idea each:
- *   backend.c  the loader, probe, device table, shutdown, the descriptor
- *   slots.c    contexts, event pools, slots and links (their lifetime)
- *   streams.c  command lists as streams: tails, markers, query,
+ * Files, one idea each, bottom first: a file calls only files above it
+ * in this list (and its declarations below are in the same order), so
+ * that they form no loop; where a lower file needs something of a
+ * higher one, the higher one hands it down (lz.name, lz_keep):
+ *   loader.c   the loader and its functions, the shared state, errors,
+ *              probe and device table
+ *   sysman.c   Sysman: device properties, free memory
+ *   slots.c    contexts, event pools, slots, links and bridges (their
+ *              lifetime)
+ *   lists.c    appending to a list: targets, ordering barriers, tails,
+ *              markers
+ *   bridge.c   waits on events of another driver (the bridge thread)
+ *   graph.c    graphs: capture into a regular command list, replay on a
+ *              command queue (see the comment there); what every
+ *              operation asks of a capture
+ *   streams.c  command lists as streams: create, wrap, query,
  *              synchronize, destroy (graveyard and reaper)
  *   events.c   events: record, wait, query, synchronize, elapsed time
- *   bridge.c   waits on events of another driver (the bridge thread)
- *   memory.c   allocations, copies and fills
- *   sysman.c   Sysman: device properties, free memory
- *   graph.c    graphs: capture into a regular command list, replay on a
- *              command queue (see the comment there)
  *   kernels.c  modules and kernels: load, launch (see the comment there)
+ *   memory.c   allocations, copies and fills
+ *   backend.c  shutdown, the child after fork, the descriptor
  */
 #ifndef ACC_LEVEL_ZERO_LZ_H
 #define ACC_LEVEL_ZERO_LZ_H
@@ -95,8 +104,10 @@ extern const acc_backend acc_level_zero_backend;
 #include <stdlib.h>
 #include <string.h>
 
-/* The backend's name, for errors: its descriptor's. */
-#define LZ_BACKEND (acc_level_zero_backend.name)
+/* The backend's name, for messages: its descriptor's, which backend.c
+ * hands down at the probe, so that the files below it need not reach up
+ * to the descriptor. */
+#define LZ_BACKEND (lz.name)
 #define LZ_LIBRARY "libze_loader.so.1"
 #define LZ_MAX_DRIVERS 16
 /* Events per pool; pools are added as needed. */
@@ -221,22 +232,29 @@ typedef struct lz_target {
     int pinned;            /* st found by handle: release with _done */
 } lz_target;
 
-/* A command recorded into a capture's list (graph.c): a kernel launch
- * (kernel set, with its group counts), a copy (src set) or a fill of
- * nbytes at dst with value. */
-struct lz_kernel;
+/* A reference that a graph holds while it lives, for what a command
+ * recorded into it uses: taken by the file that records the command,
+ * which says how to let go of it (kernels.c: a launch keeps its
+ * kernel).  So graph.c needs nothing of the files above it. */
+typedef struct lz_keep {
+    void *object;
+    void (*release)(void *object);
+} lz_keep;
 
+/* A command recorded into a capture's list (graph.c): a kernel launch
+ * (handle set, with its group counts and keep), a copy (src set) or a
+ * fill of nbytes at dst with value. */
 typedef struct lz_op {
     void *dst;
     const void *src;
     unsigned char value;
     size_t nbytes;
-    struct lz_kernel *kernel;   /* the graph keeps it (kernels.c) */
     ze_kernel_handle_t handle;  /* the kernel's */
     const ze_group_count_t *groups;
+    lz_keep keep;               /* the graph's once recorded */
 } lz_op;
 
-/* The loader's functions, resolved once (backend.c). */
+/* The loader's functions, resolved once (loader.c). */
 typedef struct lz_functions {
 #define LZ_FIELD(name, params) acc_pfn_##name name;
 #define LZ_OPTIONAL_FIELD(name, version, params) acc_pfn_##name name;
@@ -246,12 +264,13 @@ typedef struct lz_functions {
 #undef LZ_FIELD
 } lz_functions;
 
-/* The backend's process-global state (backend.c). */
+/* The backend's process-global state (loader.c). */
 typedef struct lz_state {
     void *lib;
     int opened;            /* dlopen worked (even if symbols lacked) */
     int ready;             /* probe succeeded */
     int shut;              /* shutdown ran: no more driver calls */
+    const char *name;      /* the descriptor's (lz_probe) */
     char library[512];
     int ndrivers;
     lz_driver drivers[LZ_MAX_DRIVERS];
@@ -278,17 +297,27 @@ typedef struct lz_state {
 extern lz_functions lz_fn;
 extern lz_state lz;
 
-/* backend.c */
+/* loader.c */
 acc_status lz_fail(acc_error *err, const char *api, ze_result_t r, int driver);
 acc_status lz_no_memory(acc_error *err);
 int lz_driver_of(int device);
 int lz_start_thread(void *(*body)(void *));
+/* The probe slot's work, for the descriptor `self` (backend.c). */
+acc_status lz_probe(const acc_backend *self, acc_probe_result *out,
+                    acc_error *err);
+acc_status lz_select_devices(const int *order, int count, acc_error *err);
+
+/* sysman.c */
+acc_status lz_memory_modules_locked(lz_device *dev, acc_error *err);
+acc_status lz_device_properties(int device, acc_device_properties *props,
+                                acc_error *err);
 
 /* slots.c */
 acc_status lz_context_locked(int d, ze_context_handle_t *out, acc_error *err);
 /* The context of device's driver, made on first use (takes lz.lock). */
 acc_status lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err);
 void lz_retire_locked(lz_slot *s);
+int lz_pump_bridges_locked(int full);
 acc_status lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err);
 acc_status lz_reserve_link_locked(int d, acc_error *err);
 void lz_link_reserved_locked(int d, const lz_link *link);
@@ -300,7 +329,7 @@ void lz_retire(lz_slot *s);
 ze_result_t lz_host_wait(lz_slot *s, uint64_t timeout);
 void lz_await(lz_slot *s, const char *what);
 
-/* streams.c */
+/* lists.c */
 lz_target lz_target_of(const acc_stream *s);
 lz_target lz_target_of_stream(lz_stream *st);
 void lz_target_done(lz_target *t);
@@ -308,68 +337,11 @@ int lz_host_sync_usable(int d);
 acc_status lz_append_barrier_locked(lz_target *t, lz_slot *s, lz_slot *wait,
                                     acc_error *err);
 acc_status lz_mark(lz_target *t, lz_slot **out, acc_error *err);
-void lz_stream_free(lz_stream *st);
-acc_status lz_stream_default(int device, acc_stream *s, acc_error *err);
-acc_status lz_stream_priority_range(int device, int *least, int *greatest,
-                                    acc_error *err);
-acc_status lz_stream_create(acc_stream *s, acc_error *err);
-acc_status lz_stream_wrap(acc_stream *s, acc_error *err);
-void lz_stream_destroy(acc_stream *s);
-acc_status lz_synchronize_target(lz_target t, acc_error *err);
-acc_status lz_stream_query(acc_stream *s, acc_error *err);
-acc_status lz_stream_synchronize(acc_stream *s, acc_error *err);
-acc_status lz_device_synchronize(int device, acc_error *err);
-
-/* events.c */
-acc_status lz_event_create(acc_event *e, acc_error *err);
-void lz_event_destroy(acc_event *e);
-acc_status lz_event_query(acc_event *e, acc_error *err);
-acc_status lz_event_synchronize(acc_event *e, acc_error *err);
-acc_status lz_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
-                               acc_error *err);
-acc_status lz_event_record(acc_event *e, acc_stream *s, acc_error *err);
-acc_status lz_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err);
-
-/* bridge.c */
-int lz_pump_bridges_locked(int full);
-acc_status lz_wait_across(lz_target t, lz_slot *slot, acc_error *err);
-
-/* memory.c */
-acc_status lz_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
-                          acc_error *err);
-acc_status lz_mem_alloc(int device, size_t nbytes, uintptr_t *ptr,
-                        acc_error *err);
-acc_status lz_mem_free(int device, uintptr_t ptr, acc_error *err);
-acc_status lz_host_alloc(int device, size_t nbytes, void **ptr,
-                         acc_error *err);
-acc_status lz_host_free(int device, void *ptr, acc_error *err);
-acc_status lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err);
-acc_status lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
-                       size_t nbytes, acc_error *err);
-void lz_memory_after_fork_child(void);
-acc_status lz_pointer_info(uintptr_t ptr, acc_pointer_info *info,
-                           acc_error *err);
-acc_status lz_pointer_range(int device, uintptr_t ptr, uintptr_t *base,
-                            size_t *size, acc_error *err);
 acc_status lz_order_locked(lz_target *t, acc_error *err);
 void lz_appended_locked(lz_target *t, lz_slot *done);
 
-/* kernels.c */
-acc_status lz_module_load(int device, acc_code_format format,
-                          const void *code, size_t size, const char *options,
-                          void **module, char **log, acc_error *err);
-void lz_module_unload(int device, void *module);
-acc_status lz_kernel_get(int device, void *module, const char *name,
-                         void **kernel, acc_kernel_info *info,
-                         acc_error *err);
-void lz_kernel_release(int device, void *kernel);
-acc_status lz_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
-                     acc_error *err);
-acc_status lz_kernel_names(int device, void *module, char *names,
-                           size_t size, acc_error *err);
-void lz_kernel_hold(struct lz_kernel *k);
-void lz_kernel_drop(struct lz_kernel *k);
-void lz_kernels_shutdown(void);
+/* bridge.c */
+acc_status lz_wait_across(lz_target t, lz_slot *slot, acc_error *err);
 
 /* graph.c */
 acc_status lz_capture_refuse_locked(lz_stream *st, const char *api,
@@ -393,9 +365,60 @@ void lz_graph_destroy(int device, void *graph, void *exec);
 void lz_graphs_reap(void);
 void lz_graphs_shutdown(void);
 
-/* sysman.c */
-acc_status lz_memory_modules_locked(lz_device *dev, acc_error *err);
-acc_status lz_device_properties(int device, acc_device_properties *props,
-                                acc_error *err);
+/* streams.c */
+void lz_stream_free(lz_stream *st);
+acc_status lz_stream_default(int device, acc_stream *s, acc_error *err);
+acc_status lz_stream_priority_range(int device, int *least, int *greatest,
+                                    acc_error *err);
+acc_status lz_stream_create(acc_stream *s, acc_error *err);
+acc_status lz_stream_wrap(acc_stream *s, acc_error *err);
+void lz_stream_destroy(acc_stream *s);
+acc_status lz_synchronize_target(lz_target t, acc_error *err);
+acc_status lz_stream_query(acc_stream *s, acc_error *err);
+acc_status lz_stream_synchronize(acc_stream *s, acc_error *err);
+acc_status lz_device_synchronize(int device, acc_error *err);
+
+/* events.c */
+acc_status lz_event_create(acc_event *e, acc_error *err);
+void lz_event_destroy(acc_event *e);
+acc_status lz_event_query(acc_event *e, acc_error *err);
+acc_status lz_event_synchronize(acc_event *e, acc_error *err);
+acc_status lz_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
+                               acc_error *err);
+acc_status lz_event_record(acc_event *e, acc_stream *s, acc_error *err);
+acc_status lz_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err);
+
+/* kernels.c */
+acc_status lz_module_load(int device, acc_code_format format,
+                          const void *code, size_t size, const char *options,
+                          void **module, char **log, acc_error *err);
+void lz_module_unload(int device, void *module);
+acc_status lz_kernel_get(int device, void *module, const char *name,
+                         void **kernel, acc_kernel_info *info,
+                         acc_error *err);
+void lz_kernel_release(int device, void *kernel);
+acc_status lz_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
+                     acc_error *err);
+acc_status lz_kernel_names(int device, void *module, char *names,
+                           size_t size, acc_error *err);
+void lz_kernels_shutdown(void);
+
+/* memory.c */
+acc_status lz_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
+                          acc_error *err);
+acc_status lz_mem_alloc(int device, size_t nbytes, uintptr_t *ptr,
+                        acc_error *err);
+acc_status lz_mem_free(int device, uintptr_t ptr, acc_error *err);
+acc_status lz_host_alloc(int device, size_t nbytes, void **ptr,
+                         acc_error *err);
+acc_status lz_host_free(int device, void *ptr, acc_error *err);
+acc_status lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err);
+acc_status lz_mem_fill(acc_stream *s, uintptr_t dst, unsigned char value,
+                       size_t nbytes, acc_error *err);
+void lz_memory_after_fork_child(void);
+acc_status lz_pointer_info(uintptr_t ptr, acc_pointer_info *info,
+                           acc_error *err);
+acc_status lz_pointer_range(int device, uintptr_t ptr, uintptr_t *base,
+                            size_t *size, acc_error *err);
 
 #endif /* ACC_LEVEL_ZERO_LZ_H */

@@ -184,33 +184,6 @@ lz_host_free(int device, void *ptr, acc_error *err)
     return lz_free(device, ptr, err);
 }
 
-/* Lists that are not in order run a command as soon as it is appended:
- * a barrier first makes it follow the earlier work (t->lock held). */
-acc_status
-lz_order_locked(lz_target *t, acc_error *err)
-{
-    if (lz.drivers[t->driver].in_order) {
-        return ACC_OK;
-    }
-    ze_result_t r = lz_fn.zeCommandListAppendBarrier(t->list, NULL, 0, NULL);
-    if (r != ZE_RESULT_SUCCESS) {
-        return lz_fail(err, "zeCommandListAppendBarrier", r, t->driver);
-    }
-    return ACC_OK;
-}
-
-/* After `done` was passed as the signal event of a command appended on t
- * (t->lock held): it becomes the tail, so query() sees the command.  The
- * caller retires it once t->lock is released; the tail keeps it. */
-void
-lz_appended_locked(lz_target *t, lz_slot *done)
-{
-    pthread_mutex_lock(&lz.lock);
-    done->armed = 1;
-    lz_set_tail_locked(t->st, done);
-    pthread_mutex_unlock(&lz.lock);
-}
-
 acc_status
 lz_mem_copy(acc_stream *s, const acc_copy *c, acc_error *err)
 {

@@ -1,7 +1,8 @@
 /*
  * slots.c - contexts, event pools, and the lifetime of their events
  * ("slots"): acquired, armed, waited on, retired, reset, reused; and
- * the links that keep a waited-on slot until its wait has run.
+ * the links and bridges that keep a waited-on slot until its wait has
+ * run.
  */
 #include "lz.h"
 
@@ -47,6 +48,45 @@ lz_retire_locked(lz_slot *s)
         s->next = drv->retired;
         drv->retired = s;
     }
+}
+
+/* Signal the bridges (bridge.c) whose event has signaled (lz.lock
+ * held): like links, they keep slots until their wait has run.  All of
+ * them, or (full 0) the run of completed ones at the front.  Never
+ * blocks.  Returns nonzero when a signal failed and must be retried. */
+int
+lz_pump_bridges_locked(int full)
+{
+    size_t keep = 0, i = 0;
+    int stalled = 0;
+    for (; i < lz.nbridges; i++) {
+        lz_bridge *b = &lz.bridges[i];
+        ze_result_t r = lz_fn.zeEventQueryStatus(b->from->event);
+        if (r == ZE_RESULT_NOT_READY && !full) {
+            break; /* events mostly complete in order: stop here */
+        }
+        if (r != ZE_RESULT_NOT_READY) {
+            if (r != ZE_RESULT_SUCCESS) {
+                acc_trace("xpu: an event waited on across drivers failed "
+                          "(0x%x); releasing its waiters", (unsigned)r);
+            }
+            r = lz_fn.zeEventHostSignal(b->to->event);
+            if (r == ZE_RESULT_SUCCESS) {
+                b->from->waiters--;
+                lz_retire_locked(b->to);
+                continue;
+            }
+            acc_trace("xpu: zeEventHostSignal failed (0x%x); retrying",
+                      (unsigned)r);
+            stalled = 1;
+        }
+        lz.bridges[keep++] = *b;
+    }
+    for (; i < lz.nbridges; i++) {
+        lz.bridges[keep++] = lz.bridges[i];
+    }
+    lz.nbridges = keep;
+    return stalled;
 }
 
 /* Resolve the links of driver d whose wait has run, then reset the
