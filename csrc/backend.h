@@ -64,7 +64,31 @@ typedef struct acc_probe_result {
                                    * report: "cuInit", "NVML (...)" */
 } acc_probe_result;
 
+/* The ABI of this table (docs/plugins.rst).  A new slot is appended and
+ * raises the minor version; any other change raises the major one.  A
+ * table says which ABI it was built for and its size, so that a core
+ * reads a plugin built for an older minor version (the slots past its
+ * struct_size are NULL) and refuses another major version. */
+#define ACC_BACKEND_ABI_MAJOR 1
+#define ACC_BACKEND_ABI_MINOR 0
+#define ACC_BACKEND_ABI_VERSION                                          \
+    ((ACC_BACKEND_ABI_MAJOR << 16) | ACC_BACKEND_ABI_MINOR)
+/* The first two fields of every table: .abi_version and .struct_size. */
+#define ACC_BACKEND_ABI                                                    \
+    .abi_version = ACC_BACKEND_ABI_VERSION,                                \
+    .struct_size = sizeof(acc_backend)
+
+/* The one symbol a plugin exports: a function that hands the core its
+ * table (static storage, never released). */
+#define ACC_BACKEND_PLUGIN_SYMBOL "accelerator_backend_plugin"
+typedef const acc_backend *(*acc_backend_plugin_fn)(void);
+
 struct acc_backend {
+    /* ACC_BACKEND_ABI: the ABI version the table was built for (major
+     * << 16 | minor) and its size in bytes. */
+    unsigned abi_version;
+    size_t struct_size;
+
     /* REQUIRED.  The backend's name (ACCELERATOR_BACKEND, the report,
      * errors) and the device type users write: "cuda", "xpu", "opencl". */
     const char *name;
