@@ -69,24 +69,24 @@ typedef struct acc_probe_result {
  * table says which ABI it was built for and its size, so that a core
  * reads a plugin built for an older minor version (the slots past its
  * struct_size are NULL) and refuses another major version. */
-#define ACC_BACKEND_ABI_MAJOR 1
-#define ACC_BACKEND_ABI_MINOR 0
-#define ACC_BACKEND_ABI_VERSION                                          \
-    ((ACC_BACKEND_ABI_MAJOR << 16) | ACC_BACKEND_ABI_MINOR)
-/* The first two fields of every table: .abi_version and .struct_size. */
+#define ACCELERATOR_BACKEND_ABI_MAJOR 1
+#define ACCELERATOR_BACKEND_ABI_MINOR 0
+/* The first three fields of every table. */
 #define ACC_BACKEND_ABI                                                    \
-    .abi_version = ACC_BACKEND_ABI_VERSION,                                \
+    .abi_major = ACCELERATOR_BACKEND_ABI_MAJOR,                            \
+    .abi_minor = ACCELERATOR_BACKEND_ABI_MINOR,                            \
     .struct_size = sizeof(acc_backend)
 
 /* The one symbol a plugin exports: a function that hands the core its
  * table (static storage, never released). */
-#define ACC_BACKEND_PLUGIN_SYMBOL "accelerator_backend_plugin"
+#define ACCELERATOR_BACKEND_PLUGIN_SYMBOL "accelerator_backend_plugin"
 typedef const acc_backend *(*acc_backend_plugin_fn)(void);
 
 struct acc_backend {
-    /* ACC_BACKEND_ABI: the ABI version the table was built for (major
-     * << 16 | minor) and its size in bytes. */
-    unsigned abi_version;
+    /* ACC_BACKEND_ABI: the ABI version the table was built for and its
+     * size in bytes. */
+    uint32_t abi_major;
+    uint32_t abi_minor;
     size_t struct_size;
 
     /* REQUIRED.  The backend's name (ACCELERATOR_BACKEND, the report,

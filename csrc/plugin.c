@@ -273,23 +273,23 @@ abi_size(unsigned minor)
 }
 
 /* 0 when the table's ABI version and size are ones this core reads;
- * otherwise the plugin is refused (why said).  abi_version and
+ * otherwise the plugin is refused (why said).  abi_major, abi_minor and
  * struct_size open the table in every ABI version. */
 static int
 check_abi(source *s, const acc_backend *t)
 {
-    unsigned major = t->abi_version >> 16, minor = t->abi_version & 0xFFFF;
+    unsigned major = t->abi_major, minor = t->abi_minor;
     size_t size = t->struct_size;
 
-    if (major != ACC_BACKEND_ABI_MAJOR) {
+    if (major != ACCELERATOR_BACKEND_ABI_MAJOR) {
         refuse(s, NULL, "it was built for backend ABI %u.%u, and this "
                "accelerator speaks %d.%d: another major version (rebuild "
                "the plugin against this accelerator's "
                "accelerator/backend.h)", major, minor,
-               ACC_BACKEND_ABI_MAJOR, ACC_BACKEND_ABI_MINOR);
+               ACCELERATOR_BACKEND_ABI_MAJOR, ACCELERATOR_BACKEND_ABI_MINOR);
         return -1;
     }
-    if (minor <= ACC_BACKEND_ABI_MINOR) {
+    if (minor <= ACCELERATOR_BACKEND_ABI_MINOR) {
         if (size != abi_size(minor)) {
             refuse(s, NULL, "its struct_size, %zu, is not the size of ABI "
                    "%u.%u's table, %zu bytes", size, major, minor,
@@ -310,7 +310,7 @@ check_abi(source *s, const acc_backend *t)
         refuse(s, NULL, "it was built for backend ABI %u.%u, newer than "
                "this accelerator's %d.%d, yet its table (%zu bytes) is "
                "smaller than this version's (%zu)", major, minor,
-               ACC_BACKEND_ABI_MAJOR, ACC_BACKEND_ABI_MINOR, size,
+               ACCELERATOR_BACKEND_ABI_MAJOR, ACCELERATOR_BACKEND_ABI_MINOR, size,
                sizeof(acc_backend));
         return -1;
     }
@@ -320,8 +320,8 @@ check_abi(source *s, const acc_backend *t)
                    "slots that this accelerator (ABI %d.%d) does not know "
                    "(byte %zu of its table is set): upgrade accelerator, "
                    "or build the plugin against this version's header",
-                   major, minor, ACC_BACKEND_ABI_MAJOR,
-                   ACC_BACKEND_ABI_MINOR, at);
+                   major, minor, ACCELERATOR_BACKEND_ABI_MAJOR,
+                   ACCELERATOR_BACKEND_ABI_MINOR, at);
             return -1;
         }
     }
@@ -397,18 +397,18 @@ load(source *s, const acc_backend *const *taken, int n)
         return NULL;
     }
     dlerror();
-    *(void **)&entry = dlsym(handle, ACC_BACKEND_PLUGIN_SYMBOL);
+    *(void **)&entry = dlsym(handle, ACCELERATOR_BACKEND_PLUGIN_SYMBOL);
     if (entry == NULL) {
         const char *e = dlerror();
 
-        refuse(s, NULL, "it exports no " ACC_BACKEND_PLUGIN_SYMBOL " (%s)",
+        refuse(s, NULL, "it exports no " ACCELERATOR_BACKEND_PLUGIN_SYMBOL " (%s)",
                e ? e : "the symbol is NULL");
         dlclose(handle);
         return NULL;
     }
     t = entry();
     if (t == NULL) {
-        refuse(s, NULL, ACC_BACKEND_PLUGIN_SYMBOL "() returned no table");
+        refuse(s, NULL, ACCELERATOR_BACKEND_PLUGIN_SYMBOL "() returned no table");
         dlclose(handle);
         return NULL;
     }
@@ -445,9 +445,9 @@ load(source *s, const acc_backend *const *taken, int n)
     s->path = s->origin = NULL;   /* kept by p */
     P.n_accepted++;
     acc_trace("plugin %s (%s, %s): backend %s, device type %s, ABI %u.%u",
-              p->path, p->origin, ACC_BACKEND_PLUGIN_SYMBOL, p->table.name,
-              p->table.device_type, t->abi_version >> 16,
-              t->abi_version & 0xFFFF);
+              p->path, p->origin, ACCELERATOR_BACKEND_PLUGIN_SYMBOL, p->table.name,
+              p->table.device_type, (unsigned)t->abi_major,
+              (unsigned)t->abi_minor);
     return &p->table;
 }
 

@@ -106,7 +106,7 @@ def report(env: dict[str, str], *arguments: str) -> str:
 
 # Refusals ------------------------------------------------------------------
 
-ABI_NEXT_MINOR = "-DABI_VERSION=(ACC_BACKEND_ABI_VERSION+1)"
+ABI_NEXT_MINOR = "-DABI_MINOR=(ACCELERATOR_BACKEND_ABI_MINOR+1)"
 
 #: case -> (how the variant is built, the reason it is refused for)
 REFUSALS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -119,7 +119,7 @@ REFUSALS: dict[str, tuple[tuple[str, ...], str]] = {
                                   r"accelerator_backend_plugin"),
     "null_table": (("-DNULL_TABLE",),
                    r"accelerator_backend_plugin\(\) returned no table"),
-    "abi_major": (("-DABI_VERSION=((ACC_BACKEND_ABI_MAJOR+1)<<16)",),
+    "abi_major": (("-DABI_MAJOR=(ACCELERATOR_BACKEND_ABI_MAJOR+1)",),
                   r"it was built for backend ABI 2\.0, and this accelerator "
                   r"speaks 1\.0: another major version"),
     "abi_size": (("-DSTRUCT_SIZE=(sizeof(acc_backend)-8)",),

@@ -6,7 +6,7 @@
  *   NAME, DEVICE_TYPE   the table's name and device type ("variant")
  *   NO_ENTRY            export no accelerator_backend_plugin
  *   NULL_TABLE          accelerator_backend_plugin() returns NULL
- *   ABI_VERSION         the table's abi_version (the header's)
+ *   ABI_MAJOR, ABI_MINOR  the table's ABI version (the header's)
  *   STRUCT_SIZE         the table's struct_size (sizeof(acc_backend))
  *   APPENDED_SLOT       the table is followed by one more slot, of this
  *                       value (0: NULL), and struct_size counts it: a
@@ -29,8 +29,11 @@
 #ifndef DEVICE_TYPE
 #define DEVICE_TYPE NAME
 #endif
-#ifndef ABI_VERSION
-#define ABI_VERSION ACC_BACKEND_ABI_VERSION
+#ifndef ABI_MAJOR
+#define ABI_MAJOR ACCELERATOR_BACKEND_ABI_MAJOR
+#endif
+#ifndef ABI_MINOR
+#define ABI_MINOR ACCELERATOR_BACKEND_ABI_MINOR
 #endif
 #ifndef STRUCT_SIZE
 #define STRUCT_SIZE sizeof(table)
@@ -136,7 +139,8 @@ static const struct {
 #endif
 } table = {
     .backend = {
-        .abi_version = ABI_VERSION,
+        .abi_major = ABI_MAJOR,
+        .abi_minor = ABI_MINOR,
         .struct_size = STRUCT_SIZE,
         .name = NAME,
         .device_type = DEVICE_TYPE,
