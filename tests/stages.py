@@ -163,6 +163,16 @@ def hang_guard() -> list[str]:
     return [f"--timeout={seconds}", "--timeout-method=thread"]
 
 
+#: the test files that run only in the plain stage (uninstrumented):
+#: instruction counts, the GPU check's dry run and the README's commands
+#: from a fresh clone (they need the plain build), the installed pytest
+#: plugin and its xdist support, the benchmarks' own checks (pyopencl and
+#: cuda.core cannot run under the preloaded ASan runtime), and the test
+#: command's own tests (Python alone)
+PLAIN_ONLY = ("test_callgrind_gate", "test_gpu_check", "test_first_command",
+              "test_pytest_plugin", "test_pytest_xdist", "test_bench_check",
+              "test_test_command")
+
 #: the CPythons besides the build's that the wheel's behaviour suite runs
 #: under (tests/check_wheel.sh finds them on PATH or under pyenv)
 WHEEL_PYTHONS = ("3.12", "3.13")
@@ -222,13 +232,13 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
     # kernel page's type check (mypy): Python whose C paths (probing,
     # counting, visible devices) the configuration and behaviour tests
     # here drive under the sanitizers; the plain stage runs them from the
-    # installed package, as a user's pytest loads the plugin.
+    # installed package, as a user's pytest loads the plugin.  So do the
+    # tests of the test command (tests/stages.py, Python alone: under the
+    # sanitizers they cost four times as much and check nothing more).
     inst("cuda-around", "the rest of the suite on the CUDA double: "
          "configurations, fork, processes, exit, headers, the docs' "
          "examples", ["tests", "--ignore=tests/behaviour",
-                      "--ignore=tests/test_bench_check.py",
-                      "--ignore=tests/test_pytest_plugin.py",
-                      "--ignore=tests/test_pytest_xdist.py",
+                      *(f"--ignore=tests/{name}.py" for name in PLAIN_ONLY),
                       "--deselect=tests/test_docs.py::"
                       "test_kernels_page_examples_type_check"], budget=480)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
@@ -306,13 +316,14 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
             # the GPU check's dry run and the README's commands from a
             # fresh clone (both need the plain build), the installed
             # plugin, and the tests whose value is in real timing.
-            "tests/test_callgrind_gate.py", "tests/test_gpu_check.py",
-            "tests/test_first_command.py", "tests/test_pytest_plugin.py",
-            "tests/test_pytest_xdist.py", "tests/test_processes.py",
-            "tests/test_api_surface.py", "tests/test_docs.py",
-            # The benchmarks' own checks: pyopencl and cuda.core cannot
-            # run under the instrumented build's preloaded ASan runtime.
-            "tests/test_bench_check.py", *timing],
+            # The processes and the docs' examples run under the
+            # sanitizers in cuda-around, with the same checks.
+            *(f"tests/{name}.py" for name in PLAIN_ONLY),
+            "tests/test_docs.py::test_kernels_page_examples_type_check",
+            # The coverage build's libgcov exports symbols of its own.
+            "tests/test_isolation.py::"
+            "test_the_extension_exports_only_its_init_function",
+            *timing],
             450, needs=["build"],
             doc="the uninstrumented build in place on the CUDA double: "
                 "timing, instruction counts, first commands, the plugin"),
