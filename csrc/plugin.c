@@ -24,8 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The most plugins one process loads (accepted and refused alike). */
+/* The most plugins one process loads, and the most refusals the report
+ * lists (the rest are traced). */
 #define MAX_PLUGINS ACC_MAX_PLUGINS
+#define MAX_REFUSED 64
 /* No table is this large: a struct_size above it is garbage. */
 #define MAX_STRUCT_SIZE (64u * 1024u)
 /* A name or device type: what users write in ACCELERATOR_BACKEND and in
@@ -61,7 +63,7 @@ static struct {
     /* Written by the probe only, read once it has completed. */
     plugin accepted[MAX_PLUGINS];
     int n_accepted;
-    acc_backend_info refused[MAX_PLUGINS];
+    acc_backend_info refused[MAX_REFUSED];
     int n_refused;
 } P = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -190,7 +192,7 @@ refuse(source *s, const acc_backend *table, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    if (P.n_refused == MAX_PLUGINS) {
+    if (P.n_refused == MAX_REFUSED) {
         acc_trace("plugin %s refused (not reported: too many): %s",
                   s->path ? s->path : s->label, why);
         return;
@@ -382,11 +384,6 @@ load(source *s, const acc_backend *const *taken, int n)
         refuse(s, NULL, "%s", s->error ? s->error : "no file was named");
         return NULL;
     }
-    if (P.n_accepted == MAX_PLUGINS) {
-        refuse(s, NULL, "not loaded: at most %d plugins are loaded",
-               MAX_PLUGINS);
-        return NULL;
-    }
     dlerror();
     handle = dlopen(s->path, RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL) {
@@ -493,7 +490,7 @@ int
 acc_plugins_load(const acc_backend **registry, int count, int room)
 {
     source *env, *offered;
-    int n_env, n_offered;
+    int n_env, n_offered, most = room - count;
 
     pthread_mutex_lock(&P.lock);
     P.closed = 1;
@@ -503,6 +500,9 @@ acc_plugins_load(const acc_backend **registry, int count, int room)
     P.n_sources = 0;
     pthread_mutex_unlock(&P.lock);
     n_env = sources_from_environment(&env);
+    if (most > MAX_PLUGINS) {
+        most = MAX_PLUGINS;
+    }
     /* The variable first: a plugin named there wins over one of the same
      * name that is installed. */
     for (int pass = 0; pass < 2; pass++) {
@@ -512,8 +512,9 @@ acc_plugins_load(const acc_backend **registry, int count, int room)
         for (int i = 0; i < n; i++) {
             const acc_backend *t;
 
-            if (count == room) {
-                refuse(&list[i], NULL, "not loaded: the registry is full");
+            if (P.n_accepted == most) {
+                refuse(&list[i], NULL, "not loaded: at most %d plugins "
+                       "are loaded", most);
                 continue;
             }
             t = load(&list[i], registry, count);

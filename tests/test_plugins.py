@@ -114,6 +114,9 @@ REFUSALS: dict[str, tuple[tuple[str, ...], str]] = {
                     r"object file: No such file or directory"),
     "not_a_library": ((), r"the file does not open: \S+: (invalid ELF "
                           r"header|file too short)"),
+    "undefined_symbol": (("-DUNDEFINED_SYMBOL",),
+                         r"the file does not open: \S+: undefined symbol: "
+                         r"variant_nowhere"),
     "no_entry": (("-DNO_ENTRY",), r"it exports no accelerator_backend_plugin"
                                   r" \(.*undefined symbol: "
                                   r"accelerator_backend_plugin"),
@@ -265,6 +268,17 @@ def test_plugins_register_after_the_built_in_backends(loaded) -> None:
     assert not any(b["refused"] for b in backends), backends
     assert failing["available"] is False
     assert failing["reason"] == "the variant's own reason: no device here"
+
+
+def test_at_most_sixteen_plugins_load(tmp_path, include) -> None:
+    plugins = [build(tmp_path, include, f"p{i}", f'-DNAME="p{i}"')
+               for i in range(17)]
+    backends = run(BACKENDS, environment(plugins))["backends"]
+    assert [b["name"] for b in backends if b["plugin"] and not b["refused"]
+            ] == [f"p{i}" for i in range(16)]
+    last = record_of(backends, plugins[-1])
+    assert last["reason"] == \
+        "plugin refused: not loaded: at most 16 plugins are loaded"
 
 
 @pytest.mark.parametrize("name", ["newer", "failing"])

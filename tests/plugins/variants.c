@@ -14,6 +14,8 @@
  *   WITHOUT_STREAM_QUERY  a required slot left NULL
  *   PARTIAL_MEMORY      mem_alloc filled without the rest of its group
  *   PROBE_FAILS         the probe fails, with a reason of its own
+ *   UNDEFINED_SYMBOL    the probe calls a function nothing defines (the
+ *                       file then does not load)
  *
  * The slots do the least a backend may: the tests only load, check and
  * probe these plugins (tests/test_plugins.py runs a real one, the
@@ -39,9 +41,16 @@
 #define STRUCT_SIZE sizeof(table)
 #endif
 
+#ifdef UNDEFINED_SYMBOL
+void variant_nowhere(void);
+#endif
+
 static acc_status
 variant_probe(acc_probe_result *out, acc_error *err)
 {
+#ifdef UNDEFINED_SYMBOL
+    variant_nowhere();
+#endif
     out->library = "(none)";
 #ifdef PROBE_FAILS
     err->status = ACC_ERR_NO_ACCELERATOR;
