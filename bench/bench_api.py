@@ -592,9 +592,9 @@ def count_instructions(timers: dict[str, timeit.Timer], sizes: tuple[int, int],
 def child_env(use_double: bool, backend: str) -> dict[str, str] | None:
     """The environment for workers; None when that backend cannot run."""
     env = dict(os.environ)
-    if any(REPO.joinpath("src", "accelerator").glob("_accelerator*.so")):
+    if any(REPO.joinpath("accelerator").glob("_accelerator*.so")):
         env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+            filter(None, [str(REPO), env.get("PYTHONPATH")]))
     if use_double and backend == "cuda":
         if not CUDA_DOUBLE.exists():
             return None

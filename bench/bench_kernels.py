@@ -232,7 +232,7 @@ def run_worker(platform: str, double: bool, target: float, repeats: int
 def worker_env(platform: str, double: bool) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+        filter(None, [str(REPO), env.get("PYTHONPATH")]))
     if platform == "cuda":
         env["ACCELERATOR_BACKEND"] = "cuda"
         if double:

@@ -294,7 +294,7 @@ def peer_python(venv: Path, install: bool, packages: list[str] = PEER_PACKAGES,
 def child_env(double: bool) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+        filter(None, [str(REPO), env.get("PYTHONPATH")]))
     if double:
         env.update(ACCELERATOR_BACKEND="cuda", FAKE_CUDA_DEVICES="2",
                    ACCELERATOR_CUDA_LIBRARY=str(DOUBLES / "libcuda.so.1"))

@@ -154,7 +154,7 @@ def main() -> int:
                    FAKE_CUDA_DEVICES="2")
         env.update(extra_env)
         env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+            filter(None, [str(REPO), env.get("PYTHONPATH")]))
         cmd = [sys.executable, __file__, "--worker", json.dumps(spec)]
         if args.quick:
             cmd.append("--quick")

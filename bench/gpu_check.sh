@@ -8,7 +8,7 @@
 # `pip install --no-build-isolation .` (downloads nothing) into a throwaway
 # venv (never into the interpreter the tests use, where an installed copy
 # would shadow the source tree), builds it in place too (the suite runs from
-# the source tree and imports src/, pytest's pythonpath), runs the behaviour
+# the source tree and imports accelerator/ at the root, pytest's pythonpath), runs the behaviour
 # suite on the real driver, then a kernel that NVRTC compiles, launched and
 # checked against numpy (bench/nvrtc_check.py), then the benchmark side by side with
 # torch.accelerator / torch.cuda, cuda.core and CuPy where installed, and

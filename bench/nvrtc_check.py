@@ -32,7 +32,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 # The in-place build (gpu_check.sh makes it) and the test kernels.
-sys.path[:0] = [str(REPO / "src"), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import kernel_code  # noqa: E402
 
 N = 1 << 20

@@ -12,8 +12,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Prefer an in-place build of this checkout; otherwise use what is installed.
-if any((ROOT / "src" / "accelerator").glob("_accelerator*.so")):
-    sys.path.insert(0, str(ROOT / "src"))
+if any((ROOT / "accelerator").glob("_accelerator*.so")):
+    sys.path.insert(0, str(ROOT))
 
 import accelerator  # noqa: E402
 

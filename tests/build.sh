@@ -4,7 +4,7 @@
 #   bash tests/build.sh plain
 #       the driver test doubles (make -C tests/drivers) and the extension
 #       in place with warnings as errors, then an editable install of this
-#       checkout (src layout), so that `import accelerator`, `python -m
+#       checkout (the package at the root), so that `import accelerator`, `python -m
 #       accelerator` and the pytest plugin's entry point are this
 #       checkout's from any folder
 #   bash tests/build.sh instrumented DIR
@@ -48,7 +48,7 @@ instrumented)
         ACCELERATOR_LDFLAGS="-fsanitize=address,undefined --coverage" \
         "$PYTHON" setup.py -q build_ext --inplace --force 2>&1 \
         | grep -v -e BetaConfiguration -e 'warnings.warn' || true
-    test -f src/accelerator/_accelerator*.so
+    test -f accelerator/_accelerator*.so
     ;;
 *)
     echo "usage: build.sh plain | instrumented DIR" >&2

@@ -59,14 +59,14 @@ build)
     mv "$work"/accelerator-*/ "$work/sdist"
     # The doubles first: they include the package's native_kernel.h.
     make -s -C "$work/sdist/tests/drivers"
-    rm -rf "$work/sdist/src/accelerator"
+    rm -rf "$work/sdist/accelerator"
     echo "== the wheel in a fresh venv of $("$PYTHON" -V)"
     make_venv "$work/venv" "$PYTHON"
     # From outside both trees; the expected files are the checkout's.
     repo=$PWD
     cd "$work"
     "$work/venv/bin/python" "$repo/tests/wheel_checks.py" \
-        "$work"/dist/*.whl "$repo/src/accelerator" "$work/sdist"
+        "$work"/dist/*.whl "$repo/accelerator" "$work/sdist"
     echo "== a slice of the suite against the wheel"
     cd "$work/sdist"
     env -u PYTHONPATH "$work/venv/bin/python" -m pytest -q \

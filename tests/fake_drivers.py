@@ -20,9 +20,9 @@ import pathlib
 import re
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-#: what subprocesses put on PYTHONPATH to import the in-place build (src
-#: layout); harmless when the package is installed instead
-SRC = REPO / "src"
+#: what subprocesses put on PYTHONPATH to import the in-place build (the
+#: package is at the root); harmless when the package is installed instead
+SRC = REPO
 DRIVERS = REPO / "tests" / "drivers" / "build"
 CUDA_DOUBLE = DRIVERS / "libcuda.so.1"
 CUDA_DOUBLE_NOPROC = DRIVERS / "noproc" / "libcuda.so.1"
@@ -494,9 +494,9 @@ class CudaDouble(DriverDouble):
     torch_device_type = 1
     dlpack_device_type = 2
     dlpack_passes_stream = True
-    symbol_lists = (("csrc/backends/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
-                    ("csrc/backends/cuda_api.h", "ACC_CUDA_OPTIONAL_FUNCTIONS"),
-                    ("csrc/backends/nvml_api.h", "ACC_NVML_FUNCTIONS"))
+    symbol_lists = (("csrc/backends/cuda/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
+                    ("csrc/backends/cuda/cuda_api.h", "ACC_CUDA_OPTIONAL_FUNCTIONS"),
+                    ("csrc/backends/cuda/nvml_api.h", "ACC_NVML_FUNCTIONS"))
     functions = {"stream_create": "cuStreamCreateWithPriority",
                  "event_create": "cuEventCreate",
                  "event_record": "cuEventRecord", "query": "cuStreamQuery",
@@ -755,8 +755,8 @@ class ZeDouble(DriverDouble):
                            "command list, while work others append to the "
                            "stream's immediate list runs at once",
     }
-    symbol_lists = (("csrc/backends/ze_api.h", "ACC_ZE_FUNCTIONS"),
-                    ("csrc/backends/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))
+    symbol_lists = (("csrc/backends/level_zero/ze_api.h", "ACC_ZE_FUNCTIONS"),
+                    ("csrc/backends/level_zero/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))
     functions = {"stream_create": "zeCommandListCreateImmediate",
                  "event_create": "zeEventCreate",
                  "event_record": "zeCommandListAppendBarrier",
@@ -1012,7 +1012,7 @@ class HipDouble(DriverDouble):
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }
-    symbol_lists = (("csrc/backends/hip_api.h", "ACC_HIP_FUNCTIONS"),)
+    symbol_lists = (("csrc/backends/hip/hip_api.h", "ACC_HIP_FUNCTIONS"),)
     functions = {"stream_create": "hipStreamCreateWithPriority",
                  "event_create": "hipEventCreateWithFlags",
                  "event_record": "hipEventRecord", "query": "hipStreamQuery",
@@ -1258,7 +1258,7 @@ class OpenCLDouble(DriverDouble):
                    "record no SVM copies or fills and no event markers: "
                    "accelerator.Graph is refused on OpenCL"),
     }
-    symbol_lists = (("csrc/backends/opencl_api.h", "ACC_OPENCL_FUNCTIONS"),)
+    symbol_lists = (("csrc/backends/opencl/opencl_api.h", "ACC_OPENCL_FUNCTIONS"),)
     library_env = "ACCELERATOR_OPENCL_LIBRARY"
     stream_create_api = "clCreateCommandQueueWithProperties"
     functions = {"stream_create": "clCreateCommandQueueWithProperties",

@@ -337,11 +337,11 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
               doc="the timing-sensitive behaviour tests uninstrumented on "
                   "HIP"),
         Stage("stubs", [py, "-m", "mypy.stubtest", "accelerator"], 90,
-              kind="cmd", env={"PYTHONPATH": "src"}, needs=["build"],
+              kind="cmd", env={"PYTHONPATH": "."}, needs=["build"],
               doc="the type stubs match the module"),
         Stage("docs", [py, "-m", "sphinx", "-q", "-W", "-b", "html", "docs",
                        str(run_dir / "docs-html")], 90, kind="cmd",
-              env={"PYTHONPATH": "src"}, needs=["build"],
+              env={"PYTHONPATH": "."}, needs=["build"],
               doc="the Sphinx docs build with warnings as errors"),
         # The wheel, checked by what can differ from the in-place build
         # (its files, the abi3 tag, the import from site-packages, the

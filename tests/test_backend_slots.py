@@ -1,4 +1,4 @@
-"""The registration check of a backend's slots (csrc/backend_check.c).
+"""The registration check of a backend's slots (csrc/core/backend_check.c).
 
 The dispatcher refuses, when it registers a backend, one with a required
 slot left NULL or an optional group filled in part: the five graph slots,
@@ -38,8 +38,8 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     program = tmp_path_factory.mktemp("slots") / "check_backend_slots"
     build = subprocess.run(
         [compiler, "-std=gnu11", "-Wall", "-Wextra", "-Werror",
-         f"-I{REPO / 'csrc'}", str(REPO / "tests/drivers/check_backend_slots.c"),
-         str(REPO / "csrc/backend_check.c"), "-o", str(program)],
+         f"-I{REPO / 'csrc' / 'include'}", str(REPO / "tests/drivers/check_backend_slots.c"),
+         str(REPO / "csrc/core/backend_check.c"), "-o", str(program)],
         capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     run = subprocess.run([str(program)], capture_output=True, text=True,

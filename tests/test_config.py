@@ -36,7 +36,7 @@ def run(code: str, check: bool = True, **env: str) -> subprocess.CompletedProces
     environment = fake_drivers.clean_environment()
     environment.update(env)
     environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO / "src"), environment.get("PYTHONPATH")]))
+        filter(None, [str(REPO), environment.get("PYTHONPATH")]))
     script = PRELUDE.format(tests=str(REPO / "tests")) + textwrap.dedent(code)
     result = subprocess.run([sys.executable, "-c", script], env=environment,
                             capture_output=True, text=True, timeout=120)
@@ -66,7 +66,7 @@ def test_the_issue_command_line() -> None:
     result = subprocess.run(
         [sys.executable, "-c", "import accelerator as a; print(a.is_available(),"
          " a.device_count(), a.current_accelerator())"],
-        env={**fake_drivers.clean_environment(), "PYTHONPATH": str(REPO / "src"),
+        env={**fake_drivers.clean_environment(), "PYTHONPATH": str(REPO),
              **with_double(2)}, capture_output=True, text=True, timeout=60)
     assert result.stdout == "True 2 cuda\n"
 

@@ -1,5 +1,5 @@
-"""Our CUDA declarations (csrc/backends/cuda_api.h) match NVIDIA's cuda.h,
-and our NVML ones (csrc/backends/nvml_api.h) NVIDIA's nvml.h.
+"""Our CUDA declarations (csrc/backends/cuda/cuda_api.h) match NVIDIA's cuda.h,
+and our NVML ones (csrc/backends/cuda/nvml_api.h) NVIDIA's nvml.h.
 
 tests/drivers/check_cuda_api.c (check_nvml_api.c) includes both and
 asserts, with _Static_assert, that every constant, type and function
@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -63,9 +64,12 @@ def test_declarations_match_the_toolkit(tmp_path: pathlib.Path) -> None:
 def compile_wrong(tmp_path: pathlib.Path, check: pathlib.Path, header: str,
                   old: str, new: str,
                   *extra: str) -> subprocess.CompletedProcess:
-    """Compile check against a copy of csrc/backends/<header> with old
-    replaced by new."""
-    text = (REPO / "csrc" / "backends" / header).read_text()
+    """Compile check against a copy of csrc/backends/<its folder>/<header>
+    (the one check includes) with old replaced by new."""
+    included = re.search(rf'"\.\./\.\./(csrc/backends/\w+/{re.escape(header)})"',
+                         check.read_text())
+    assert included, f"{check.name} does not include {header}"
+    text = (REPO / included.group(1)).read_text()
     wrong = text.replace(old, new)
     assert wrong != text
     (tmp_path / "backends").mkdir()
@@ -73,7 +77,7 @@ def compile_wrong(tmp_path: pathlib.Path, check: pathlib.Path, header: str,
     source = tmp_path / "sub" / "check.c"
     source.parent.mkdir()
     source.write_text(check.read_text().replace(
-        f'"../../csrc/backends/{header}"', f'"../backends/{header}"'))
+        included.group(0), f'"../backends/{header}"'))
     return compile_check(tmp_path, source, *extra)
 
 

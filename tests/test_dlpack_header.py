@@ -1,4 +1,4 @@
-"""Our DLPack declarations (csrc/dlpack_abi.h) match a real dlpack.h.
+"""Our DLPack declarations (csrc/python/dlpack_abi.h) match a real dlpack.h.
 
 tests/drivers/check_dlpack_abi.c includes both and asserts, with
 _Static_assert, that every code, struct size, field offset and field size
@@ -86,11 +86,11 @@ def test_declarations_match_a_current_dlpack(tmp_path) -> None:
 @pytest.mark.skipif(not DEBIAN.exists(),
                     reason=f"no {DEBIAN} (apt-get install libdlpack-dev)")
 def test_the_check_catches_a_wrong_declaration(tmp_path) -> None:
-    ours = (REPO / "csrc" / "dlpack_abi.h").read_text()
+    ours = (REPO / "csrc" / "python" / "dlpack_abi.h").read_text()
     wrong = ours.replace("    uint16_t lanes;", "    uint8_t lanes;")
     assert wrong != ours
-    (tmp_path / "csrc").mkdir()
-    (tmp_path / "csrc" / "dlpack_abi.h").write_text(wrong)
+    (tmp_path / "csrc" / "python").mkdir(parents=True)
+    (tmp_path / "csrc" / "python" / "dlpack_abi.h").write_text(wrong)
     source = tmp_path / "sub" / "sub" / "check.c"
     source.parent.mkdir(parents=True)
     source.write_text(CHECK.read_text())

@@ -24,7 +24,7 @@ from fake_drivers import CUDA_DOUBLE, REPO
 def run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     full = fake_drivers.clean_environment()
     full.update(env)
-    full["PYTHONPATH"] = str(REPO / "src")
+    full["PYTHONPATH"] = str(REPO)
     return subprocess.run(
         [sys.executable, "-c", f"import sys; sys.path.insert(0, "
          f"{str(REPO / 'tests')!r})\n" + textwrap.dedent(code)],

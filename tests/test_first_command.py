@@ -8,8 +8,10 @@ command run in the clone's root as a user runs it, with the environment
 active: ``pip install . && python -m accelerator``.  Every test here then
 uses that clone and environment:
 
-- the main command exits 0 and imports the installed copy, not the clone's
-  ``src/`` (which has no built extension);
+- the main command exits 0, from the root (which imports the clone's
+  ``accelerator/``, where the build placed the extension too) and from
+  another folder (which imports the installed copy), and both are the
+  same code;
 - the README's documentation commands build the docs with ``-W`` from the
   root (docs/conf.py must not put an unbuilt source tree first);
 - the README's and docs/testing.rst's examples on the driver doubles print
@@ -129,13 +131,34 @@ def test_the_main_command_works_from_the_root_of_a_fresh_clone(
     assert re.search(r"^accelerator \d+\.\d+\.\d+ \(Python ",
                      clone.main.stdout, re.MULTILINE), clone.main.stdout
     assert "\nBackends:\n" in clone.main.stdout
-    # From the root, `import accelerator` is the installed copy.
-    where = clone.sh("python -c 'import accelerator; "
-                     "print(accelerator.__file__)'")
-    assert where.returncode == 0, where.stderr
-    installed = pathlib.Path(where.stdout.strip())
-    assert installed.is_relative_to(pathlib.Path(clone.env["VIRTUAL_ENV"])), \
-        installed
+    # From the root, `import accelerator` is the clone's package, with
+    # the extension the build placed beside it; from anywhere else, the
+    # installed copy.  Both are the same code, headers included.
+    where = ("python -c 'import accelerator, accelerator._accelerator as e;"
+             " print(accelerator.__file__); print(e.__file__);"
+             " print(accelerator.get_include())'")
+    venv = pathlib.Path(clone.env["VIRTUAL_ENV"])
+    copies = []
+    for cwd in (clone.root, venv):
+        found = clone.sh(where, cwd=cwd)
+        assert found.returncode == 0, found.stderr
+        copies.append([pathlib.Path(p) for p in found.stdout.split()])
+    (root_init, root_ext, root_include), (init, ext, include) = copies
+    assert root_init == clone.root / "accelerator" / "__init__.py"
+    assert init.is_relative_to(venv), init
+    assert root_ext.parent == root_init.parent
+    assert root_ext.read_bytes() == ext.read_bytes()
+    assert root_init.read_bytes() == init.read_bytes()
+    for header in ("backend.h", "types.h", "native_kernel.h"):
+        assert ((pathlib.Path(root_include) / "accelerator" / header)
+                .read_bytes()
+                == (pathlib.Path(include) / "accelerator" / header)
+                .read_bytes()), header
+    elsewhere = clone.sh("python -m accelerator", cwd=venv)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    heading = re.compile(r"^accelerator \d.*$", re.MULTILINE)
+    assert heading.findall(elsewhere.stdout) == \
+        heading.findall(clone.main.stdout)
     # docs/index.rst's other two forms.
     as_json = clone.sh("python -m accelerator --json")
     assert as_json.returncode == 0, as_json.stderr

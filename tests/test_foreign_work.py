@@ -50,7 +50,7 @@ def run(code: str, counting: str = "nvml") -> None:
     env.update(ACCELERATOR_BACKEND="cuda",
                ACCELERATOR_CUDA_LIBRARY=str(CUDA_DOUBLE),
                FAKE_CUDA_DEVICES="2",
-               PYTHONPATH=str(REPO / "src"))
+               PYTHONPATH=str(REPO))
     script = PRELUDE.format(tests=str(REPO / "tests")) + textwrap.dedent(code)
     result = subprocess.run([sys.executable, "-c", script], env=env,
                             capture_output=True, text=True, timeout=120)

@@ -86,7 +86,7 @@ def run(backend: str, code: str) -> subprocess.CompletedProcess:
     env = fake_drivers.clean_environment()
     env.update(BACKENDS[backend])
     env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+        filter(None, [str(REPO), env.get("PYTHONPATH")]))
     script = PRELUDE.format(tests=str(REPO / "tests"), backend=TYPES[backend],
                             double=DOUBLES[backend]) + textwrap.dedent(code)
     result = subprocess.run([sys.executable, "-c", script], env=env,
@@ -367,7 +367,7 @@ def test_multiprocessing_fork_refuses_and_spawn_works(
     script.write_text(POOL)
     env = fake_drivers.clean_environment()
     env.update(BACKENDS[backend])
-    env["PYTHONPATH"] = str(REPO / "src")
+    env["PYTHONPATH"] = str(REPO)
     result = subprocess.run([sys.executable, str(script)], env=env,
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_gpu_check_runs_through_to_its_results_table(tmp_path: Path) -> None:
     if shutil.which("bash") is None or shutil.which("make") is None:
         pytest.skip("needs bash and make")
-    if not (REPO / "src" / "accelerator").is_dir():
+    if not (REPO / "accelerator").is_dir():
         pytest.skip("no source package to install: tests/check_wheel.sh "
                     "removes it to test the installed wheel")
     marks = instrumented_extension()
@@ -92,7 +92,7 @@ def test_nvrtc_check_catches_a_wrong_result() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", code, str(wrong_path), str(right)], cwd=REPO,
         env={**fake_drivers.clean_environment(),
-             "PYTHONPATH": str(REPO / "src"),
+             "PYTHONPATH": str(REPO),
              **fake_drivers.CudaDouble.environment(1)},
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""Our HIP declarations (csrc/backends/hip_api.h) match AMD's
+"""Our HIP declarations (csrc/backends/hip/hip_api.h) match AMD's
 hip/hip_runtime_api.h (Debian's libamdhip64-dev, ROCm 5.2).
 
 tests/drivers/check_hip_api.c includes both and asserts, with

@@ -33,7 +33,7 @@ def backend_params() -> list:
 def run(backend: str, code: str, timeout: float = 120) -> str:
     env = fake_drivers.clean_environment()
     env.update(fake_drivers.DOUBLES[backend].environment(2))
-    env["PYTHONPATH"] = str(REPO / "src")
+    env["PYTHONPATH"] = str(REPO)
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                             env=env, capture_output=True, text=True,
                             timeout=timeout)

@@ -47,7 +47,7 @@ def run(code: str, abi: bool = False, **env: str) -> str:
     double; its stderr."""
     environment = fake_drivers.clean_environment()
     environment.update(fake_drivers.CudaDouble.environment(2))
-    environment.update(PYTHONPATH=str(REPO / "src"), **env)
+    environment.update(PYTHONPATH=str(REPO), **env)
     script = PRELUDE.format(tests=str(REPO / "tests")) + \
         (ABI if abi else "") + textwrap.dedent(code)
     result = subprocess.run([sys.executable, "-c", script], env=environment,

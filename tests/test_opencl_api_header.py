@@ -1,4 +1,4 @@
-"""Our OpenCL declarations (csrc/backends/opencl_api.h) match Khronos' CL/cl.h.
+"""Our OpenCL declarations (csrc/backends/opencl/opencl_api.h) match Khronos' CL/cl.h.
 
 tests/drivers/check_opencl_api.c includes both and asserts, with
 _Static_assert, that every constant and function signature we declare is
@@ -35,7 +35,7 @@ def test_declarations_match_khronos(tmp_path: pathlib.Path) -> None:
 ], ids=["signature", "constant"])
 def test_the_check_catches_a_wrong_declaration(
         tmp_path: pathlib.Path, right: str, wrong: str, message: str) -> None:
-    header = (REPO / "csrc/backends/opencl_api.h").read_text()
+    header = (REPO / "csrc/backends/opencl/opencl_api.h").read_text()
     changed = header.replace(right, wrong)
     assert changed != header
     (tmp_path / "backends").mkdir()
@@ -43,7 +43,7 @@ def test_the_check_catches_a_wrong_declaration(
     source = tmp_path / "sub" / "check.c"
     source.parent.mkdir()
     source.write_text(CHECK.read_text().replace(
-        '"../../csrc/backends/opencl_api.h"', '"../backends/opencl_api.h"'))
+        '"../../csrc/backends/opencl/opencl_api.h"', '"../backends/opencl_api.h"'))
     result = compile_check(tmp_path, source)
     assert result.returncode != 0
     assert message in result.stderr

@@ -41,7 +41,7 @@ def environment(**env: str) -> dict[str, str]:
     result = fake_drivers.clean_environment()
     result.update(env)
     result["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO / "src"), result.get("PYTHONPATH")]))
+        filter(None, [str(REPO), result.get("PYTHONPATH")]))
     return result
 
 

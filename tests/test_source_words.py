@@ -16,6 +16,7 @@ import accelerator
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CSRC = REPO / "csrc"
+PYTHON_LAYER = CSRC / "python"
 
 
 def header_comment(path: pathlib.Path) -> str:
@@ -29,15 +30,16 @@ def test_pyaccel_h_names_every_python_layer_file() -> None:
     """pyaccel.h's list is the Python layer: every file that includes
     Python.h through it, and no other."""
     named = set(re.findall(r"\b(_accelerator\.c|py_\w+\.c)\b",
-                           header_comment(CSRC / "pyaccel.h")))
-    including = {p.name for p in CSRC.glob("*.c")
+                           header_comment(PYTHON_LAYER / "pyaccel.h")))
+    including = {p.name for p in CSRC.rglob("*.c")
                  if re.search(r'^#include "(pyaccel|pybuffer|pyobjects)\.h"',
                               p.read_text(), re.MULTILINE)}
     assert including, "no file includes pyaccel.h"
     assert named == including
 
 
-@pytest.mark.parametrize("path", ["csrc/accel.h", "csrc/_accelerator.c"])
+@pytest.mark.parametrize("path", ["csrc/core/accel.h",
+                                  "csrc/python/_accelerator.c"])
 def test_no_text_lists_the_backends_as_two(path: str) -> None:
     """A backend's name comes from its descriptor: no comment or docstring
     says the backends are "cuda, xpu or None"."""
@@ -49,7 +51,7 @@ def test_no_text_lists_the_backends_as_two(path: str) -> None:
 def test_the_version_is_written_once() -> None:
     """pyproject.toml takes the version from accelerator.__version__, and
     setuptools reads it from there without importing the extension."""
-    if not (REPO / "src" / "accelerator").is_dir():
+    if not (REPO / "accelerator").is_dir():
         pytest.skip("no source package: tests/check_wheel.sh removes it to "
                     "test the installed wheel")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -57,7 +59,7 @@ def test_the_version_is_written_once() -> None:
     assert "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {
         "attr": "accelerator.__version__"}
-    written = [p for p in (REPO / "src" / "accelerator").glob("*.py")
+    written = [p for p in (REPO / "accelerator").glob("*.py")
                if re.search(r"^__version__ = ", p.read_text(), re.MULTILINE)]
     assert [p.name for p in written] == ["__init__.py"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", accelerator.__version__)
@@ -153,16 +155,19 @@ def test_a_backend_takes_its_name_for_messages_from_its_descriptor(
 
 def test_a_backend_is_registered_by_one_line() -> None:
     """Outside csrc/backends/, a backend's descriptor is named once: its
-    line in backend.h's ACC_BACKENDS, which declares it and fills the
+    line in core.h's ACC_BACKENDS, which declares it and fills the
     dispatcher's registry (docs/backends.rst, "Adding a backend")."""
     registry = re.search(r"^#define ACC_BACKENDS\(X\)((?:.*\\\n)*.*)$",
-                         (CSRC / "backend.h").read_text(), re.MULTILINE)
-    assert registry, "backend.h has no ACC_BACKENDS list"
+                         (CSRC / "core" / "core.h").read_text(),
+                         re.MULTILINE)
+    assert registry, "core.h has no ACC_BACKENDS list"
     listed = re.findall(r"\bX\((acc_\w+_backend)\)", registry.group(1))
     assert len(listed) == len(backend_names()) == len(set(listed))
-    for path in sorted(CSRC.glob("*.[ch]")):
+    for path in sorted(CSRC.rglob("*.[ch]")):
+        if "backends" in path.relative_to(CSRC).parts:
+            continue
         text = path.read_text()
-        if path.name == "backend.h":
+        if path.name == "core.h":
             text = text.replace(registry.group(0), "")
         named = set(re.findall(r"\b(acc_\w+_backend)\b", text)) & set(listed)
         assert named == set(), f"{path.name} names {sorted(named)}"
@@ -170,7 +175,7 @@ def test_a_backend_is_registered_by_one_line() -> None:
 
 def prose_files() -> list[pathlib.Path]:
     """The tracked C, Python, stub and documentation files."""
-    listed = subprocess.run(["git", "ls-files", "csrc", "src", "tests",
+    listed = subprocess.run(["git", "ls-files", "csrc", "accelerator", "tests",
                              "docs", "bench", "README.md", "setup.py"],
                             cwd=REPO, capture_output=True, text=True)
     if listed.returncode != 0:
@@ -248,7 +253,8 @@ def test_no_test_is_an_empty_placeholder() -> None:
 def python_layer_definitions() -> set[str]:
     """The functions the Python layer's .c files define for each other."""
     names = set()
-    for path in [CSRC / "_accelerator.c", *CSRC.glob("py_*.c")]:
+    for path in [PYTHON_LAYER / "_accelerator.c",
+                 *PYTHON_LAYER.glob("py_*.c")]:
         names |= set(re.findall(r"^(?!static)\w[\w \*]*?\n?(acc_\w+)\(",
                                 path.read_text(), re.MULTILINE))
     return names
@@ -261,7 +267,7 @@ def test_the_python_layer_s_headers_call_nothing_of_its_files(
     """A Python layer header declares; its inline code calls only the core
     and Python, never a function of the files that include it (the circle
     py_args.c / py_helpers.c -> pyaccel.h -> py_args.c)."""
-    text = (CSRC / header).read_text()
+    text = (PYTHON_LAYER / header).read_text()
     defined = python_layer_definitions()
     calls = []
     for match in re.finditer(r"^static inline [^\n]*\n(\w+)\([^)]*\)\n\{\n"

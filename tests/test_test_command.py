@@ -182,7 +182,7 @@ def test_a_detector_fails_the_test_it_fired_in_and_no_other(
         "    free(0x1234)\n\n"
         "def test_after(driver):\n"
         "    assert driver.live('bad_access') == 0\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("ACCELERATOR_TEST_BACKEND", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

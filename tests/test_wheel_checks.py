@@ -19,11 +19,20 @@ WHEEL_META = ("Wheel-Version: 1.0\nRoot-Is-Purelib: false\n"
 
 def make(tmp_path: pathlib.Path, files: list[str],
          tag: str = "cp311-abi3") -> tuple[pathlib.Path, pathlib.Path]:
-    source = tmp_path / "src" / "accelerator"
+    source = tmp_path / "accelerator"
     source.mkdir(parents=True)
     for name in ("__init__.py", "__init__.pyi", "py.typed"):
         (source / name).write_text("")
     (source / "_accelerator.abi3.so").write_text("")   # a build output
+    # The public header's one copy, and the build's copy of it (and of
+    # one the tree no longer has) in the package: only the first counts.
+    public = tmp_path / "csrc" / "include" / "accelerator"
+    public.mkdir(parents=True)
+    (public / "backend.h").write_text("")
+    staged = source / "include" / "accelerator"
+    staged.mkdir(parents=True)
+    for name in ("backend.h", "gone.h"):
+        (staged / name).write_text("")
     wheel = tmp_path / f"accelerator-0.1.0-{tag}-linux_x86_64.whl"
     info = "accelerator-0.1.0.dist-info"
     with zipfile.ZipFile(wheel, "w") as z:
@@ -49,7 +58,8 @@ def check(wheel: pathlib.Path, source: pathlib.Path,
 
 
 GOOD = ["accelerator/__init__.py", "accelerator/__init__.pyi",
-        "accelerator/py.typed", "accelerator/_accelerator.abi3.so"]
+        "accelerator/py.typed", "accelerator/_accelerator.abi3.so",
+        "accelerator/include/accelerator/backend.h"]
 
 
 def test_a_wheel_with_the_package_s_files_passes(
@@ -64,9 +74,10 @@ def test_a_wheel_with_the_package_s_files_passes(
 @pytest.mark.parametrize("files, named", [
     ([f for f in GOOD if f != "accelerator/py.typed"], "py.typed"),
     ([*GOOD, "accelerator/fake.c"], "fake.c"),
+    ([f for f in GOOD if not f.endswith(".h")], "backend.h"),
     ([f.replace(".abi3", ".cpython-311-x86_64-linux-gnu") for f in GOOD],
      "_accelerator.abi3.so"),
-], ids=["a file left out", "a file more", "not the abi3 extension"])
+], ids=["a file left out", "a file more", "a public header left out", "not the abi3 extension"])
 def test_a_wheel_whose_files_differ_is_refused_naming_them(
         tmp_path: pathlib.Path, files: list[str], named: str) -> None:
     wheel, source = make(tmp_path, files)

@@ -4,8 +4,9 @@ Python, from a folder outside any checkout):
 
     python wheel_checks.py WHEEL SOURCE SDIST
 
-WHEEL is the built wheel, SOURCE the checkout's ``src/accelerator`` (the
-files the wheel must ship, build outputs aside), SDIST the unpacked sdist
+WHEEL is the built wheel, SOURCE the checkout's ``accelerator`` (the
+files the wheel must ship, build outputs aside, and the public headers of
+``csrc/include/accelerator``), SDIST the unpacked sdist
 whose doubles are built.
 Each check prints one line; the first that fails exits 1 with what
 differed.  The behaviour itself is checked by the suite run against the
@@ -61,14 +62,20 @@ def check_files(wheel: pathlib.Path, source: pathlib.Path) -> None:
     expected = {f"accelerator/{p.relative_to(source).as_posix()}"
                 for p in source.rglob("*") if p.is_file()
                 and "__pycache__" not in p.parts
+                and p.relative_to(source).parts[0] != "include"
                 and p.suffix not in (".so", ".pyc", ".gcda", ".gcno")}
+    # The public headers: one copy in csrc/include/, which the build
+    # copies into the package (its include/ is a build output).
+    expected |= {f"accelerator/include/accelerator/{h.name}"
+                 for h in (source.parent / "csrc" / "include"
+                           / "accelerator").glob("*.h")}
     extension = "accelerator/_accelerator.abi3.so"
     expected.add(extension)
     if package != expected:
         fail(f"the wheel's files differ from the source package's: "
              f"missing {sorted(expected - package)}, "
              f"extra {sorted(package - expected)}")
-    ok(f"the wheel ships the {len(expected)} files of src/accelerator "
+    ok(f"the wheel ships the {len(expected)} files of accelerator/ "
        "and the abi3 extension, nothing else")
 
 

@@ -536,7 +536,7 @@ CASES: list[tuple[str, Callable[[], Any], type, str, bool]] = [
     ("Event.record(Stream())", lambda: acc.Event.record(stream()), TE,
      r"descriptor 'record' for 'accelerator\.Event' objects doesn't apply",
      False),
-    # The one argument parser (csrc/py_args.c): every call words a wrong
+    # The one argument parser (csrc/python/py_args.c): every call words a wrong
     # count or keyword the same way, saying what the callable takes.
     ("Buffer(4, nbytes=4)", lambda: acc.Buffer(4, nbytes=4), TE,
      r"^Buffer\(\) got an unexpected keyword argument 'nbytes': nbytes was "
@@ -647,7 +647,7 @@ def test_bad_input_without_an_accelerator() -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ACCELERATOR_", "FAKE_", "ZE_"))}
     env.update(ACCELERATOR_BACKEND="none",
-               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "src"))
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
     result = subprocess.run([sys.executable, "-c", NO_ACCELERATOR], env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -657,7 +657,7 @@ def test_bad_input_without_an_accelerator() -> None:
 def test_an_empty_backend_variable_means_unset() -> None:
     """ACCELERATOR_BACKEND='' probes as if unset (cuda, then xpu)."""
     env = dict(os.environ, ACCELERATOR_BACKEND="",
-               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "src"))
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
     code = ("import accelerator as a; "
             "print(a.is_available(), [b['reason'] for b in a.backends()"
             " if b['selected']])")

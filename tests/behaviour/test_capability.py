@@ -11,7 +11,7 @@ import pytest
 
 import accelerator as acc
 
-SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+SRC = pathlib.Path(__file__).resolve().parents[2]
 #: what every device holds and computes in, whatever its driver says
 EVERY_DEVICE = frozenset({"bool", "uint8", "int8", "int16", "int32",
                           "int64", "float32", "complex64"})
@@ -34,7 +34,7 @@ print(json.dumps([sorted(first["supported_dtypes"]), calls,
 
 
 def child(facts, **env: str) -> tuple[set[str], int, int, set[str]]:
-    code = CHILD.format(tests=str(SRC.parent / "tests"),
+    code = CHILD.format(tests=str(SRC / "tests"),
                         call=facts.capability_call)
     result = subprocess.run([sys.executable, "-c", code],
                             env={**os.environ, "PYTHONPATH": str(SRC), **env},

@@ -29,7 +29,7 @@ import pytest
 import accelerator as acc
 import fake_drivers
 
-SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+SRC = pathlib.Path(__file__).resolve().parents[2]
 
 
 def child_env(**changes: str) -> dict[str, str]:

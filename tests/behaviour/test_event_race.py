@@ -63,7 +63,7 @@ def run_fresh(driver, code: str) -> dict:
     prints one JSON line."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+        filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.pop("PYTEST_CURRENT_TEST", None)
     script = PRELUDE.format(tests=str(REPO / "tests"),
                             double=type(driver).__name__) \

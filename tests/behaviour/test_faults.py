@@ -1,7 +1,7 @@
 """Fault injection at every driver call site.
 
 The driver functions a backend calls are read from the backend's own
-X-macro lists (its double class's symbol_lists: csrc/backends/cuda_api.h
+X-macro lists (its double class's symbol_lists: csrc/backends/cuda/cuda_api.h
 ACC_CUDA_FUNCTIONS, ...), so a new call site without an entry in the
 double class's fault_sites (tests/fake_drivers.py) fails
 test_every_driver_function_has_a_site.
@@ -979,7 +979,7 @@ def run_child(args: dict[str, Any], **env: str) -> subprocess.CompletedProcess:
     environment = dict(os.environ)
     environment.update(env)
     environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO / "src"), environment.get("PYTHONPATH")]))
+        filter(None, [str(REPO), environment.get("PYTHONPATH")]))
     environment.pop("PYTEST_CURRENT_TEST", None)
     script = CHILD.format(tests=str(REPO / "tests"),
                           behaviour=str(REPO / "tests" / "behaviour"),
@@ -1078,7 +1078,7 @@ def test_probe(site: Site) -> None:
     result = subprocess.run(
         [sys.executable, "-c", PROBE_CHILD.format(backend=BACKEND)],
         env={**os.environ, driver_cls.fail_env: faults,
-             **driver_cls.eager_probe_env, "PYTHONPATH": str(REPO / "src")},
+             **driver_cls.eager_probe_env, "PYTHONPATH": str(REPO)},
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     available, count, info = json.loads(result.stdout.splitlines()[0])
@@ -1114,7 +1114,7 @@ def test_deferred(site: Site) -> None:
     result = subprocess.run(
         [sys.executable, "-c", DEFERRED_CHILD.format(backend=BACKEND)],
         env={**os.environ, driver_cls.fail_env: f"{site.api}:0:{number}",
-             "PYTHONPATH": str(REPO / "src")},
+             "PYTHONPATH": str(REPO)},
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     answers, errors, info = json.loads(result.stdout.splitlines()[0])
@@ -1145,7 +1145,7 @@ def test_fallback(site: Site) -> None:
     if site.api == "nvmlErrorString":
         faults += f",nvmlInit_v2:0:{number}"
     env = {**os.environ, fake_drivers.NvmlDouble.fail_env: faults,
-           "PYTHONPATH": str(REPO / "src")}
+           "PYTHONPATH": str(REPO)}
     if "GPU-" in site.note:
         # Only a UUID list makes the backend read the UUIDs: device 1's.
         env["CUDA_VISIBLE_DEVICES"] = ("GPU-fa4ecda0-0000-4000-8000-"
@@ -1192,7 +1192,7 @@ def test_exit(site: Site) -> None:
                              backend=BACKEND)
     result = subprocess.run(
         [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
@@ -1377,7 +1377,7 @@ def test_host_out_of_memory_never_crashes() -> None:
     script = NOMEMORY_CHILD.format(tests=str(REPO / "tests"),
                                    behaviour=str(REPO / "tests" / "behaviour"))
     result = subprocess.run([sys.executable, "-c", script],
-                            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "", result.stdout
@@ -1403,7 +1403,7 @@ def test_exit_with_work_still_queued() -> None:
     code = EXIT_BUSY.format(tests=str(REPO / "tests"),
                             behaviour=str(REPO / "tests" / "behaviour"))
     result = subprocess.run([sys.executable, "-c", code],
-                            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
                             capture_output=True, text=True, timeout=120)
     end = time.monotonic()
     assert result.returncode == 0, result.stderr

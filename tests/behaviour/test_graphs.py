@@ -552,7 +552,7 @@ def test_exit_with_graphs_and_a_capture_open(graphs) -> None:
     """Exiting with a graph replayed, a capture still open and a stream
     forked into it: a clean exit (shutdown releases the driver's
     objects of all of them) that says nothing."""
-    src = pathlib.Path(__file__).resolve().parents[2] / "src"
+    src = pathlib.Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", EXIT_CAPTURING],
                             env={**os.environ, "PYTHONPATH": str(src)},
                             capture_output=True, text=True, timeout=120)

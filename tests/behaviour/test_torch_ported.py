@@ -48,7 +48,7 @@ import pytest
 
 import accelerator as acc
 
-SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+SRC = pathlib.Path(__file__).resolve().parents[2]
 #: every dtype name torch has (``dir(torch)``'s dtypes), for rule 3
 TORCH_DTYPES = frozenset({
     "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",

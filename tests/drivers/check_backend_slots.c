@@ -1,6 +1,6 @@
 /*
  * check_backend_slots.c - runs the dispatcher's registration check
- * (csrc/backend_check.c, the code the extension links) on descriptors
+ * (csrc/core/backend_check.c, the code the extension links) on descriptors
  * with slots left out, and prints one line per case:
  *
  *     <case>\t<why the check refuses it, or "complete">
@@ -9,7 +9,7 @@
  * and checks every line.  Every pointer of a "complete" descriptor is a
  * non-NULL byte pattern: the check only compares slots with NULL.
  */
-#include "backend.h"
+#include "../../csrc/core/backend_check.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,13 +1,13 @@
 /*
  * check_cuda_api.c - compiled with the toolkit's cuda.h and -Werror by
  * tests/test_cuda_api_header.py: fails to compile when one of our own
- * declarations in csrc/backends/cuda_api.h differs from NVIDIA's.
+ * declarations in csrc/backends/cuda/cuda_api.h differs from NVIDIA's.
  */
 #include <cuda.h>
 #include <stddef.h>
 
 #define ACC_CUDA_API_CHECK
-#include "../../csrc/backends/cuda_api.h"
+#include "../../csrc/backends/cuda/cuda_api.h"
 
 #define CHECK_VALUE(name, value) \
     _Static_assert((long long)(name) == (value), #name " differs");

@@ -1,14 +1,14 @@
 /*
  * check_dlpack_abi.c - compiled with a real dlpack.h and -Werror by
  * tests/test_dlpack_header.py: fails to compile when our own declarations
- * in csrc/dlpack_abi.h differ from the spec's header.  A 0.6 header
+ * in csrc/python/dlpack_abi.h differ from the spec's header.  A 0.6 header
  * (Debian's libdlpack-dev) has no versioned ABI and no kDLOneAPI: those
  * are checked only against a 1.x header (DLPACK_MAJOR_VERSION defined).
  */
 #include <dlpack/dlpack.h>
 #include <stddef.h>
 
-#include "../../csrc/dlpack_abi.h"
+#include "../../csrc/python/dlpack_abi.h"
 
 #define CHECK_VALUE(name, value)                                         \
     _Static_assert((long long)(name) == (value)                          \

@@ -1,14 +1,14 @@
 /*
  * check_hip_api.c - compiled with ROCm's hip/hip_runtime_api.h and -Werror
  * by tests/test_hip_api_header.py (and make -C tests/drivers): fails to
- * compile when one of our own declarations in csrc/backends/hip_api.h
+ * compile when one of our own declarations in csrc/backends/hip/hip_api.h
  * differs from AMD's.  The HIP headers need __HIP_PLATFORM_AMD__.
  */
 #include <hip/hip_runtime_api.h>
 #include <stddef.h>
 
 #define ACC_HIP_API_CHECK
-#include "../../csrc/backends/hip_api.h"
+#include "../../csrc/backends/hip/hip_api.h"
 
 #define CHECK_VALUE(name, value) \
     _Static_assert((long long)(name) == (value), #name " differs");

@@ -1,12 +1,12 @@
 /*
  * check_nvml_api.c - compiled with NVIDIA's nvml.h and -Werror by
  * tests/test_cuda_api_header.py: fails to compile when one of our own
- * declarations in csrc/backends/nvml_api.h differs from NVIDIA's.
+ * declarations in csrc/backends/cuda/nvml_api.h differs from NVIDIA's.
  */
 #include <nvml.h>
 
 #define ACC_NVML_API_CHECK
-#include "../../csrc/backends/nvml_api.h"
+#include "../../csrc/backends/cuda/nvml_api.h"
 
 #define CHECK_VALUE(name, value) \
     _Static_assert((long long)(name) == (value), #name " differs");

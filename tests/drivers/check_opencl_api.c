@@ -1,7 +1,7 @@
 /*
  * check_opencl_api.c - compiled with Khronos' <CL/cl.h> and -Werror (the
  * `opencl` target of this folder's Makefile builds it): fails to compile
- * when one of our own declarations in csrc/backends/opencl_api.h differs
+ * when one of our own declarations in csrc/backends/opencl/opencl_api.h differs
  * from the standard's.
  *
  *   cc -std=c11 -Wall -Wextra -Werror -c check_opencl_api.c -o /dev/null
@@ -11,7 +11,7 @@
 #include <CL/cl_ext.h>
 
 #define ACC_OPENCL_API_CHECK
-#include "../../csrc/backends/opencl_api.h"
+#include "../../csrc/backends/opencl/opencl_api.h"
 
 #define CHECK_VALUE(name, value) \
     _Static_assert((long long)(name) == (long long)(value), #name " differs");

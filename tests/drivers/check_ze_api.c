@@ -1,7 +1,7 @@
 /*
  * check_ze_api.c - compiled with the SDK's <level_zero/ze_api.h> and
  * -Werror (the `ze` target of this folder's Makefile builds it): fails to
- * compile when one of our own declarations in csrc/backends/ze_api.h
+ * compile when one of our own declarations in csrc/backends/level_zero/ze_api.h
  * differs from Intel's.
  *
  *   cc -std=c11 -Wall -Wextra -Werror -c check_ze_api.c -o /dev/null
@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #define ACC_ZE_API_CHECK
-#include "../../csrc/backends/ze_api.h"
+#include "../../csrc/backends/level_zero/ze_api.h"
 
 #define CHECK_VALUE(name, value) \
     _Static_assert((long long)(name) == (long long)(value), #name " differs");

@@ -181,7 +181,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../csrc/backends/cuda_api.h"
+#include "../../csrc/backends/cuda/cuda_api.h"
 #include "double_control.h"
 #include "double_kernels.h"
 #include "double_memory.h"

@@ -103,7 +103,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../csrc/backends/hip_api.h"
+#include "../../csrc/backends/hip/hip_api.h"
 #include "double_control.h"
 #include "double_kernels.h"
 #include "double_memory.h"

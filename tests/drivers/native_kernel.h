@@ -4,4 +4,4 @@
  * <accelerator/native_kernel.h>) so that a user's native kernels need no
  * checkout; the doubles and the tests' kernels include it from here.
  */
-#include "../../src/accelerator/include/accelerator/native_kernel.h"
+#include "../../csrc/include/accelerator/native_kernel.h"

@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../csrc/backends/nvml_api.h"
+#include "../../csrc/backends/cuda/nvml_api.h"
 #include "double_control.h"
 
 #define FAKE_MAX_DEVICES 64

@@ -60,7 +60,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../csrc/backends/opencl_api.h"
+#include "../../csrc/backends/opencl/opencl_api.h"
 #include "double_control.h"
 
 #define FAKE_EXPORT __attribute__((visibility("default")))

@@ -555,6 +555,8 @@ lz_after_fork_child(void)
 }
 
 const acc_backend acc_level_zero_backend = {
+    ACC_BACKEND_ABI,
+    .attach = ze_attach,
     .name = "xpu",
     .device_type = "xpu",
     .display_type = "XPU",

@@ -78,8 +78,15 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 
-#include "../../backend.h"
-#include "../ze_api.h"
+#define ACC_BACKEND_HOST ze_host
+#include <accelerator/backend.h>
+#include "ze_api.h"
+
+/* The attach slot (ze_host.c). */
+void ze_attach(const acc_host *host);
+
+/* This backend's table (named in its messages). */
+extern const acc_backend acc_level_zero_backend;
 
 #include <pthread.h>
 #include <stddef.h>

@@ -120,6 +120,8 @@ def get_include() -> str:
     """get_include()
 
     The folder of the C headers that ship with the package:
+    ``accelerator/backend.h``, the public backend contract (with the base
+    types it includes, ``accelerator/types.h``), and
     ``accelerator/native_kernel.h``, the driver test doubles' native kernel
     format (:ref:`kernels-without-a-gpu`).  Compile with
     ``-I "$(python -c 'import accelerator; print(accelerator.get_include())')"``.

@@ -1,9 +1,21 @@
 /*
- * backend.h - the contract between the dispatcher and each backend.
+ * accelerator/backend.h - the contract between the dispatcher and each
+ * backend: a public, versioned C ABI.  In-tree backends (csrc/backends/)
+ * and out-of-tree plugins (a shared object that exports
+ * accelerator_backend_plugin) compile against this header, the base
+ * types it includes (accelerator/types.h) and their own files alone, and
+ * link against no symbol of the core or of the Python layer: what they
+ * need of the core (tracing, the error record's wording) comes through
+ * the host services table (acc_host) that the core hands every backend,
+ * in-tree or plugin, through its attach slot before any other slot.
+ * Installed with the package: accelerator.get_include() names the folder
+ * above accelerator/.
  *
- * A backend fills one acc_backend: a name, its facts, a probe, and
- * function pointers grouped by the object they act on, and is listed once
- * in the dispatcher's registry (registry.c).  The dispatcher validates
+ * A backend fills one acc_backend: the ABI version it was built for and
+ * the table's size, a name, its facts, a probe, and function pointers
+ * grouped by the object they act on.  Built-in backends are listed once
+ * in the dispatcher's registry (core/core.h's ACC_BACKENDS); plugins are
+ * found at the probe.  The dispatcher validates
  * every argument before it forwards (device indices are in [0, count),
  * handles come from this backend, events are recorded and timed as the
  * operation needs), so backends trust their inputs, never parse user input
@@ -38,17 +50,57 @@
  * Threading: every slot may be called from any thread, concurrently, and
  * without the GIL.  Backends keep their driver state process-global and
  * protect what they mutate.  On failure a slot returns a status other than
- * ACC_OK and fills err (see acc_error in accel.h): backend name, driver
+ * ACC_OK and fills err (see acc_error in accelerator/types.h): backend name, driver
  * function, driver code and the driver's error name.
  */
-#ifndef ACCEL_BACKEND_H
-#define ACCEL_BACKEND_H
+#ifndef ACCELERATOR_BACKEND_H
+#define ACCELERATOR_BACKEND_H
 
-#include "accel.h"
+#include <accelerator/types.h>
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * The ABI version.  MAJOR changes when a change breaks existing backends
+ * (a slot's meaning or signature, a field moved): the core refuses a
+ * table of another major version.  MINOR grows when slots or fields are
+ * appended at the end of acc_backend (or of acc_host): a backend built
+ * for an older minor version loads in a newer core, which treats every
+ * slot past the table's struct_size as NULL; a core never reads past a
+ * table's struct_size.  New slots are appended, never inserted.
+ */
+#define ACCELERATOR_BACKEND_ABI_MAJOR 1
+#define ACCELERATOR_BACKEND_ABI_MINOR 0
+
+/*
+ * The host services: what the core lends every backend, the same for a
+ * built-in backend and a plugin.  The core passes it to the attach slot
+ * once, before any other slot; it lives as long as the process.  Its
+ * first three fields are the core's ABI version and sizeof(acc_host) as
+ * the core was built: a backend built for a newer minor version checks
+ * struct_size before it uses a field appended after its own version's.
+ * A backend does not call these pointers itself: it defines
+ * ACC_BACKEND_HOST (below) and calls acc_trace and acc_error_set.
+ */
+typedef struct acc_host {
+    uint32_t abi_major;           /* ACCELERATOR_BACKEND_ABI_MAJOR */
+    uint32_t abi_minor;           /* ACCELERATOR_BACKEND_ABI_MINOR */
+    size_t struct_size;           /* sizeof(acc_host) */
+    /* A trace line on stderr ("accelerator: " fmt) when ACCELERATOR_DEBUG
+     * is set; nothing otherwise. */
+    void (*trace)(const char *fmt, va_list ap);
+    /* Fill err with status and a message; err->backend names the
+     * selected backend (NULL before selection), err->api, code and
+     * code_name are cleared. */
+    void (*error_set)(acc_error *err, acc_status status, const char *fmt,
+                      va_list ap);
+} acc_host;
 
 /* What probe() learns about the driver. */
 typedef struct acc_probe_result {
@@ -64,27 +116,13 @@ typedef struct acc_probe_result {
                                    * report: "cuInit", "NVML (...)" */
 } acc_probe_result;
 
-/* The ABI of this table (docs/plugins.rst).  A new slot is appended and
- * raises the minor version; any other change raises the major one.  A
- * table says which ABI it was built for and its size, so that a core
- * reads a plugin built for an older minor version (the slots past its
- * struct_size are NULL) and refuses another major version. */
-#define ACCELERATOR_BACKEND_ABI_MAJOR 1
-#define ACCELERATOR_BACKEND_ABI_MINOR 0
-/* The first three fields of every table. */
-#define ACC_BACKEND_ABI                                                    \
-    .abi_major = ACCELERATOR_BACKEND_ABI_MAJOR,                            \
-    .abi_minor = ACCELERATOR_BACKEND_ABI_MINOR,                            \
-    .struct_size = sizeof(acc_backend)
-
-/* The one symbol a plugin exports: a function that hands the core its
- * table (static storage, never released). */
-#define ACCELERATOR_BACKEND_PLUGIN_SYMBOL "accelerator_backend_plugin"
-typedef const acc_backend *(*acc_backend_plugin_fn)(void);
-
 struct acc_backend {
-    /* ACC_BACKEND_ABI: the ABI version the table was built for and its
-     * size in bytes. */
+    /* REQUIRED, first, in this order: the ABI version the backend was
+     * built for and sizeof(acc_backend) as it was built (ACC_BACKEND_ABI
+     * fills the three).  The core checks them before it reads any other
+     * field: another major version is refused, and so is a struct_size
+     * smaller than this version's first minor release had; slots past
+     * struct_size count as NULL. */
     uint32_t abi_major;
     uint32_t abi_minor;
     size_t struct_size;
@@ -106,7 +144,7 @@ struct acc_backend {
     int torch_device_type;   /* c10::DeviceType: CUDA 1, OPENCL 4, XPU 12 */
     int dlpack_device_type;  /* DLDeviceType: kDLCUDA 2, kDLOpenCL 4,
                               * kDLOneAPI 14 */
-    unsigned caps;           /* ACC_CAP_* (accel.h) */
+    unsigned caps;           /* ACC_CAP_* (accelerator/types.h) */
     /* ACC_FORMAT_BIT()s of the code formats module_load takes (0 without
      * kernels).  Recognising code (format=None), an ELF image is a
      * cubin for machine EM_CUDA, an hsaco for EM_AMDGPU and native code
@@ -133,6 +171,12 @@ struct acc_backend {
     const char *device_type_alias;
 
     /* Lifetime ----------------------------------------------------------- */
+
+    /* OPTIONAL (NULL: the backend uses no host service).  Called once,
+     * before any other slot (before probe), with the core's host
+     * services, which live as long as the process.  Must not call the
+     * driver.  ACC_BACKEND_HOST_DEFINE writes the function. */
+    void (*attach)(const acc_host *host);
 
     /* REQUIRED.  Open the driver library, resolve its symbols, initialise
      * the driver (or only count the devices, out->deferred: see
@@ -443,57 +487,88 @@ struct acc_backend {
     void (*graph_destroy)(int device, void *graph, void *exec);
 };
 
-/* The registry: every backend's descriptor (defined in
- * backends/<name>.c), one line each, in probe order (the first usable
- * backend is selected).  Adding a backend adds its line here and nothing
- * else in the core. */
-#define ACC_BACKENDS(X)                                                   \
-    X(acc_cuda_backend)                                                   \
-    X(acc_level_zero_backend)                                             \
-    X(acc_hip_backend)                                                    \
-    X(acc_opencl_backend)
+/* Fills the version fields that open every table:
+ *     const acc_backend my_backend = { ACC_BACKEND_ABI, .name = "my", ... };
+ */
+#define ACC_BACKEND_ABI                                                   \
+    .abi_major = ACCELERATOR_BACKEND_ABI_MAJOR,                           \
+    .abi_minor = ACCELERATOR_BACKEND_ABI_MINOR,                           \
+    .struct_size = sizeof(acc_backend)
 
-#define ACC_DECLARE_BACKEND(descriptor) extern const acc_backend descriptor;
-ACC_BACKENDS(ACC_DECLARE_BACKEND)
-#undef ACC_DECLARE_BACKEND
+/*
+ * A plugin: a shared object that exports one function of this name and
+ * type, which returns the plugin's table (static storage, never freed).
+ * The core opens the object at the probe (never at import), checks the
+ * table's version fields and slots as a built-in backend's, then calls
+ * attach and probe as for any backend.  Built with
+ * -I"$(python -c 'import accelerator; print(accelerator.get_include())')".
+ */
+#define ACCELERATOR_BACKEND_PLUGIN_SYMBOL "accelerator_backend_plugin"
+typedef const acc_backend *(*acc_backend_plugin_fn)(void);
 
-/* Registration's check of b's slots (backend_check.c): NULL when every
- * required slot is filled and each optional group is all or none;
- * otherwise why (what is missing, written into why) is returned. */
-const char *acc_backend_incomplete(const acc_backend *b, char *why,
-                                   size_t size);
+/*
+ * The host services, as a backend calls them.  Each file of a backend
+ * that traces or words an error defines ACC_BACKEND_HOST, the name of
+ * the backend's pointer to the host services, before it includes this
+ * header; exactly one of its files (one that calls no other file of the
+ * backend, so that the backend's files form no loop) writes
+ * ACC_BACKEND_HOST_DEFINE(fn), which defines that pointer and the attach
+ * function fn that sets it.  acc_trace and acc_error_set then forward to
+ * the core; before attach (or with no core) they trace nothing and word
+ * the error without a backend name.  Files that only format
+ * (acc_format, accelerator/types.h) need none of it.
+ */
+#define ACC_BACKEND_HOST_DEFINE(fn)                                       \
+    const acc_host *ACC_BACKEND_HOST;                                     \
+    void fn(const acc_host *host) { ACC_BACKEND_HOST = host; }
 
-/* Shared helpers for backends and the core (error.c) ------------------- */
+#ifdef ACC_BACKEND_HOST
+extern const acc_host *ACC_BACKEND_HOST;
 
-/* Format into a fixed buffer, cutting on a UTF-8 character boundary;
- * returns the length written. */
-size_t acc_format(char *buf, size_t size, const char *fmt, ...)
+/* A trace line on stderr with ACCELERATOR_DEBUG set. */
 #if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
+__attribute__((format(printf, 1, 2)))
 #endif
-    ;
+static inline void
+acc_trace(const char *fmt, ...)
+{
+    va_list ap;
+
+    if (ACC_BACKEND_HOST == NULL) {
+        return;
+    }
+    va_start(ap, fmt);
+    ACC_BACKEND_HOST->trace(fmt, ap);
+    va_end(ap);
+}
+
 /* Fill err with status and a message (the backend: the selected one). */
-void acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
+__attribute__((format(printf, 3, 4)))
 #endif
-    ;
+static inline void
+acc_error_set(acc_error *err, acc_status status, const char *fmt, ...)
+{
+    va_list ap;
 
-/* Fill err for a failing driver call. */
-void acc_error_driver(acc_error *err, const char *backend, const char *api,
-                      long long code, const char *code_name,
-                      acc_status status);
-
-/* Nonzero when ACCELERATOR_DEBUG=1; acc_trace(...) prints then. */
-int acc_debug_enabled(void);
-void acc_trace(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
+    va_start(ap, fmt);
+    if (ACC_BACKEND_HOST != NULL) {
+        ACC_BACKEND_HOST->error_set(err, status, fmt, ap);
+    }
+    else {
+        err->status = status;
+        err->backend = NULL;
+        err->api = NULL;
+        err->code = 0;
+        err->code_name = NULL;
+        acc_vformat(err->message, sizeof(err->message), fmt, ap);
+    }
+    va_end(ap);
+}
+#endif /* ACC_BACKEND_HOST */
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* ACCEL_BACKEND_H */
+#endif /* ACCELERATOR_BACKEND_H */

@@ -6,7 +6,7 @@
  *
  * Plain C, no Python objects.
  */
-#include "backend.h"
+#include "backend_check.h"
 
 #include <stdio.h>
 

@@ -36,7 +36,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#include "accel.h"
+#include "../core/accel.h"
 
 typedef struct acc_state {
     /* This module instance, unique in the process (a re-import or a

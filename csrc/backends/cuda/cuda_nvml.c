@@ -19,7 +19,8 @@
  * are not resolved here: CUDA initialises instead.
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#define ACC_BACKEND_HOST cuda_host
+#include <accelerator/backend.h>
 #include "cuda_nvml.h"
 #include "nvml_api.h"
 

@@ -516,6 +516,11 @@ probe_once(void)
             acc_trace("backend %s rejected: %s", info->name, info->reason);
             continue;
         }
+        /* Before any other slot, even for a backend not probed now:
+         * acc_probe_all may probe it later. */
+        if (registry[i]->attach != NULL) {
+            registry[i]->attach(&acc_core_host);
+        }
         if (only != NULL && strcmp(only, registry[i]->name) != 0) {
             if (known) {
                 acc_format(info->reason, sizeof(info->reason),

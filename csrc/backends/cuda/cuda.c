@@ -18,9 +18,13 @@
  * (pushed and popped when the thread's current context is another).
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#define ACC_BACKEND_HOST cuda_host
+#include <accelerator/backend.h>
 #include "cuda_api.h"
 #include "cuda_nvml.h"
+
+/* This backend's table (named in its messages). */
+extern const acc_backend acc_cuda_backend;
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -1302,7 +1306,12 @@ cuda_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
     return cuda_leave(pushed, st, err);
 }
 
+/* cuda_host.c */
+void cuda_attach(const acc_host *host);
+
 const acc_backend acc_cuda_backend = {
+    ACC_BACKEND_ABI,
+    .attach = cuda_attach,
     .name = "cuda",
     .device_type = "cuda",
     .display_type = "CUDA",

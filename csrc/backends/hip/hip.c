@@ -29,9 +29,13 @@
  * stream.
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#define ACC_BACKEND_HOST hip_host
+#include <accelerator/backend.h>
 #include "hip_api.h"
 #include "hip_kfd.h"
+
+/* This backend's table (named in its messages). */
+extern const acc_backend acc_hip_backend;
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -1084,7 +1088,11 @@ hip_graph_destroy(int device, void *graph, void *exec)
     }
 }
 
+ACC_BACKEND_HOST_DEFINE(hip_attach)
+
 const acc_backend acc_hip_backend = {
+    ACC_BACKEND_ABI,
+    .attach = hip_attach,
     .name = "hip",
     .device_type = "hip",
     .display_type = "HIP",

@@ -17,7 +17,10 @@
 #ifndef ACCEL_CORE_H
 #define ACCEL_CORE_H
 
-#include "backend.h"
+#include <accelerator/backend.h>
+
+#include "accel.h"
+#include "backend_check.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,22 +30,25 @@ extern "C" {
  * sits in initial-exec TLS: a few bytes, reached without a call. */
 #define ACC_TLS __thread __attribute__((tls_model("initial-exec")))
 
-/* Errors and tracing (error.c) ------------------------------------------ */
+/* The built-in backends --------------------------------------------------- */
 
-/* Called once, by the probe: trace on stderr from now on (on != 0). */
-void acc_trace_enable(int on);
-/* Called once, when a backend is selected: acc_error_set names it. */
-void acc_error_select(const char *backend);
-/* The errors that several core files meet, worded here once; each fills
- * err and returns its status.  ACC_ERR_UNSUPPORTED: "backend X does not
- * support <what>", X the selected backend. */
-acc_status acc_error_unsupported(const char *what, acc_error *err);
-/* ACC_ERR_HOST_MEMORY: malloc failed. */
-acc_status acc_error_host_memory(acc_error *err);
-/* ACC_ERR_INVALID_ARGUMENT unless stream s is on `device`, the device of
- * the memory it is to work on. */
-acc_status acc_check_stream_of_buffer(const acc_stream *s, int device,
-                                      acc_error *err);
+/* The registry: every built-in backend's descriptor (defined in
+ * backends/<name>/), one line each, in probe order (the first usable
+ * backend is selected).  Adding a backend adds its line here and nothing
+ * else in the core. */
+#define ACC_BACKENDS(X)                                                   \
+    X(acc_cuda_backend)                                                   \
+    X(acc_level_zero_backend)                                             \
+    X(acc_hip_backend)                                                    \
+    X(acc_opencl_backend)
+
+#define ACC_DECLARE_BACKEND(descriptor) extern const acc_backend descriptor;
+ACC_BACKENDS(ACC_DECLARE_BACKEND)
+#undef ACC_DECLARE_BACKEND
+
+/* The host services every backend gets through its attach slot, built-in
+ * or plugin (host.c: base's tracing and error wording). */
+extern const acc_host acc_core_host;
 
 /* Lifecycle hooks (hooks.c) --------------------------------------------- */
 

@@ -19,7 +19,7 @@
  * count.
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#include <accelerator/backend.h>
 #include "hip_kfd.h"
 
 #include <ctype.h>

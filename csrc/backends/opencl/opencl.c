@@ -40,8 +40,12 @@
  * memory (OpenCL cannot look up a pointer it did not hand us).
  */
 #define _GNU_SOURCE
-#include "../backend.h"
+#define ACC_BACKEND_HOST opencl_host
+#include <accelerator/backend.h>
 #include "opencl_api.h"
+
+/* This backend's table (named in its messages). */
+extern const acc_backend acc_opencl_backend;
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -1768,7 +1772,11 @@ ocl_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
     return st;
 }
 
+ACC_BACKEND_HOST_DEFINE(opencl_attach)
+
 const acc_backend acc_opencl_backend = {
+    ACC_BACKEND_ABI,
+    .attach = opencl_attach,
     .name = "opencl",
     .device_type = "opencl",
     .display_type = "OpenCL",

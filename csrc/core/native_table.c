@@ -1,6 +1,6 @@
 /*
  * native_table.c - the parameter table of the driver test doubles' native
- * code format (src/accelerator/include/accelerator/native_kernel.h).
+ * code format (csrc/include/accelerator/native_kernel.h).
  *
  * A native module is a shared object of the host's own machine exporting
  * NATIVE_KERNEL_TABLE, whose entries give each kernel's parameters (kind
@@ -18,7 +18,7 @@
 #include "core.h"
 #include "native_table.h"
 
-#include "../src/accelerator/include/accelerator/native_kernel.h"
+#include <accelerator/native_kernel.h>
 
 #include <dlfcn.h>
 #include <elf.h>
