@@ -19,10 +19,12 @@
  * or through the entry point of the package around it (setup.py).
  */
 #define _GNU_SOURCE
+/* The name of this backend's pointer to the host services that the core
+ * lends every backend (acc_trace, acc_error_set): see attach below. */
+#define ACC_BACKEND_HOST template_host
 #include <accelerator/backend.h>
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,22 +42,20 @@
 
 /* Errors --------------------------------------------------------------- */
 
-/* Fill err for a failure of api (a driver function, or NULL). */
-static acc_status
-template_error(acc_error *err, acc_status status, const char *api,
-               const char *fmt, ...)
-{
-    va_list ap;
+/* The host services: the core calls template_attach (the table's attach
+ * slot) before any other slot, and acc_trace and acc_error_set reach the
+ * core through the pointer it sets. */
+ACC_BACKEND_HOST_DEFINE(template_attach)
 
-    err->status = status;
-    err->backend = TEMPLATE_NAME;
-    err->api = api;
-    err->code = 0;
-    err->code_name = NULL;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
-    va_end(ap);
-    return status;
+/* Fill err for a failed call of the C library's `api`: a real backend
+ * calls acc_error_driver(err, name, api, code, code_name, status) with its
+ * driver's code and the driver's name for it. */
+static acc_status
+template_errno(acc_error *err, const char *api)
+{
+    acc_error_driver(err, TEMPLATE_NAME, api, errno, strerror(errno),
+                     ACC_ERR_DRIVER);
+    return ACC_ERR_DRIVER;
 }
 
 /* Lifetime ------------------------------------------------------------- */
@@ -66,6 +66,7 @@ template_probe(acc_probe_result *out, acc_error *err)
     /* A real backend opens its driver library here (dlopen), resolves its
      * symbols and counts the devices, creating no context. */
     (void)err;
+    acc_trace(TEMPLATE_NAME ": one device, the host");
     out->library = "(the host)";
     out->loaded = 1;
     out->device_count = 1;
@@ -94,8 +95,7 @@ template_device_properties(int device, acc_device_properties *props,
 
     (void)device;
     if (sysinfo(&si) != 0) {
-        return template_error(err, ACC_ERR_DRIVER, "sysinfo",
-                              "sysinfo() failed: %s", strerror(errno));
+        return template_errno(err, "sysinfo");
     }
     memset(props, 0, sizeof(*props));
     snprintf(props->name, sizeof(props->name), "Template host device");
@@ -114,8 +114,7 @@ template_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
 
     (void)device;
     if (sysinfo(&si) != 0) {
-        return template_error(err, ACC_ERR_DRIVER, "sysinfo",
-                              "sysinfo() failed: %s", strerror(errno));
+        return template_errno(err, "sysinfo");
     }
     *free_bytes = (size_t)si.freeram * si.mem_unit;
     *total_bytes = (size_t)si.totalram * si.mem_unit;
@@ -147,8 +146,8 @@ template_stream_create(acc_stream *s, acc_error *err)
     template_stream *native = calloc(1, sizeof(*native));
 
     if (native == NULL) {
-        return template_error(err, ACC_ERR_HOST_MEMORY, NULL,
-                              "out of host memory");
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
     }
     native->device = s->device;
     s->native = native;
@@ -201,8 +200,8 @@ template_event_create(acc_event *e, acc_error *err)
     template_event *native = calloc(1, sizeof(*native));
 
     if (native == NULL) {
-        return template_error(err, ACC_ERR_HOST_MEMORY, NULL,
-                              "out of host memory");
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
     }
     e->native = native;
     e->handle = (uintptr_t)native;
@@ -222,9 +221,7 @@ template_event_record(acc_event *e, acc_stream *s, acc_error *err)
 
     (void)s;
     if (clock_gettime(CLOCK_MONOTONIC, &native->at) != 0) {
-        return template_error(err, ACC_ERR_DRIVER, "clock_gettime",
-                              "clock_gettime() failed: %s",
-                              strerror(errno));
+        return template_errno(err, "clock_gettime");
     }
     return ACC_OK;
 }
@@ -269,9 +266,9 @@ template_mem_alloc(int device, size_t nbytes, uintptr_t *ptr,
     (void)device;
     p = rounded >= nbytes ? aligned_alloc(ALIGNMENT, rounded) : NULL;
     if (p == NULL) {
-        return template_error(err, ACC_ERR_OUT_OF_MEMORY, "aligned_alloc",
-                              "aligned_alloc() could not allocate %zu "
-                              "bytes", nbytes);
+        /* The core adds the size and the free and total memory. */
+        acc_error_set(err, ACC_ERR_OUT_OF_MEMORY, "out of memory");
+        return ACC_ERR_OUT_OF_MEMORY;
     }
     *ptr = (uintptr_t)p;
     return ACC_OK;
@@ -293,9 +290,8 @@ template_host_alloc(int device, size_t nbytes, void **ptr, acc_error *err)
     (void)device;
     *ptr = malloc(nbytes);
     if (*ptr == NULL) {
-        return template_error(err, ACC_ERR_HOST_MEMORY, "malloc",
-                              "malloc() could not allocate %zu bytes",
-                              nbytes);
+        acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
+        return ACC_ERR_HOST_MEMORY;
     }
     return ACC_OK;
 }
@@ -341,6 +337,7 @@ static const acc_backend template_backend = {
     .torch_device_type = 20,  /* c10::DeviceType::PrivateUse1 */
     .dlpack_device_type = 12, /* kDLExtDev: reserved for extensions */
     .graphs_unsupported = "the template backend records no graphs",
+    .attach = template_attach,
     .probe = template_probe,
     .device_synchronize = template_device_synchronize,
     .device_properties = template_device_properties,

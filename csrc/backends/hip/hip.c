@@ -37,6 +37,13 @@
 /* This backend's table (named in its messages). */
 extern const acc_backend acc_hip_backend;
 
+/* Its name and device type.  Built from this folder as a plugin it takes
+ * one of its own (tests/plugin_hip: plugin_hip), as no built-in backend's
+ * may be taken twice. */
+#ifndef ACC_HIP_NAME
+#define ACC_HIP_NAME "hip"
+#endif
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1093,8 +1100,8 @@ ACC_BACKEND_HOST_DEFINE(hip_attach)
 const acc_backend acc_hip_backend = {
     ACC_BACKEND_ABI,
     .attach = hip_attach,
-    .name = "hip",
-    .device_type = "hip",
+    .name = ACC_HIP_NAME,
+    .device_type = ACC_HIP_NAME,
     .display_type = "HIP",
     .processor_label = "compute units",
     .torch_device_type = 6,   /* c10::DeviceType::HIP */
