@@ -539,3 +539,29 @@ def test_threads_and_subinterpreters_probe_with_the_plugins(
         print(json.dumps(seen))
         """, env)
     assert got == ["template"] * 8
+
+
+@pytest.mark.parametrize("discover, why", [
+    ("lambda: 1 / 0", "ZeroDivisionError: division by zero"),
+    ("lambda: {}", "TypeError: accelerator._plugins.discover() gave "
+                   "something other than a list"),
+    ("lambda: [('x', 1, 'o', None)]", "TypeError: accelerator._plugins."
+     "discover() gave something other than a str or None for a text"),
+])
+def test_entry_points_that_cannot_be_listed_are_reported(
+        discover: str, why: str) -> None:
+    """The probe goes on without them, and the report says why."""
+    got = run(f"""
+        import json
+        import accelerator, accelerator._plugins
+        accelerator._plugins.discover = {discover}
+        available = accelerator.is_available()
+        print(json.dumps([available, accelerator.backends()[-1]]))
+        """, environment())
+    available, record = got
+    assert available is False
+    assert (record["name"], record["refused"], record["plugin"]) == (
+        "entry points", True, None), record
+    assert record["reason"] == (
+        "plugin refused: the accelerator.backends entry points could not "
+        f"be listed: {why}"), record
