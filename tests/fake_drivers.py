@@ -97,13 +97,13 @@ class Site:
 
     api: str
     how: str
-    #: what the test does to reach api (a key of test_faults.ACTIONS)
+    #: what the test does to reach api (a key of fault_actions.ACTIONS)
     action: str = ""
     #: SILENT: objects the driver keeps because it refused to destroy
     refused: tuple[tuple[str, int], ...] = ()
     #: PROBE/OPTIONAL: why; REPORTER: the function that fails first
     note: str = ""
-    #: the test_faults function that makes the state before the fault is
+    #: the fault_actions function that makes the state before the fault is
     #: injected, when not PREPARE[action]
     prepare: str = ""
     #: which call of api fails, counted from the start of the action

@@ -14,9 +14,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+# numpy and kernel_code load here, at collection, before
+# tests/conftest.py's gc.freeze(): fault_actions imports them only when
+# an action runs (its children need neither), and loaded by a test they
+# would stay for every later gc.collect() of the session to traverse.
+import numpy  # noqa: F401
 import pytest
 
 import fake_drivers
+import kernel_code  # noqa: F401
 
 BACKEND = fake_drivers.TEST_BACKEND
 DEVICES = 2

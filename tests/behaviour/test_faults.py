@@ -58,30 +58,28 @@ import gc
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
-import numpy
 import pytest
 
 import accelerator as acc
 import fake_drivers
-import kernel_code as kernel_code_module
+import fault_actions
 from fake_drivers import (DEFERRED, EXIT, FALLBACK, FRESH, NULLED, OPTIONAL,
                           PROBE, RAISE, REPORTER, SILENT, TOLERATED,
                           UNREACHED, Site)
+from fault_actions import (ACTIONS, BACKEND, SITES, State, check_error,
+                           expected, fail_once, preparer, settle,
+                           with_captured, with_recorded_event)
+# test_fuzz reads these as test_faults': its Model class's source seeds
+# its derandomized draws (hypothesis' function_digest), which an edit of
+# its names would change.
+from fault_actions import across_drivers, make_double  # noqa: F401
 
-#: the device type under test when a double sits underneath, else "real"
-BACKEND = (fake_drivers.TEST_BACKEND
-           if fake_drivers.TEST_BACKEND in fake_drivers.DOUBLES else "real")
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-#: live kinds of memory (a refused free of it is lost for good)
-MEMORY_KINDS = ("alloc", "host_alloc")
 
 
 def driver_functions(backend: str) -> list[str]:
@@ -89,453 +87,10 @@ def driver_functions(backend: str) -> list[str]:
     return fake_drivers.DOUBLES[backend].driver_functions()
 
 
-# Actions ------------------------------------------------------------------
-
-State = dict[str, Any]
-
-
-def nothing() -> State:
-    return {}
-
-
-def on_device_0() -> State:
-    acc.set_device_index(0)
-    return {}
-
-
-def device_1_ready() -> State:
-    """On device 0, with device 1's context and priority range known."""
-    acc.set_device_index(0)
-    acc.Stream(1)
-    acc.Event().record(acc.Stream(1))
-    return {}
-
-
-def with_stream() -> State:
-    acc.set_device_index(0)
-    return {"s": acc.Stream(0)}
-
-
-def with_recorded_event() -> State:
-    state = with_stream()
-    state["e"] = acc.Event()
-    state["e"].record(state["s"])
-    return state
-
-
-def with_pending_event() -> State:
-    """An event recorded behind 50 ms of work: waits must reach the
-    driver (a complete event needs no wait)."""
-    state = with_stream()
-    make_double().enqueue_sleep(state["s"], 50)
-    state["e"] = acc.Event()
-    state["e"].record(state["s"])
-    state["s2"] = acc.Stream(0)
-    return state
-
-
-def across_drivers() -> State:
-    """An event of device 0 pending behind 50 ms of work, and a stream of
-    device 1 on another driver (FAKE_ZE_DRIVERS=2: see tests/run.sh)."""
-    double = make_double()
-    if getattr(double, "drivers", lambda: 1)() < 2:
-        pytest.skip("needs devices of two drivers (FAKE_ZE_DRIVERS=2: the "
-                    "two-driver run of tests/run.sh)")
-    state = with_pending_event()
-    state["s2"] = acc.Stream(1)
-    return state
-
-
-def with_timed_events() -> State:
-    state = with_stream()
-    state["a"] = acc.Event(enable_timing=True)
-    state["b"] = acc.Event(enable_timing=True)
-    state["a"].record(state["s"])
-    state["b"].record(state["s"])
-    state["b"].synchronize()
-    return state
-
-
-def with_two_streams() -> State:
-    state = with_stream()
-    state["t"] = acc.Stream(0)
-    return state
-
-
-def in_new_thread(call: Callable[[], Any], same_device: bool = True) -> None:
-    """Run call in a new thread (fresh per-thread state); re-raise."""
-    outcome: list[BaseException] = []
-
-    def body() -> None:
-        before = acc.current_device_index()
-        try:
-            call()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            # A failed switch leaves the thread where it was.
-            if same_device and acc.current_device_index() != before:
-                exc = AssertionError("a failed switch changed the device")
-            outcome.append(exc)
-
-    thread = threading.Thread(target=body)
-    thread.start()
-    thread.join(30)
-    assert not thread.is_alive(), "the thread hangs"
-    if outcome:
-        raise outcome[0]
-
-
-def enter_and_exit(device: int) -> None:
-    stream = acc.Stream(device)
-    before = acc.current_device_index(), acc.current_stream(device)
-    try:
-        stream.__enter__()
-    except acc.AcceleratorError:
-        # A failed __enter__ changes nothing.
-        assert (acc.current_device_index(),
-                acc.current_stream(device)) == before
-        raise
-    assert acc.current_stream() is stream
-    stream.__exit__(None, None, None)
-    assert (acc.current_device_index(), acc.current_stream(device)) == before
-
-
-def set_stream_checked(stream: acc.Stream) -> None:
-    before = acc.current_stream(stream.device_index)
-    try:
-        acc.set_stream(stream)
-    except acc.AcceleratorError:
-        # Not half done: the stream did not become current either.
-        assert acc.current_stream(stream.device_index) is before
-        raise
-
-
-def exit_to_device_0() -> None:
-    """The third cuCtxSetCurrent of a new thread is the one that brings it
-    back to device 0 when leaving `with Stream(1)`."""
-    acc.set_device_index(0)
-    stream = acc.Stream(1)
-    stream.__enter__()
-    try:
-        stream.__exit__(None, None, None)
-    except acc.AcceleratorError:
-        # The stream was restored; the device switch is what failed.
-        assert acc.current_stream(1) is not stream
-        assert acc.current_device_index() == 1
-        raise
-
-
-def with_buffers() -> State:
-    """Buffers on both devices, a HostBuffer and host bytes."""
-    acc.set_device_index(0)
-    state = {"b": acc.Buffer(4096), "c": acc.Buffer(4096),
-             "d1": acc.Buffer(4096, 1), "h": acc.HostBuffer(4096),
-             "bytes": bytes(4096), "out": bytearray(4096)}
-    acc.synchronize(0)
-    return state
-
-
-def with_device_buffers() -> State:
-    """Device buffers only: no host memory, whose free (zeMemFree on Level
-    Zero) the fault could meet instead of the dropped buffer's."""
-    acc.set_device_index(0)
-    acc.empty_cache()
-    state = {"b": acc.Buffer(4096), "c": acc.Buffer(4096)}
-    acc.synchronize(0)
-    return state
-
-
-def drop_buffer(state: State) -> None:
-    """A buffer used on a stream and dropped: the only free of the action
-    (the others are freed after the fault is gone)."""
-    buffer = state.pop("b")
-    buffer.fill(1)
-    stream = buffer.stream
-    stream.synchronize()
-    del buffer
-    gc.collect()
-    # The release waits for an event recorded on the stream (query() may
-    # not see others' work there): let it run, then free.
-    stream.synchronize()
-    acc.empty_cache()
-
-
-def drop_host_buffer(state: State) -> None:
-    host = state.pop("h")
-    state["b"].copy_from(host)
-    state["b"].stream.synchronize()
-    del host
-    gc.collect()
-
-
-def with_lone_host_buffer() -> State:
-    """A HostBuffer and no device memory at all (the cache emptied)."""
-    acc.set_device_index(0)
-    acc.empty_cache()
-    return {"h": acc.HostBuffer(4096), "out": bytearray(4096)}
-
-
-def drop_lone_host_buffer(state: State) -> None:
-    host = state.pop("h")
-    memoryview(host)[:] = b"\1" * 4096
-    del host
-    gc.collect()
-
-
-def drop(state: State) -> None:
-    state.clear()
-    gc.collect()
-
-
-def with_graph(keep_graph: bool = False) -> State:
-    """A Graph, a stream to capture on and a buffer ordered on it."""
-    state = with_stream()
-    state["b"] = acc.Buffer(4096, stream=state["s"])
-    state["g"] = acc.Graph(keep_graph=keep_graph)
-    acc.synchronize(0)
-    return state
-
-
-def with_capture(keep_graph: bool = False) -> State:
-    """A graph capturing a fill on its stream."""
-    state = with_graph(keep_graph)
-    with state["s"]:
-        state["g"].capture_begin()
-    state["b"].fill(1, stream=state["s"])
-    return state
-
-
-def with_captured(keep_graph: bool = False) -> State:
-    state = with_capture(keep_graph)
-    state["g"].capture_end()
-    return state
-
-
-def with_kept_graph() -> State:
-    """keep_graph=True, captured, not yet instantiated."""
-    return with_captured(keep_graph=True)
-
-
-def with_instantiated_kept_graph() -> State:
-    state = with_captured(keep_graph=True)
-    state["g"].instantiate()
-    return state
-
-
-def kernel_code() -> bytes:
-    """The test kernels in the format of the backend under test."""
-    return kernel_code_module.for_format(
-        fake_drivers.under_test().kernel_format)
-
-
-def with_kernel_code() -> State:
-    acc.set_device_index(0)
-    return {"code": kernel_code()}
-
-
-def with_module() -> State:
-    state = with_kernel_code()
-    state["m"] = acc.Module(state["code"])
-    return state
-
-
-def with_kernel() -> State:
-    """add_one of a module, a buffer for it and a stream."""
-    state = with_module()
-    state["k"] = state["m"].get_kernel("add_one")
-    state["s"] = acc.Stream(0)
-    state["b"] = acc.Buffer(256, stream=state["s"])
-    state["b"].fill(0, stream=state["s"])
-    acc.synchronize(0)
-    return state
-
-
-def launch_add_one(state: State) -> None:
-    acc.launch(state["k"], 1, 64, state["b"], numpy.uint32(64),
-               stream=state["s"])
-    state["s"].synchronize()
-
-
-def build_broken(state: State) -> None:
-    """Code the driver fails to build: a BuildError, with or without
-    its log.  Where the test kernels' format builds nothing to fail, they
-    fail with the build options the driver refuses."""
-    facts = fake_drivers.under_test()
-    broken = kernel_code_module.broken(facts.kernel_format)
-    with pytest.raises(acc.BuildError):
-        if broken is None:
-            acc.Module(kernel_code(), options=facts.failing_build_options)
-        else:
-            acc.Module(broken)
-
-
-def unknown_kernel(state: State) -> None:
-    """A KeyError, with or without the module's kernel names."""
-    with pytest.raises(KeyError, match="no kernel named 'nope'"):
-        state["m"].get_kernel("nope")
-
-
-def drop_module(state: State) -> None:
-    """A module launched once and dropped with its kernel: its unload
-    waits for the launch, then runs at the next settling (empty_cache)."""
-    launch_add_one(state)
-    state.clear()
-    gc.collect()
-    acc.synchronize(0)
-    acc.empty_cache()
-
-
-def capture_begin(state: State) -> None:
-    with state["s"]:
-        state["g"].capture_begin()
-
-
-def replay(state: State) -> None:
-    with state["s"]:
-        state["g"].replay()
-    state["s"].synchronize()
-
-
-def rerecord(state: State) -> None:
-    state["e"].synchronize()
-    state["e"].record(state["s"])
-
-
-ACTIONS: dict[str, Callable[[State], Any]] = {
-    "Stream()": lambda st: acc.Stream(0),
-    "Stream(1) from device 0": lambda st: acc.Stream(1),
-    "set_device_index(1) in a new thread":
-        lambda st: in_new_thread(lambda: acc.set_device_index(1)),
-    "set_stream(Stream(1)) in a new thread": lambda st: in_new_thread(
-        lambda: set_stream_checked(acc.Stream(1))),
-    "device_index(1) in a new thread": lambda st: in_new_thread(
-        lambda: acc.device_index(1).__enter__()),
-    "with Stream(1) in a new thread": lambda st: in_new_thread(
-        lambda: enter_and_exit(1)),
-    "exit from device 1 in a new thread": lambda st: in_new_thread(
-        exit_to_device_0, same_device=False),
-    "synchronize(0)": lambda st: acc.synchronize(0),
-    "synchronize(1)": lambda st: acc.synchronize(1),
-    "get_memory_info(0)": lambda st: acc.get_memory_info(0),
-    "get_memory_info(1) from device 0": lambda st: acc.get_memory_info(1),
-    "get_device_properties(0)": lambda st: acc.get_device_properties(0),
-    "get_device_capability(0)": lambda st: acc.get_device_capability(0),
-    "stream.query()": lambda st: st["s"].query(),
-    "default stream query()": lambda st: acc.current_stream(0).query(),
-    "stream.synchronize()": lambda st: st["s"].synchronize(),
-    "wrapped stream.query()": lambda st: acc.Stream.from_handle(
-        st["s"].handle, 0).query(),
-    "wrapped stream.synchronize()": lambda st: acc.Stream.from_handle(
-        st["s"].handle, 0).synchronize(),
-    "default stream synchronize()":
-        lambda st: acc.current_stream(0).synchronize(),
-    "stream.wait_event()": lambda st: st["s2"].wait_event(st["e"]),
-    "event.wait(stream)": lambda st: st["e"].wait(st["s2"]),
-    "stream.wait_event() across drivers": lambda st: (
-        st["s2"].wait_event(st["e"]), st["s2"].synchronize()),
-    "stream.wait_stream()": lambda st: st["t"].wait_stream(st["s"]),
-    "first event.record()": lambda st: acc.Event().record(st["s"]),
-    "first event.record() on device 1":
-        lambda st: acc.Event().record(acc.current_stream(1)),
-    "stream.record_event()": lambda st: st["s"].record_event(),
-    "event.record() again": lambda st: st["e"].record(st["s"]),
-    "event.record() after completion": rerecord,
-    "event.query()": lambda st: st["e"].query(),
-    "event.synchronize()": lambda st: st["e"].synchronize(),
-    "elapsed_time()": lambda st: st["a"].elapsed_time(st["b"]),
-    "drop the objects": drop,
-    "Buffer()": lambda st: acc.Buffer(4096),
-    "Buffer(1) from device 0": lambda st: acc.Buffer(4096, 1),
-    "HostBuffer()": lambda st: acc.HostBuffer(4096),
-    "copy_from(bytes)": lambda st: st["b"].copy_from(st["bytes"]),
-    "copy_from(HostBuffer)": lambda st: st["b"].copy_from(st["h"]),
-    "copy_to(bytearray)": lambda st: st["b"].copy_to(st["out"]),
-    "copy_to(HostBuffer)": lambda st: st["b"].copy_to(st["h"]),
-    "copy_from(Buffer)": lambda st: st["b"].copy_from(st["c"]),
-    "copy_from(Buffer of device 1)": lambda st: st["b"].copy_from(st["d1"]),
-    "fill()": lambda st: st["b"].fill(7),
-    "drop a buffer": drop_buffer,
-    "drop a host buffer": drop_host_buffer,
-    "drop a lone host buffer": drop_lone_host_buffer,
-    "from_dlpack(capsule)":
-        lambda st: acc.from_dlpack(st["b"].__dlpack__(max_version=(1, 0))),
-    "Graph.capture_begin()": capture_begin,
-    "Graph.capture_end()": lambda st: st["g"].capture_end(),
-    "Graph.instantiate()": lambda st: st["g"].instantiate(),
-    "Graph.replay()": replay,
-    "drop a graph": drop,
-    "Module()": lambda st: acc.Module(st["code"]),
-    "get_kernel()": lambda st: st["m"].get_kernel("add_one"),
-    "launch()": launch_add_one,
-    "drop a module": drop_module,
-    "Module(broken code)": build_broken,
-    "get_kernel(unknown name)": unknown_kernel,
-}
-
-#: the state each action needs
-PREPARE: dict[str, Callable[[], State]] = {
-    "Stream()": on_device_0,
-    "Stream(1) from device 0": on_device_0,
-    "get_memory_info(1) from device 0": on_device_0,
-    "stream.wait_stream()": with_two_streams,
-    "first event.record()": with_stream,
-    "stream.record_event()": with_stream,
-    "stream.query()": with_stream,
-    "stream.synchronize()": with_stream,
-    "wrapped stream.query()": with_stream,
-    "wrapped stream.synchronize()": with_stream,
-    "stream.wait_event()": with_pending_event,
-    "event.wait(stream)": with_pending_event,
-    "stream.wait_event() across drivers": across_drivers,
-    "event.record() again": with_recorded_event,
-    "event.record() after completion": with_recorded_event,
-    "event.query()": with_recorded_event,
-    "event.synchronize()": with_recorded_event,
-    "elapsed_time()": with_timed_events,
-    "Buffer()": on_device_0,
-    "Buffer(1) from device 0": on_device_0,
-    "HostBuffer()": on_device_0,
-    "copy_from(bytes)": with_buffers,
-    "copy_from(HostBuffer)": with_buffers,
-    "copy_to(bytearray)": with_buffers,
-    "copy_to(HostBuffer)": with_buffers,
-    "copy_from(Buffer)": with_buffers,
-    "copy_from(Buffer of device 1)": with_buffers,
-    "fill()": with_buffers,
-    "drop a buffer": with_device_buffers,
-    "drop a host buffer": with_buffers,
-    "drop a lone host buffer": with_lone_host_buffer,
-    "from_dlpack(capsule)": with_buffers,
-    "Graph.capture_begin()": with_graph,
-    "Graph.capture_end()": with_capture,
-    "Graph.instantiate()": with_kept_graph,
-    "Graph.replay()": with_captured,
-    "drop a graph": with_instantiated_kept_graph,
-    "Module()": with_kernel_code,
-    "get_kernel()": with_module,
-    "get_kernel() of a missing name": with_module,
-    "launch()": with_kernel,
-    "drop a module": with_kernel,
-    "Module(broken code)": on_device_0,
-    "get_kernel(unknown name)": with_module,
-}
-
-
-#: the sites of the backend under test (its double class's), none on a
-#: real driver
-SITES: tuple[Site, ...] = (fake_drivers.DOUBLES[BACKEND].fault_sites
-                           if BACKEND in fake_drivers.DOUBLES else ())
 CODES = ["unknown", "oom"]
 
 pytestmark = pytest.mark.skipif(
     not SITES, reason="fault injection needs a driver double")
-
-
-def preparer(site: Site,
-             default: Callable[[], State] = nothing) -> Callable[[], State]:
-    """What makes the state a site's fault is injected in."""
-    if site.prepare:
-        return globals()[site.prepare]
-    return PREPARE.get(site.action, default)
 
 
 def sites(*hows: str) -> list[Site]:
@@ -558,7 +113,8 @@ def test_every_driver_function_has_a_site() -> None:
         if site.action:
             assert site.action in ACTIONS, site
         if site.prepare:
-            assert callable(globals().get(site.prepare)), site
+            assert callable(getattr(fault_actions, site.prepare, None)), \
+                site
 
 
 def test_the_site_tables_match_both_symbol_lists() -> None:
@@ -569,63 +125,6 @@ def test_the_site_tables_match_both_symbol_lists() -> None:
 
 
 # Checks --------------------------------------------------------------------
-
-
-def expected(driver: Any, code: str) -> tuple[int, str, type]:
-    if code == "oom":
-        return (*driver.oom_error, acc.OutOfMemoryError)
-    return (*driver.unknown_error, acc.AcceleratorError)
-
-
-def settle() -> None:
-    """Collect garbage, give the pooled streams and events back to the
-    driver and let the devices drain (lazy destroys run)."""
-    gc.collect()
-    acc.empty_cache()
-    for device in range(acc.device_count()):
-        acc.synchronize(device)
-    # Drained now: freed memory that waited on its streams goes back to
-    # the driver.
-    acc.empty_cache()
-
-
-def check_error(exc: BaseException, api: str, number: int, name: str,
-                cls: type) -> None:
-    assert type(exc) is cls, (type(exc), exc)
-    assert exc.backend == BACKEND, vars(exc)
-    assert exc.api == api, vars(exc)
-    assert exc.code == number, vars(exc)
-    assert exc.error_name == name, vars(exc)
-    assert f"{api}() failed: {name}" in str(exc), str(exc)
-
-
-def where(streams: bool) -> tuple[int, Any]:
-    """The thread's current device and (when asked) its current streams;
-    asking makes the default streams, which may need the driver."""
-    current = [acc.current_stream(d) for d in range(acc.device_count())] \
-        if streams else []
-    return acc.current_device_index(), current
-
-
-def fail_once(driver: Any, site: Site, state: State, number: int,
-              name: str, cls: type, streams: bool = True,
-              inject: int | None = None) -> None:
-    """Inject the fault (code `inject`, else `number`), run the action,
-    check the error and the state."""
-    action = ACTIONS[site.action]
-    before = where(streams)
-    acc.empty_cache()  # so that creating means a driver call
-    calls = driver.calls(site.api)
-    driver.fail(site.api, site.nth, number if inject is None else inject)
-    try:
-        with pytest.raises(acc.AcceleratorError) as info:
-            action(state)
-    finally:
-        driver.clear_faults()
-    assert driver.calls(site.api) > calls
-    check_error(info.value, site.api, number, name, cls)
-    assert where(streams) == before, "a failed call changed the thread's " \
-        "current device or stream"
 
 
 ROUNDS = 5
@@ -968,10 +467,10 @@ def test_optional(driver, site: Site) -> None:
 # Fresh processes -----------------------------------------------------------
 
 CHILD = """
-import gc, json, os, sys
+import sys
 sys.path[:0] = [{tests!r}, {behaviour!r}]
-import fake_drivers, test_faults
-test_faults.child_main({args!r})
+import fault_actions
+fault_actions.child_main({args!r})
 """
 
 
@@ -986,33 +485,6 @@ def run_child(args: dict[str, Any], **env: str) -> subprocess.CompletedProcess:
                           args=args)
     return subprocess.run([sys.executable, "-c", script], env=environment,
                           capture_output=True, text=True, timeout=120)
-
-
-_double: list[Any] = []
-
-
-def make_double() -> Any:
-    """The double of this process (ctypes loads the instance the backend
-    uses: the same file)."""
-    if not _double:
-        _double.append(fake_drivers.DOUBLES[BACKEND]())
-    return _double[0]
-
-
-def child_main(args: dict[str, Any]) -> None:
-    """A FRESH site in this new process: args say which and whether to
-    inject the fault (False: the control run).  Prints the live counts."""
-    driver = make_double()
-    assert acc.is_available()
-    site = next(s for s in SITES if s.id == args["site"])
-    state = preparer(site)()
-    if args["fault"]:
-        number, name, cls = expected(driver, args["code"])
-        fail_once(driver, site, state, number, name, cls, streams=False)
-    ACTIONS[site.action](state)
-    del state
-    settle()
-    print(json.dumps(driver.live_all()))
 
 
 #: site id -> the live counts of its control process (no fault), which
@@ -1208,168 +680,9 @@ def test_exit(site: Site) -> None:
 NOMEMORY_CHILD = """
 import sys
 sys.path[:0] = [{tests!r}, {behaviour!r}]
-import test_faults
-test_faults.nomemory_main()
+import nomemory
+nomemory.nomemory_main()
 """
-#: allocations made to fail, one at a time, in each call
-NOMEMORY_DEPTH = 40
-
-
-class _Foreign:
-    def __init__(self, handle: int) -> None:
-        self.handle = handle
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.handle)
-
-
-class _Duck:
-    def __init__(self, type: str) -> None:
-        self.type, self.index = type, 1
-
-
-def nomemory_calls(driver: Any) -> dict[str, tuple[Any, Any]]:
-    """name -> (setup or None, call): every API, under allocation failure."""
-    import pickle
-    t = acc.current_accelerator().type
-    s, s2 = acc.Stream(0), acc.Stream(1)
-    e, e2 = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
-    e.record(s)
-    e2.record(s)
-    e2.synchronize()
-    d = acc.device(t, 1)
-    failing = driver.functions["query"]
-    calls = {
-        "is_available": acc.is_available,
-        "device_count": acc.device_count,
-        "current_accelerator": acc.current_accelerator,
-        "current_device_index": acc.current_device_index,
-        "set_device_index(1)": lambda: acc.set_device_index(1),
-        "set_device_index('t:0')": lambda: acc.set_device_index(f"{t}:0"),
-        "set_device_index(duck)": lambda: acc.set_device_index(_Duck(t)),
-        "set_device_index(bad)": lambda: acc.set_device_index(99),
-        "device_index(1)": lambda: acc.device_index(1).__enter__(),
-        "synchronize(1)": lambda: acc.synchronize(1),
-        "current_stream(1)": lambda: acc.current_stream(1),
-        "set_stream(s2)": lambda: acc.set_stream(s2),
-        "set_stream(default)": lambda: acc.set_stream(acc.current_stream(0)),
-        "Stream(1)": lambda: acc.Stream(1, priority=-1),
-        "Stream.from_handle": lambda: acc.Stream.from_handle(s.handle, 0),
-        "with s": lambda: s.__enter__() and s.__exit__(None, None, None),
-        "s.query/synchronize": lambda: (s.query(), s.synchronize()),
-        "s.wait_event": lambda: s2.wait_event(e),
-        "s.wait_stream": lambda: s2.wait_stream(s),
-        "s.record_event": lambda: s.record_event(),
-        "Event().record": lambda: acc.Event(blocking=True).record(s),
-        "e.record/query/sync": lambda: (e.record(s), e.query(),
-                                        e.synchronize()),
-        "e.wait": lambda: e.wait(stream=s2),
-        "e.elapsed_time": lambda: e.elapsed_time(e2),
-        "device('t:1')": lambda: acc.device(f"{t}:1"),
-        "device(t, 1)": lambda: acc.device(t, index=1),
-        "device(1)": lambda: acc.device(1),
-        "device str/repr/hash/pickle": lambda: (
-            str(d), repr(d), hash(d), pickle.loads(pickle.dumps(d)),
-            d == acc.device(t, 1)),
-        "stream attributes": lambda: (repr(s), s.device, s.handle, hash(s),
-                                      s.device_type, s == s2),
-        "event attributes": lambda: (repr(e), e.device, e.handle,
-                                     e.device_index),
-        "get_memory_info": lambda: acc.get_memory_info(1),
-        "get_device_properties": lambda: acc.get_device_properties(1),
-        "get_device_name": lambda: acc.get_device_name(0),
-        "backends": acc.backends,
-        "empty_cache": acc.empty_cache,
-        "bad device string": lambda: acc.device("cuda:x"),
-        "pickle a stream": lambda: pickle.dumps(s),
-    }
-    def load_module_again() -> None:
-        """A second instance of the extension module (multi-phase init):
-        module_exec failing half-way must clean up."""
-        import importlib.util
-        spec = importlib.util.find_spec("accelerator._accelerator")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-
-    calls["load the module again"] = load_module_again
-    if driver.has("device_memory"):
-        b, h = acc.Buffer(64), acc.HostBuffer(64)
-        b1 = acc.Buffer(64, 1)
-        out = bytearray(64)
-        calls.update({
-            "Buffer(64, 1)": lambda: acc.Buffer(64, 1, stream=s2),
-            "HostBuffer(64)": lambda: acc.HostBuffer(64),
-            "Buffer copies": lambda: (b.copy_from(bytes(64)), b.copy_to(out),
-                                      b.copy_from(h), b.copy_to(h),
-                                      b.copy_from(b1), b.fill(3, stream=s)),
-            "Buffer views and attributes": lambda: (
-                b[1:9].fill(1), repr(b), b.device, b.stream, b.ptr, len(b),
-                b.record_stream(s2)),
-            "with Buffer": lambda: acc.Buffer(8).__enter__().close(),
-            "Buffer.__dlpack__": lambda: (b.__dlpack__(), b.__dlpack__(
-                max_version=(1, 0), stream=-1), b.__dlpack_device__()),
-            "from_dlpack": lambda: acc.from_dlpack(b),
-            "HostBuffer memoryview and DLPack": lambda: (
-                memoryview(h).release(), h.__dlpack__(max_version=(1, 0)),
-                h.__dlpack_device__()),
-        })
-    if driver.has("cuda_stream_protocol"):
-        calls["from_handle(__cuda_stream__)"] = \
-            lambda: acc.Stream.from_handle(_Foreign(s.handle))
-        calls["__cuda_stream__"] = s.__cuda_stream__
-    result = {name: (None, call) for name, call in calls.items()}
-    number = driver.unknown_error[0]
-    result["a driver error"] = (
-        lambda: driver.fail(failing, 1, number),
-        lambda: (s.query(), e.query(), acc.Event().record(s),
-                 acc.Event().query()))
-    return result
-
-
-def nomemory_main() -> None:
-    """Each call with its k-th Python allocation failing, k = 0, 1, ...:
-    the call works or raises MemoryError (or what it raises anyway);
-    never another error, never a crash.  Prints the problems, one a line."""
-    import _testcapi
-    driver = make_double()
-    acc.set_device_index(0)
-    calls = nomemory_calls(driver)
-    problems = []
-    for name, (setup, call) in calls.items():
-        # First with failures: some results are cached once made.
-        outcomes = []
-        for k in range(NOMEMORY_DEPTH):
-            if setup:
-                setup()
-            outcome: type | None = None
-            _testcapi.set_nomemory(k, k + 1)
-            try:
-                call()
-            except BaseException as exc:  # noqa: BLE001 - sorted below
-                outcome = type(exc)
-            finally:
-                _testcapi.remove_mem_hooks()
-            driver.clear_faults()
-            outcomes.append(outcome)
-        if setup:
-            setup()
-        try:
-            call()
-            normal: type | None = None
-        except Exception as exc:  # noqa: BLE001 - what it does anyway
-            normal = type(exc)
-        driver.clear_faults()
-        for k, outcome in enumerate(outcomes):
-            if outcome not in (normal, MemoryError):
-                problems.append(f"{name}: allocation {k}: {outcome} "
-                                f"(without failures: {normal})")
-        # Still working afterwards.
-        acc.set_device_index(0)
-        acc.set_stream(acc.current_stream(0))
-        acc.Stream(1).record_event().synchronize()
-    print("\n".join(problems))
-
-
 def test_host_out_of_memory_never_crashes() -> None:
     """Every API call with each of its first allocations failing (the
     _testcapi allocator hooks), in a fresh process."""
@@ -1387,10 +700,10 @@ EXIT_BUSY = """
 import sys, time
 sys.path[:0] = [{tests!r}, {behaviour!r}]
 import accelerator as a
-import test_faults
+import fault_actions
 s = a.Stream(1)
 e = s.record_event()
-test_faults.make_double().enqueue_sleep(s, 3000)
+fault_actions.make_double().enqueue_sleep(s, 3000)
 a.Event().record(s)
 print(time.monotonic(), flush=True)
 """

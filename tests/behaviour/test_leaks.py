@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import accelerator as acc
-import test_faults
+import fault_actions
 
 N = int(os.environ.get("LEAK_ITERATIONS", "2000"))
 #: (fixed slack, bytes per iteration) a batch may grow: Python memory,
@@ -56,7 +56,7 @@ C_HEAP = _c_heap()
 
 
 def settle() -> None:
-    test_faults.settle()
+    fault_actions.settle()
     gc.collect()
 
 

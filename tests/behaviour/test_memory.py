@@ -64,16 +64,16 @@ def memory_checks(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="module", autouse=True)
 def no_allocation_left() -> Iterator[None]:
     """At the end of the module, every allocation made in it is freed."""
-    import test_faults
-    if not test_faults.SITES:
+    import fault_actions
+    if not fault_actions.SITES:
         yield
         return
-    double = test_faults.make_double()
+    double = fault_actions.make_double()
     settle()
-    before = {kind: double.live(kind) for kind in test_faults.MEMORY_KINDS}
+    before = {kind: double.live(kind) for kind in fault_actions.MEMORY_KINDS}
     yield
     settle()
-    after = {kind: double.live(kind) for kind in test_faults.MEMORY_KINDS}
+    after = {kind: double.live(kind) for kind in fault_actions.MEMORY_KINDS}
     assert after == before
     assert double.live("bad_access") == 0
     assert double.live("guard_damage") == 0
