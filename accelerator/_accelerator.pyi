@@ -39,7 +39,14 @@ class _BackendInfo(TypedDict):
     reason: str | None
     counted_by: str | None
     initialized: bool
-    processor_label: str
+    # None only for a refused plugin whose table was not read
+    processor_label: str | None
+    # a plugin's shared object; None for a built-in backend
+    plugin: str | None
+    # "built-in", "ACCELERATOR_BACKEND_PLUGINS" or the entry point
+    origin: str
+    # a plugin the core refused; reason says why
+    refused: bool
 
 # What a "device" argument accepts: an int index of the current accelerator,
 # a device string such as "cuda:1", an accelerator.device, or any object with

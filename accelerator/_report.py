@@ -74,7 +74,11 @@ JSON document (schema 1; keys are only ever added, under the same number):
       ``initialized`` (the driver is initialised in this process) and
       ``processor_label`` (what ``multi_processor_count`` counts on its
       devices, from the backend's descriptor: ``"multiprocessors"``,
-      ``"execution units"``, ``"compute units"``)
+      ``"execution units"``, ``"compute units"``), ``plugin`` (a backend
+      plugin's shared object, or null for a built-in backend) and
+      ``origin`` (``"built-in"``, ``"ACCELERATOR_BACKEND_PLUGINS"``, or the
+      entry point that named the plugin) and ``refused`` (a plugin the
+      core refused, listed after the backends; ``reason`` says why)
 """
 from __future__ import annotations
 
@@ -107,6 +111,9 @@ class BackendReport(TypedDict):
     counted_by: str | None
     initialized: bool
     processor_label: str | None
+    plugin: str | None
+    origin: str
+    refused: bool
 
 
 class DeviceReport(TypedDict):
@@ -163,6 +170,9 @@ def backend_report(record: Mapping[str, Any]) -> BackendReport:
         counted_by=record.get("counted_by"),
         initialized=bool(record.get("initialized")),
         processor_label=record.get("processor_label"),
+        plugin=record.get("plugin"),
+        origin=record.get("origin") or "built-in",
+        refused=bool(record.get("refused")),
     )
 
 
@@ -178,25 +188,34 @@ def device_report_skeleton(device_type: str, index: int) -> DeviceReport:
 
 
 def device_report(device_type: str, index: int) -> DeviceReport:
-    """Read one device's properties and memory; record a failure, not raise."""
+    """Read one device's properties and memory; record a failure, not raise.
+    What the backend does not support (a plugin may lack device
+    properties or memory information) stays unknown."""
     report = device_report_skeleton(device_type, index)
     try:
-        props = accelerator.get_device_properties(index)
-        report.update({
-            "name": props.name,
-            "uuid": props.uuid,
-            "total_memory": props.total_memory,
-            "compute_capability": (
-                [props.major, props.minor] if props.major >= 0 else None
-            ),
-            "pci_bus_id": props.pci_bus_id or None,
-            "multi_processor_count": props.multi_processor_count,
-            "vendor_id": props.vendor_id,
-            "device_id": props.device_id,
-            "is_integrated": props.is_integrated,
-            "estimates": list(props.estimates),
-        })
-        report["free_memory"], total = accelerator.get_memory_info(index)
+        try:
+            props = accelerator.get_device_properties(index)
+        except NotImplementedError:
+            props = None
+        if props is not None:
+            report.update({
+                "name": props.name,
+                "uuid": props.uuid,
+                "total_memory": props.total_memory,
+                "compute_capability": (
+                    [props.major, props.minor] if props.major >= 0 else None
+                ),
+                "pci_bus_id": props.pci_bus_id or None,
+                "multi_processor_count": props.multi_processor_count,
+                "vendor_id": props.vendor_id,
+                "device_id": props.device_id,
+                "is_integrated": props.is_integrated,
+                "estimates": list(props.estimates),
+            })
+        try:
+            report["free_memory"], total = accelerator.get_memory_info(index)
+        except NotImplementedError:
+            total = None
         if report["total_memory"] is None:
             report["total_memory"] = total
         stats = accelerator.memory_stats(index)
@@ -295,8 +314,19 @@ def format_device(device: DeviceReport, processor_label: str) -> list[str]:
     return lines
 
 
+def plugin_line(backend: BackendReport) -> str:
+    """Where a plugin came from: its file and what named it."""
+    if backend["plugin"] is None:
+        return f"      plugin: named by {backend['origin']}"
+    return f"      plugin: {backend['plugin']} ({backend['origin']})"
+
+
 def format_backend(backend: BackendReport) -> list[str]:
     """The text lines that describe one known backend."""
+    if backend["refused"]:
+        # Nothing of it ran: where it came from, and why it was refused.
+        return [f"  {backend['name']}: refused", plugin_line(backend),
+                f"      reason: {backend['reason']}"]
     if backend["selected"]:
         state = "selected"
     elif backend["available"]:
@@ -313,6 +343,8 @@ def format_backend(backend: BackendReport) -> list[str]:
         f"      driver version: {backend['driver_version'] or 'unknown'}",
         f"      devices: {backend['device_count']}",
     ]
+    if backend["plugin"] is not None:
+        lines.append(plugin_line(backend))
     if backend["counted_by"] is not None:
         lines.append(f"      counted by: {backend['counted_by']}")
     if backend["available"] and backend["reason"] is None:

@@ -20,20 +20,31 @@
 #       with tests/requirements.txt, and the whole behaviour suite against
 #       it on the CUDA double, uninstrumented: the abi3 promise, proven.
 #       Where that CPython is missing it says so as one skipped check.
+#   bash tests/check_wheel.sh plugin DIR
+#       backend plugins built outside the tree and installed beside the
+#       same wheel in a fresh venv, with pip alone (--no-index
+#       --no-build-isolation: no network), against the wheel's
+#       accelerator.get_include(): the template (plugins/template), which
+#       the report then selects through its entry point, and this tree's
+#       HIP backend built from its folder (csrc/backends/hip/) as the
+#       distribution of tests/plugin_hip, device type plugin_hip; the
+#       behaviour suite then runs through that plugin on the HIP double,
+#       uninstrumented (ACCELERATOR_TEST_BACKEND=plugin_hip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-usage="usage: check_wheel.sh build DIR | suite DIR VERSION"
+usage="usage: check_wheel.sh build DIR | suite DIR VERSION | plugin DIR"
 mode=${1:?$usage}
 work=${2:?$usage}
 # The hang guard of every other stage (tests/stages.py TEST_TIMEOUT).
 timeout=(--timeout="${ACCELERATOR_TEST_TIMEOUT:-300}" --timeout-method=thread)
 
-# A fresh venv at $1 with the wheel and the test requirements.
+# A fresh venv at $1 (Python $2) with the wheel, the test requirements
+# and any further requirements.
 make_venv() {
     "$2" -m venv "$1"
     "$1/bin/python" -m pip install -q --disable-pip-version-check \
-        "$work"/dist/*.whl -r tests/requirements.txt
+        "$work"/dist/*.whl -r tests/requirements.txt "${@:3}"
 }
 
 case $mode in
@@ -104,6 +115,43 @@ print(f"{ext.__file__} loads under Python {sys.version.split()[0]}")'
     env -u PYTHONPATH -u ACCELERATOR_TEST_BACKEND \
         "$work/venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
         "${timeout[@]}" tests/behaviour
+    ;;
+plugin)
+    work=$(realpath "$work")
+    venv=$work/venv-plugin
+    rm -rf "$venv"
+    echo "== the wheel in a fresh venv of $("$PYTHON" -V), and two plugins"
+    # setuptools 70.1 and later build wheels without the wheel package.
+    make_venv "$venv" "$PYTHON" "setuptools>=70.1"
+    hip=$work/plugin-hip
+    rm -rf "$hip" "$work/plugin-template"
+    mkdir -p "$hip/hip"
+    cp csrc/backends/hip/*.c csrc/backends/hip/*.h "$hip/hip/"
+    cp tests/plugin_hip/pyproject.toml tests/plugin_hip/setup.py \
+        tests/plugin_hip/entry.c "$hip/"
+    cp -r plugins/template/accelerator_template \
+        "$hip/accelerator_plugin_hip"
+    cp -r plugins/template "$work/plugin-template"
+    cd "$work"
+    for package in plugin-template plugin-hip; do
+        env -u PYTHONPATH "$venv/bin/python" -m pip install -q \
+            --disable-pip-version-check --no-index --no-build-isolation \
+            --no-deps "./$package"
+    done
+    echo "== the template, found through its entry point"
+    env -u PYTHONPATH ACCELERATOR_BACKEND=template \
+        "$venv/bin/python" -m accelerator --require | tee "$work/template.txt"
+    grep -q "^  template: selected$" "$work/template.txt"
+    grep -q "^      plugin: .*(entry point template = " "$work/template.txt"
+    env -u PYTHONPATH "$venv/bin/python" -m pip uninstall -q -y \
+        accelerator-template
+    echo "== the behaviour suite through the HIP backend as a plugin"
+    rm -rf "$work/sdist-plugin"
+    cp -a "$work/sdist" "$work/sdist-plugin"
+    cd "$work/sdist-plugin"
+    env -u PYTHONPATH ACCELERATOR_TEST_BACKEND=plugin_hip \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider "${timeout[@]}" \
+        tests/behaviour
     ;;
 *)
     echo "$usage" >&2

@@ -1413,10 +1413,28 @@ class OpenCLDouble(DriverDouble):
         assert rc == 0, f"fake_ocl_enqueue_sleep failed: {rc}"
 
 
+class HipPluginDouble(HipDouble):
+    """The HIP double under the HIP backend built from its folder as a
+    plugin of its own (tests/check_wheel.sh plugin): the same backend code
+    and driver, named plugin_hip, found through its distribution's entry
+    point.  The built-in HIP backend reads the same variables, and is
+    probed only for backends()."""
+
+    device_type = "plugin_hip"
+    eager_probe_config = "plugin_hip-without-kfd"
+
+
 #: device type -> the double class of that backend
 DOUBLES: dict[str, type[DriverDouble]] = {
     cls.device_type: cls for cls in (CudaDouble, ZeDouble, HipDouble,
                                       OpenCLDouble)}
+#: backends the behaviour suite runs on as plugins (ACCELERATOR_TEST_BACKEND
+#: names one): in that configuration the plugin is one of its backends, in
+#: probe order after the built-in ones
+PLUGIN_DOUBLES: dict[str, type[DriverDouble]] = {
+    HipPluginDouble.device_type: HipPluginDouble}
+if TEST_BACKEND in PLUGIN_DOUBLES:
+    DOUBLES[TEST_BACKEND] = PLUGIN_DOUBLES[TEST_BACKEND]
 
 
 def configurations() -> dict[str, type[DriverDouble]]:

@@ -365,6 +365,20 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
                     "where it is missing): the behaviour suite on the "
                     "CUDA double, uninstrumented")
           for version in WHEEL_PYTHONS),
+        # One backend's behaviour suite through a plugin built outside the
+        # tree: what differs from the built-in backend is the loading
+        # (entry point, ABI and slot checks, the copied table), not the
+        # backend's code, which the hip stage runs instrumented.  It took
+        # 97 s on a quiet 2-core machine (the suite 64 s of it), 186 s on a
+        # loaded one.
+        Stage("plugin", ["bash", "tests/check_wheel.sh", "plugin",
+                         str(run_dir / "wheel")], 240, kind="cmd",
+              needs=["wheel"],
+              doc="plugins built outside the tree against the wheel's "
+                  "header, pip-installed beside it in a fresh venv (the "
+                  "template; the HIP backend from its folder): the "
+                  "behaviour suite through plugin_hip on the HIP double, "
+                  "uninstrumented"),
         Stage("coverage", ["bash", "tests/coverage_report.sh", INSTRUMENTED],
               90, kind="cmd", needs=["build-instrumented"],
               after=[s.name for s in stages if s.cwd == INSTRUMENTED],

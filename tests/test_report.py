@@ -47,7 +47,7 @@ DEVICE_KEYS = {
 BACKEND_KEYS = {
     "name", "device_type", "library", "loaded", "available", "selected",
     "driver_version", "device_count", "reason", "counted_by", "initialized",
-    "processor_label",
+    "processor_label", "plugin", "origin", "refused",
 }
 
 needs_double = pytest.mark.skipif(

@@ -41,7 +41,31 @@ typedef struct acc_backend_info {
                                 * name a library by its path) */
     int initialized;           /* the driver is initialised in this
                                 * process (not deferred, or first used) */
+    const char *plugin;        /* a plugin's shared object; NULL for a
+                                * built-in backend */
+    const char *origin;        /* "built-in", "ACCELERATOR_BACKEND_PLUGINS"
+                                * or the entry point that named the
+                                * plugin */
+    int refused;               /* a plugin the core refused (reason: why) */
 } acc_backend_info;
+
+/* A plugin that the Python layer found (an accelerator.backends entry
+ * point), offered to the core before the first probe. */
+typedef struct acc_plugin_source {
+    const char *path;          /* the shared object, or NULL */
+    const char *origin;        /* where it was named, for the report */
+    const char *label;         /* its name in the report until its table
+                                * is read (the entry point's name) */
+    const char *error;         /* why no path (NULL with a path) */
+} acc_plugin_source;
+
+/* Plugins (plugin.c).  Hand the core the plugins found above it, before
+ * the first probe: copied.  0 when taken; 1 when a list was offered
+ * already or the probe has begun (this one is dropped); -1 when out of
+ * memory. */
+int acc_plugins_offer(const acc_plugin_source *sources, int count);
+/* Nonzero once a list was offered or the probe has begun. */
+int acc_plugins_offered(void);
 
 /* Selection and lifetime (registry.c) */
 
@@ -74,6 +98,12 @@ void acc_probe_all(void);
 void acc_exit_wait_for_probes(void);
 int acc_backend_count(void);
 const acc_backend_info *acc_backend_info_at(int i);
+/* The first acc_registered_backend_count() records are the registered
+ * backends (built-in, then plugins); the refused plugins follow. */
+int acc_registered_backend_count(void);
+/* Nonzero when a registered backend (a plugin's too) has the device type
+ * (or alias) type[0..length).  Requires acc_probed(). */
+int acc_backend_device_type_known(const char *type, size_t length);
 /* The device's properties, read once and cached. */
 acc_status acc_get_device_properties(int device,
                                      const acc_device_properties **out,

@@ -132,6 +132,25 @@ int acc_forked(void);
  * without its message, for the hot getters. */
 int acc_usable(void);
 
+/* Backend plugins (plugin.c) -------------------------------------------- */
+
+/* The most plugins a process loads. */
+#define ACC_MAX_PLUGINS 16
+
+/* Open and check every plugin, once, from the probe: those named by
+ * ACCELERATOR_BACKEND_PLUGINS, then those the Python layer offered.  The
+ * accepted tables are appended to registry[count..room) (checked against
+ * the tables before them); the new count is returned.  Refused ones are
+ * kept, with the reason, for the report. */
+int acc_plugins_load(const acc_backend **registry, int count, int room);
+/* The file and origin ("ACCELERATOR_BACKEND_PLUGINS", an entry point) of
+ * the registered plugin table b; NULL for a built-in backend. */
+const char *acc_plugin_path(const acc_backend *b);
+const char *acc_plugin_origin(const acc_backend *b);
+/* The refused plugins, in the order they were met. */
+int acc_plugins_refused_count(void);
+const acc_backend_info *acc_plugins_refused_at(int i);
+
 /* Devices (device.c) ---------------------------------------------------- */
 
 /* acc_check_device, then acc_ready: the device is valid and its driver

@@ -17,14 +17,19 @@
 #include <string.h>
 #include <time.h>
 
-/* Probe order (backend.h's ACC_BACKENDS): the first usable backend is
- * selected. */
+/* Probe order (backend.h's ACC_BACKENDS), then the plugins that the
+ * probe loads (plugin.c): the first usable backend is selected. */
+#define ACC_BACKEND_ONE(descriptor) +1
+#define N_BUILTIN (0 ACC_BACKENDS(ACC_BACKEND_ONE))
+#define MAX_BACKENDS (N_BUILTIN + ACC_MAX_PLUGINS)
 #define ACC_BACKEND_ADDRESS(descriptor) &descriptor,
-static const acc_backend *const registry[] = {
+static const acc_backend *registry[MAX_BACKENDS] = {
     ACC_BACKENDS(ACC_BACKEND_ADDRESS)
 };
 #undef ACC_BACKEND_ADDRESS
-#define N_BACKENDS ((int)(sizeof(registry) / sizeof(registry[0])))
+/* The built-in backends, then the accepted plugins once the probe has
+ * loaded them. */
+static int n_backends = N_BUILTIN;
 
 /*
  * Locks.  fork() copies only the calling thread, so a lock another thread
@@ -54,8 +59,8 @@ static struct {
     int initializing;          /* under init_lock: initialize_selected() */
     int init_failed;
     acc_error init_error;
-    int probed_backend[N_BACKENDS];
-    acc_backend_info info[N_BACKENDS];
+    int probed_backend[MAX_BACKENDS];
+    acc_backend_info info[MAX_BACKENDS];
     pthread_mutex_t lock;      /* the full probe */
 } g = {
     .probe_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -161,7 +166,7 @@ after_fork_in_child(void)
     pthread_cond_init(&probes.idle, NULL);
     probes.running = 0;        /* the probing thread did not come along */
     acc_hooks_after_fork_child();
-    for (int i = 0; i < N_BACKENDS; i++) {
+    for (int i = 0; i < n_backends; i++) {
         if (registry[i]->after_fork_child != NULL) {
             registry[i]->after_fork_child();
         }
@@ -193,7 +198,7 @@ after_fork_in_child(void)
     g.probing_backend = 0;
     g.initializing = 0;
     atomic_store_explicit(&g.probed, 1, memory_order_release);
-    for (int i = 0; i < N_BACKENDS; i++) {
+    for (int i = 0; i < n_backends; i++) {
         /* Never probed, or probed by a thread the fork left behind. */
         not_probed_after_fork(i, "this process was forked from one that "
                               "had initialised an accelerator backend, and "
@@ -226,7 +231,7 @@ backend_names(char *buf, size_t size)
     size_t used = 0;
 
     buf[0] = '\0';
-    for (int i = 0; i < N_BACKENDS && used < size; i++) {
+    for (int i = 0; i < n_backends && used < size; i++) {
         used += (size_t)snprintf(buf + used, size - used, "%s, ",
                                  registry[i]->name);
     }
@@ -471,19 +476,35 @@ probe_once(void)
     if (only != NULL && only[0] == '\0') {
         only = NULL;
     }
-    for (int i = 0; i < N_BACKENDS; i++) {
+    /* Plugins load here, never at import: after the built-in backends,
+     * and (their constructors run) as a probe does. */
+    if (probe_enter()) {
+        n_backends = acc_plugins_load(registry, N_BUILTIN, MAX_BACKENDS);
+        probe_leave();
+    }
+    for (int i = 0; i < n_backends; i++) {
         g.info[i].name = registry[i]->name ? registry[i]->name : "?";
         g.info[i].device_type =
             registry[i]->device_type ? registry[i]->device_type : "?";
         g.info[i].processor_label = registry[i]->processor_label;
+        g.info[i].plugin = acc_plugin_path(registry[i]);
+        g.info[i].origin = g.info[i].plugin != NULL
+                           ? acc_plugin_origin(registry[i]) : "built-in";
         if (only != NULL && strcmp(only, g.info[i].name) == 0) {
+            known = 1;
+        }
+    }
+    for (int i = 0; i < acc_plugins_refused_count(); i++) {
+        /* Its own entry says why it was refused. */
+        if (only != NULL
+            && strcmp(only, acc_plugins_refused_at(i)->name) == 0) {
             known = 1;
         }
     }
     if (only != NULL && strcmp(only, "none") == 0) {
         known = 1;
     }
-    for (int i = 0; i < N_BACKENDS; i++) {
+    for (int i = 0; i < n_backends; i++) {
         acc_backend_info *info = &g.info[i];
         char why[160];
 
@@ -509,7 +530,7 @@ probe_once(void)
                 /* Quote at most 64 bytes (whole characters) of a wrong
                  * value, so that what was expected is always said. */
                 size_t shown = acc_utf8_whole(only, strnlen(only, 64));
-                char names[128];
+                char names[256];
 
                 backend_names(names, sizeof(names));
                 acc_format(info->reason, sizeof(info->reason),
@@ -592,7 +613,7 @@ acc_probe_all(void)
         return;
     }
     pthread_mutex_lock(&g.lock);
-    for (int i = 0; i < N_BACKENDS; i++) {
+    for (int i = 0; i < n_backends; i++) {
         if (!g.probed_backend[i]) {
             probe_backend(i);
         }
@@ -659,16 +680,40 @@ acc_backend_caps(void)
 int
 acc_backend_count(void)
 {
-    return N_BACKENDS;
+    return n_backends + acc_plugins_refused_count();
+}
+
+int
+acc_registered_backend_count(void)
+{
+    return n_backends;
 }
 
 const acc_backend_info *
 acc_backend_info_at(int i)
 {
-    if (i < 0 || i >= N_BACKENDS) {
+    if (i < 0 || i >= acc_backend_count()) {
         return NULL;
     }
-    return &g.info[i];
+    return i < n_backends ? &g.info[i]
+                          : acc_plugins_refused_at(i - n_backends);
+}
+
+int
+acc_backend_device_type_known(const char *type, size_t length)
+{
+    for (int i = 0; i < n_backends; i++) {
+        const char *known[2] = {registry[i]->device_type,
+                                registry[i]->device_type_alias};
+
+        for (int k = 0; k < 2; k++) {
+            if (known[k] != NULL && strlen(known[k]) == length
+                && memcmp(known[k], type, length) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
 
 /* Usable ------------------------------------------------------------------ */
@@ -717,24 +762,25 @@ acc_unusable(acc_error *err)
         /* Each reason once, after the backends that share it (a wrong
          * ACCELERATOR_BACKEND is every backend's reason), so that they
          * fit the message. */
-        for (int i = 0; i < N_BACKENDS; i++) {
-            const char *reason = g.info[i].reason;
+        for (int i = 0; i < acc_backend_count(); i++) {
+            const acc_backend_info *info = acc_backend_info_at(i);
+            const char *reason = info->reason;
             int seen = 0;
 
             for (int j = 0; j < i && !seen; j++) {
-                seen = strcmp(g.info[j].reason, reason) == 0;
+                seen = strcmp(acc_backend_info_at(j)->reason, reason) == 0;
             }
             if (reason[0] == '\0' || seen) {
                 continue;
             }
             n = strlen(err->message);
             acc_format(err->message + n, sizeof(err->message) - n, " [%s",
-                       g.info[i].name);
-            for (int j = i + 1; j < N_BACKENDS; j++) {
-                if (strcmp(g.info[j].reason, reason) == 0) {
+                       info->name);
+            for (int j = i + 1; j < acc_backend_count(); j++) {
+                if (strcmp(acc_backend_info_at(j)->reason, reason) == 0) {
                     n = strlen(err->message);
                     acc_format(err->message + n, sizeof(err->message) - n,
-                               ", %s", g.info[j].name);
+                               ", %s", acc_backend_info_at(j)->name);
                 }
             }
             n = strlen(err->message);

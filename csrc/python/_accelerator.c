@@ -402,7 +402,11 @@ PyDoc_STRVAR(backends_doc,
 "counted_by (how the devices were counted: 'cuInit', 'NVML (...)'),\n"
 "initialized (the driver is initialised in this process) and\n"
 "processor_label (what multi_processor_count counts on its devices:\n"
-"'multiprocessors', 'execution units', 'compute units').  Probes the\n"
+"'multiprocessors', 'execution units', 'compute units'), plugin (the\n"
+"shared object of a backend plugin, None for a built-in backend) and\n"
+"origin ('built-in', 'ACCELERATOR_BACKEND_PLUGINS' or the entry point\n"
+"that named the plugin) and refused (a plugin the core refused: the\n"
+"reason says why; refused plugins follow the backends).  Probes the\n"
 "backends selection did not need; creates no context.");
 
 static PyObject *
@@ -412,6 +416,7 @@ backends(PyObject *module, PyObject *unused)
 
     (void)module;
     (void)unused;
+    acc_offer_plugins();
     Py_BEGIN_ALLOW_THREADS
     acc_probe_all();
     Py_END_ALLOW_THREADS
@@ -424,8 +429,10 @@ backends(PyObject *module, PyObject *unused)
         /* "N" steals each text; Py_BuildValue releases them on failure
          * and fails itself when one is NULL. */
         PyObject *item = Py_BuildValue(
-            "{s:s, s:s, s:N, s:O, s:O, s:O, s:N, s:i, s:N, s:N, s:O, s:s}",
-            "name", b->name, "device_type", b->device_type,
+            "{s:N, s:N, s:N, s:O, s:O, s:O, s:N, s:i, s:N, s:N, s:O, s:N, "
+            "s:N, s:N, s:O}",
+            "name", acc_text(b->name, 0),
+            "device_type", acc_text(b->device_type, 0),
             "library", acc_text_or_none(b->library),
             "loaded", b->loaded ? Py_True : Py_False,
             "available", b->available ? Py_True : Py_False,
@@ -442,7 +449,10 @@ backends(PyObject *module, PyObject *unused)
                 ? acc_text(b->counted_by, sizeof(b->counted_by))
                 : Py_NewRef(Py_None),
             "initialized", b->initialized ? Py_True : Py_False,
-            "processor_label", b->processor_label);
+            "processor_label", acc_text_or_none(b->processor_label),
+            "plugin", acc_text_or_none(b->plugin),
+            "origin", acc_text(b->origin ? b->origin : "built-in", 0),
+            "refused", b->refused ? Py_True : Py_False);
 
         if (item == NULL || PyList_Append(list, item) < 0) {
             Py_XDECREF(item);

@@ -208,7 +208,8 @@ acc_parse_tuple(PyObject *args, PyObject *kwargs, const acc_params *p,
 /* Devices ---------------------------------------------------------------- */
 
 /* Device types we parse: every type torch parses (c10::DeviceType), so
- * that a backend added for one needs no change here. */
+ * that a backend added for one needs no change here, and those of the
+ * registered backends (a plugin's, known once probed). */
 static const char *const known_types[] = {
     "cpu", "cuda", "xpu", "opencl", "mps", "hip", "meta", "ipu", "mkldnn",
     "opengl", "ideep", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "hpu",
@@ -227,7 +228,35 @@ is_known_type(const char *type, Py_ssize_t len)
             return 1;
         }
     }
-    return 0;
+    acc_ensure_probed();
+    return acc_backend_device_type_known(type, (size_t)len);
+}
+
+/* ", or a plugin's: x, y" for the registered device types torch does not
+ * know, or "" (a new reference). */
+static PyObject *
+plugin_types_text(void)
+{
+    PyObject *text = PyUnicode_FromString("");
+
+    for (int i = 0; text != NULL && i < acc_registered_backend_count(); i++) {
+        const char *type = acc_backend_info_at(i)->device_type;
+        PyObject *more;
+        int known = 0;
+
+        for (int k = 0; known_types[k] != NULL && !known; k++) {
+            known = strcmp(known_types[k], type) == 0;
+        }
+        if (known) {
+            continue;
+        }
+        more = PyUnicode_FromFormat("%U%s%s", text,
+                                    PyUnicode_GetLength(text) == 0
+                                    ? ", or a plugin's: " : ", ", type);
+        Py_DECREF(text);
+        text = more;
+    }
+    return text;
 }
 
 /* Parse "type" or "type:index" into a type string and index (-1 none). */
@@ -245,9 +274,15 @@ acc_parse_device_string(PyObject *text, PyObject **type, int *index)
     colon = memchr(s, ':', (size_t)len);
     type_len = colon ? colon - s : len;
     if (!is_known_type(s, type_len)) {
-        PyErr_Format(PyExc_ValueError,
-                     "Expected one of " KNOWN_TYPES_TEXT " device type at "
-                     "start of device string: %R", text);
+        PyObject *plugins = plugin_types_text();
+
+        if (plugins != NULL) {
+            PyErr_Format(PyExc_ValueError,
+                         "Expected one of " KNOWN_TYPES_TEXT "%U device "
+                         "type at start of device string: %R", plugins,
+                         text);
+            Py_DECREF(plugins);
+        }
         return -1;
     }
     *index = -1;

@@ -19,6 +19,9 @@
  *                       arguments
  *   py_helpers.c        state lookup, messages, errors -> exceptions,
  *                       device checks and switching
+ *   py_plugins.c        before the first probe: the plugins that the
+ *                       accelerator.backends entry points name, handed
+ *                       to the core
  *
  * Headers: this one (state and helpers), pyobjects.h (the device, Stream
  * and Event instances other files read) and pybuffer.h (Buffer and
@@ -127,16 +130,13 @@ acc_object_free(PyObject *self)
 /* State of the module that defined type (or its base). */
 acc_state *acc_state_from_type(PyTypeObject *type);
 
-/* Probe once (GIL released while drivers load); never fails. */
-static inline void
-acc_ensure_probed(void)
-{
-    if (!acc_probed()) {
-        Py_BEGIN_ALLOW_THREADS
-        acc_probe();
-        Py_END_ALLOW_THREADS
-    }
-}
+/* Before the first probe (py_plugins.c): hand the core the plugins of
+ * the accelerator.backends entry points, unless it has a list or has
+ * probed.  Never fails (an exception already set is kept). */
+void acc_offer_plugins(void);
+/* Probe once, the plugins offered first (the GIL released while drivers
+ * load); never fails. */
+void acc_ensure_probed(void);
 
 /* A str from text of the C core or a driver; never fails to decode.  size
  * is the buffer the text was formatted into (0: not a fixed buffer): text

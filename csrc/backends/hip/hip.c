@@ -1100,8 +1100,16 @@ ACC_BACKEND_HOST_DEFINE(hip_attach)
 const acc_backend acc_hip_backend = {
     ACC_BACKEND_ABI,
     .attach = hip_attach,
+    /* Built from this folder as a plugin, the backend takes a name and
+     * device type of its own (tests/plugin_hip: plugin_hip): no built-in
+     * backend's may be taken twice. */
+#ifdef ACC_HIP_NAME
+    .name = ACC_HIP_NAME,
+    .device_type = ACC_HIP_NAME,
+#else
     .name = "hip",
     .device_type = "hip",
+#endif
     .display_type = "HIP",
     .processor_label = "compute units",
     .torch_device_type = 6,   /* c10::DeviceType::HIP */
