@@ -72,6 +72,14 @@ def plugin_path(target: Any) -> str:
         raise TypeError(f"it gave a bytes path ({path!r}); expected a str")
     if not os.path.isabs(path):
         raise ValueError(f"it gave {path!r}, which is not an absolute path")
+    # The core takes the path as UTF-8 text that ends at its first NUL.
+    if "\0" in path:
+        raise ValueError(f"it gave a path with a NUL character: {path!r}")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"it gave a path that is not UTF-8: {path!r}"
+                         ) from None
     return path
 
 

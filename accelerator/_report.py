@@ -188,7 +188,8 @@ def device_report_skeleton(device_type: str, index: int) -> DeviceReport:
 
 
 def device_report(device_type: str, index: int) -> DeviceReport:
-    """Read one device's properties and memory; record a failure, not raise.
+    """Read one device's properties and memory; record a failure (of
+    whatever exception the backend's status maps to), not raise.
     What the backend does not support (a plugin may lack device
     properties or memory information) stays unknown."""
     report = device_report_skeleton(device_type, index)
@@ -224,6 +225,9 @@ def device_report(device_type: str, index: int) -> DeviceReport:
             report["memory_allocated"] = stats["allocated_bytes.all.current"]
     except accelerator.AcceleratorError as error:
         report["error"] = str(error)
+    except (ValueError, IndexError, KeyError, MemoryError,
+            RuntimeError) as error:  # what a backend's other statuses raise
+        report["error"] = f"{type(error).__name__}: {error}"
     return report
 
 

@@ -566,15 +566,15 @@ backend(void)
 static acc_status
 driver_alloc(int device, size_t nbytes, uintptr_t *ptr, acc_error *err)
 {
-    return backend()->mem_alloc(device, nbytes, ptr, err);
+    return ACC_SLOT(backend(), mem_alloc, err, device, nbytes, ptr, err);
 }
 
 static acc_status
 driver_free(int device, uintptr_t ptr)
 {
-    acc_error err;
+    acc_error err = {.status = ACC_OK};
 
-    return backend()->mem_free(device, ptr, &err);
+    return ACC_SLOT(backend(), mem_free, &err, device, ptr, &err);
 }
 
 /* Release what the block holds of events (no lock held). */

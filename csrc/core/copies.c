@@ -146,7 +146,7 @@ acc_memcpy(acc_stream *s, const acc_copy *c, acc_error *err)
             return st;
         }
     }
-    st = b->mem_copy(s, &copy, err);
+    st = ACC_SLOT(b, mem_copy, err, s, &copy, err);
     if (st == ACC_OK && other != NULL) {
         st = acc_stream_wait_stream(other, s, err);
     }
@@ -214,7 +214,8 @@ acc_memset(acc_stream *s, int device, uintptr_t dst, long long value,
     if (nbytes == 0) {
         return ACC_OK;
     }
-    return b->mem_fill(s, dst, (unsigned char)value, nbytes, err);
+    return ACC_SLOT(b, mem_fill, err, s, dst, (unsigned char)value, nbytes,
+                    err);
 }
 
 acc_status
@@ -234,7 +235,7 @@ acc_pointer_info_of(uintptr_t ptr, acc_pointer_info *info, acc_error *err)
     if (ptr == 0) {
         return ACC_OK; /* no memory: some drivers fail on NULL instead */
     }
-    return b->pointer_info(ptr, info, err);
+    return ACC_SLOT(b, pointer_info, err, ptr, info, err);
 }
 
 acc_status
@@ -253,7 +254,7 @@ acc_check_foreign_range(int device, uintptr_t ptr, size_t nbytes,
     if (b->pointer_range == NULL) {
         return acc_error_unsupported("looking up foreign memory", err);
     }
-    status = b->pointer_range(device, ptr, &base, &size, err);
+    status = ACC_SLOT(b, pointer_range, err, device, ptr, &base, &size, err);
     if (status == ACC_ERR_NOT_FOUND) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "%s: %#llx lies in no "
                       "allocation the %s driver knows", what,
@@ -536,9 +537,9 @@ static void
 host_release(int device, uintptr_t ptr)
 {
     const acc_backend *b = acc_selected_backend();
-    acc_error err;
+    acc_error err = {.status = ACC_OK};
 
-    if (b->host_free(device, (void *)ptr, &err) != ACC_OK) {
+    if (ACC_SLOT(b, host_free, &err, device, (void *)ptr, &err) != ACC_OK) {
         acc_trace("freeing page-locked memory: %s", err.message);
     }
 }
@@ -575,7 +576,7 @@ acc_host_alloc(int device, size_t nbytes, acc_host_block **out,
     acc_uses_init(&h->uses);
     h->device = device;
     if (nbytes > 0) {
-        st = b->host_alloc(device, nbytes, &h->ptr, err);
+        st = ACC_SLOT(b, host_alloc, err, device, nbytes, &h->ptr, err);
         if (st != ACC_OK) {
             acc_uses_clear(&h->uses);
             pthread_mutex_destroy(&h->uses.lock);

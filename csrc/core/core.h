@@ -21,6 +21,7 @@
 
 #include "accel.h"
 #include "backend_check.h"
+#include "slot_status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -113,7 +113,7 @@ activate(int device, acc_error *err)
     }
     b = acc_selected_backend();
     if (b->device_activate != NULL) {
-        st = b->device_activate(device, err);
+        st = ACC_SLOT(b, device_activate, err, device, err);
         if (st != ACC_OK) {
             return st;
         }
@@ -177,7 +177,7 @@ acc_synchronize_device(int device, acc_error *err)
             return st;
         }
     }
-    return b->device_synchronize(device, err);
+    return ACC_SLOT(b, device_synchronize, err, device, err);
 }
 
 acc_status
@@ -204,7 +204,8 @@ acc_get_device_properties(int device, const acc_device_properties **out,
         pthread_mutex_lock(&D.lock);
         if (!atomic_load_explicit(&slot->ready, memory_order_relaxed)) {
             memset(&slot->props, 0, sizeof(slot->props));
-            st = b->device_properties(device, &slot->props, err);
+            st = ACC_SLOT(b, device_properties, err, device, &slot->props,
+                          err);
             if (st == ACC_OK) {
                 atomic_store_explicit(&slot->ready, 1, memory_order_release);
             }
@@ -236,5 +237,5 @@ acc_memory_info(int device, size_t *free_bytes, size_t *total_bytes,
     if (st != ACC_OK) {
         return st;
     }
-    return b->memory_info(device, free_bytes, total_bytes, err);
+    return ACC_SLOT(b, memory_info, err, device, free_bytes, total_bytes, err);
 }

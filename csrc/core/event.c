@@ -88,10 +88,10 @@ event_make(acc_event *e, acc_stream *s, int *recorded, acc_error *err)
     acc_event_init(&made, e->flags);
     made.backend = s->backend;
     made.device = s->device;
-    st = acc_cache_take_event(&made) ? ACC_OK
-                                     : s->backend->event_create(&made, err);
+    st = acc_cache_take_event(&made)
+         ? ACC_OK : ACC_SLOT(s->backend, event_create, err, &made, err);
     if (st == ACC_OK) {
-        st = s->backend->event_record(&made, s, err);
+        st = ACC_SLOT(s->backend, event_record, err, &made, s, err);
         if (st != ACC_OK) {
             /* Still never recorded: the native event goes back to the
              * pool, so that query, synchronize and elapsed_time keep
@@ -142,7 +142,7 @@ acc_event_record(acc_event *e, acc_stream *s, acc_error *err)
                           s->device);
             return ACC_ERR_INVALID_ARGUMENT;
         }
-        st = s->backend->event_record(e, s, err);
+        st = ACC_SLOT(s->backend, event_record, err, e, s, err);
     }
     if (st == ACC_OK && acc_hooks_events_watched()) {
         acc_hooks_event_recorded(e, s);
@@ -162,7 +162,7 @@ acc_event_query(acc_event *e, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
-    return e->backend->event_query(e, err);
+    return ACC_QUERY_SLOT(e->backend, event_query, err, e, err);
 }
 
 acc_status
@@ -177,7 +177,7 @@ acc_event_synchronize(acc_event *e, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
-    return e->backend->event_synchronize(e, err);
+    return ACC_SLOT(e->backend, event_synchronize, err, e, err);
 }
 
 static acc_status
@@ -219,7 +219,8 @@ acc_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
     if (start->backend->event_elapsed_ms == NULL) {
         return acc_error_unsupported("event timing", err);
     }
-    st = start->backend->event_elapsed_ms(start, end, ms, err);
+    st = ACC_QUERY_SLOT(start->backend, event_elapsed_ms, err, start, end, ms,
+                        err);
     if (st == ACC_ERR_INVALID_ARGUMENT) {
         return not_recorded(err);
     }

@@ -397,7 +397,7 @@ acc_graph_capture_begin(acc_graph *g, acc_stream *s, int mode,
     if (st != ACC_OK) {
         return st;
     }
-    st = b->graph_capture_begin(s, mode, err);
+    st = ACC_SLOT(b, graph_capture_begin, err, s, mode, err);
     if (st != ACC_OK) {
         unregister_capture(g);
         return st;
@@ -414,8 +414,8 @@ acc_graph_capture_begin(acc_graph *g, acc_stream *s, int mode,
 static acc_status
 instantiate(acc_graph *g, acc_error *err)
 {
-    acc_status st = g->backend->graph_instantiate(g->device, g->graph,
-                                                   &g->exec, err);
+    acc_status st = ACC_SLOT(g->backend, graph_instantiate, err, g->device,
+                             g->graph, &g->exec, err);
 
     if (st != ACC_OK) {
         g->exec = NULL;
@@ -435,7 +435,7 @@ acc_graph_capture_end(acc_graph *g, acc_error *err)
         return graph_state(err, "capture_end() called without an active "
                            "capture; call capture_begin() first");
     }
-    st = g->backend->graph_capture_end(s, &graph, &still, err);
+    st = ACC_SLOT(g->backend, graph_capture_end, err, s, &graph, &still, err);
     if (st != ACC_OK && still) {
         return st; /* still capturing: end it again (or reset) */
     }
@@ -494,7 +494,7 @@ acc_graph_replay(acc_graph *g, acc_error *err)
     }
     st = acc_current_stream(g->device, &s, err);
     if (st == ACC_OK) {
-        st = g->backend->graph_launch(g->exec, s, err);
+        st = ACC_SLOT(g->backend, graph_launch, err, g->exec, s, err);
     }
     for (acc_kept *k = g->kept; k != NULL && st == ACC_OK; k = k->next) {
         k->keeper->replayed(k->obj, s);
@@ -510,8 +510,8 @@ release(acc_graph *g, acc_error *err)
     if (g->capturing != NULL) {
         void *graph = NULL;
         int still = 0;
-        acc_status st = g->backend->graph_capture_end(g->capturing, &graph,
-                                                      &still, err);
+        acc_status st = ACC_SLOT(g->backend, graph_capture_end, err,
+                                 g->capturing, &graph, &still, err);
 
         if (st != ACC_OK && still) {
             return st; /* the driver says it still captures */

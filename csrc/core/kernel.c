@@ -543,8 +543,8 @@ acc_module_load(int device, acc_code_format format, const void *code,
     if (m == NULL) {
         return acc_error_host_memory(err);
     }
-    st = b->module_load(device, format, code, size, options, &m->native,
-                        log, err);
+    st = ACC_SLOT(b, module_load, err, device, format, code, size, options,
+                  &m->native, log, err);
     if (st != ACC_OK) {
         free(m);
         return st;
@@ -672,8 +672,8 @@ acc_kernel_get(acc_module *m, const char *name, acc_kernel **out,
     memcpy(k->name, name, length + 1);
     k->module = m;
     info_unknown(&k->info);
-    st = b->kernel_get(m->device, m->native, name, &k->native, &k->info,
-                       err);
+    st = ACC_SLOT(b, kernel_get, err, m->device, m->native, name, &k->native,
+                  &k->info, err);
     if (st != ACC_OK) {
         free(k);
         return st == ACC_ERR_NOT_FOUND ? kernel_not_found(m, name, err) : st;
@@ -1003,7 +1003,7 @@ acc_launch(acc_kernel *k, const long long grid[3], const long long block[3],
     c.shared_mem = shared_mem;
     c.nargs = nargs;
     c.args = args;
-    st = m->backend->launch(s, k->native, &c, err);
+    st = ACC_SLOT(m->backend, launch, err, s, k->native, &c, err);
     if (st != ACC_OK) {
         return st;
     }

@@ -25,7 +25,7 @@
 #include <string.h>
 
 /* The most plugins one process loads, and the most refusals the report
- * lists (the rest are traced). */
+ * lists (past them, the last record counts the rest, each traced). */
 #define MAX_PLUGINS ACC_MAX_PLUGINS
 #define MAX_REFUSED 64
 /* No table is this large: a struct_size above it is garbage. */
@@ -65,6 +65,7 @@ static struct {
     int n_accepted;
     acc_backend_info refused[MAX_REFUSED];
     int n_refused;
+    int n_more;                 /* refusals the last record counts */
 } P = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -193,7 +194,18 @@ refuse(source *s, const acc_backend *table, const char *fmt, ...)
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     if (P.n_refused == MAX_REFUSED) {
-        acc_trace("plugin %s refused (not reported: too many): %s",
+        /* The last record becomes the count of those not listed. */
+        info = &P.refused[MAX_REFUSED - 1];
+        P.n_more = P.n_more == 0 ? 2 : P.n_more + 1;
+        memset(info, 0, sizeof(*info));
+        info->name = "more plugins";
+        info->device_type = "?";
+        info->origin = "the plugins refused after those listed";
+        info->refused = 1;
+        acc_format(info->reason, sizeof(info->reason), "plugin refused: %d "
+                   "more plugins were refused (ACCELERATOR_DEBUG=1 traces "
+                   "each)", P.n_more);
+        acc_trace("plugin %s refused (counted, not listed): %s",
                   s->path ? s->path : s->label, why);
         return;
     }
@@ -345,6 +357,18 @@ check_names(source *s, const acc_backend *t,
         if (problem != NULL) {
             refuse(s, t, "its %s '%.64s' cannot be used: %s", what[k],
                    mine[k], problem);
+            return -1;
+        }
+    }
+    /* The alias names the plugin's devices where users pass a device, as
+     * its device type does ("cpu" would make the host's type the
+     * plugin's); it may be a built-in's device type, as HIP's "cuda". */
+    if (t->device_type_alias != NULL) {
+        const char *problem = name_problem(t->device_type_alias);
+
+        if (problem != NULL) {
+            refuse(s, t, "its device type alias '%.64s' cannot be used: %s",
+                   t->device_type_alias, problem);
             return -1;
         }
     }

@@ -274,6 +274,18 @@ probe_backend(int i)
                    "the driver reports no devices");
         st = ACC_ERR_NO_ACCELERATOR;
     }
+    if (st != ACC_OK && err.message[0] == '\0') {
+        const char *name = acc_status_name(st);
+
+        if (name != NULL) {
+            acc_format(err.message, sizeof(err.message), "its probe failed "
+                       "(%s) without saying why", name);
+        }
+        else {
+            acc_format(err.message, sizeof(err.message), "its probe failed "
+                       "(status %d) without saying why", (int)st);
+        }
+    }
     if (st != ACC_OK) {
         acc_format(info->reason, sizeof(info->reason), "%s", err.message);
         acc_trace("backend %s rejected: %s", b->name, info->reason);
@@ -301,7 +313,7 @@ select_visible(int i)
 {
     const acc_backend *b = registry[i];
     acc_backend_info *info = &g.info[i];
-    acc_error err;
+    acc_error err = {.status = ACC_OK};
 
     if (g.visible.text == NULL) {
         return 1;
@@ -309,8 +321,8 @@ select_visible(int i)
     memset(&err, 0, sizeof(err));
     if (acc_visible_check(&g.visible, b, info->device_count, info->reason,
                           sizeof(info->reason)) == ACC_OK) {
-        if (b->select_devices(g.visible.order, g.visible.count, &err)
-            == ACC_OK) {
+        if (ACC_SLOT(b, select_devices, &err, g.visible.order,
+                     g.visible.count, &err) == ACC_OK) {
             info->device_count = g.visible.count;
             acc_trace("backend %s: ACCELERATOR_VISIBLE_DEVICES=%s: %d "
                       "device(s)", b->name, g.visible.text,
@@ -357,7 +369,7 @@ initialize_selected(acc_error *err)
     acc_trace("backend %s: initialising the driver at first use",
               b->name);
     memset(err, 0, sizeof(*err));
-    st = b->initialize(&count, err);
+    st = ACC_SLOT(b, initialize, err, &count, err);
     if (st == ACC_OK && g.visible.text != NULL) {
         for (int i = 0; i < g.visible.count; i++) {
             if (g.visible.order[i] >= count) {

@@ -88,7 +88,7 @@ acc_default_stream(int device, acc_stream **out, acc_error *err)
             slot->s.backend = b;
             slot->s.device = device;
             slot->s.flags = ACC_STREAM_DEFAULT;
-            st = b->stream_default(device, &slot->s, err);
+            st = ACC_SLOT(b, stream_default, err, device, &slot->s, err);
             if (st == ACC_OK) {
                 atomic_store_explicit(&slot->ready, 1, memory_order_release);
             }
@@ -221,7 +221,8 @@ acc_stream_priority_range(int device, int *least, int *greatest,
     if (st != ACC_OK) {
         return st;
     }
-    return b->stream_priority_range(device, least, greatest, err);
+    return ACC_SLOT(b, stream_priority_range, err, device, least, greatest,
+                    err);
 }
 
 acc_status
@@ -259,7 +260,7 @@ acc_stream_create(int device, int priority, acc_stream **out,
         *out = s;
         return ACC_OK;
     }
-    st = s->backend->stream_create(s, err);
+    st = ACC_SLOT(s->backend, stream_create, err, s, err);
     if (st != ACC_OK) {
         free(s);
         return st;
@@ -294,7 +295,7 @@ acc_stream_wrap(int device, uintptr_t handle, acc_stream **out,
     s->flags = ACC_STREAM_EXTERNAL;
     s->handle = handle;
     if (b->stream_wrap != NULL) {
-        st = b->stream_wrap(s, err);
+        st = ACC_SLOT(b, stream_wrap, err, s, err);
         if (st == ACC_ERR_INVALID_ARGUMENT) {
             acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
                           "%#llx is not the handle of a live stream of "
@@ -321,7 +322,7 @@ acc_stream_query(acc_stream *s, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
-    return s->backend->stream_query(s, err);
+    return ACC_QUERY_SLOT(s->backend, stream_query, err, s, err);
 }
 
 acc_status
@@ -332,7 +333,7 @@ acc_stream_synchronize(acc_stream *s, acc_error *err)
     if (st != ACC_OK) {
         return st;
     }
-    return s->backend->stream_synchronize(s, err);
+    return ACC_SLOT(s->backend, stream_synchronize, err, s, err);
 }
 
 acc_status
@@ -348,7 +349,7 @@ acc_stream_wait_event(acc_stream *s, acc_event *e, acc_error *err)
          * nothing (torch and the CUDA driver agree). */
         return ACC_OK;
     }
-    st = s->backend->stream_wait_event(s, e, err);
+    st = ACC_SLOT(s->backend, stream_wait_event, err, s, e, err);
     if (st == ACC_OK && acc_hooks_events_watched()) {
         acc_hooks_stream_waited(s, e);
     }

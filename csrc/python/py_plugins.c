@@ -9,10 +9,10 @@
  */
 #include "pyaccel.h"
 
+#include <limits.h>
 #include <string.h>
 
 #define HELPER "accelerator._plugins"
-#define MAX_FOUND 64
 
 /* The text of item (a str, or None: NULL), or -1 with an exception. */
 static int
@@ -46,7 +46,7 @@ text_of(PyObject *item, const char **out)
 static int
 offer_found(void)
 {
-    acc_plugin_source sources[MAX_FOUND];
+    acc_plugin_source *sources = NULL;
     PyObject *helper, *found;
     Py_ssize_t n;
     int rc = -1;
@@ -65,9 +65,18 @@ offer_found(void)
                         "something other than a list");
         goto done;
     }
+    /* Every one: past the most the core loads, each is refused in its
+     * turn, with that reason, rather than dropped in silence. */
     n = PyList_Size(found);
-    if (n > MAX_FOUND) {
-        n = MAX_FOUND;     /* more than the core loads in any case */
+    if (n > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, HELPER ".discover() gave too "
+                        "many entry points");
+        goto done;
+    }
+    sources = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(*sources));
+    if (sources == NULL) {
+        PyErr_NoMemory();
+        goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GetItem(found, i);
@@ -96,6 +105,7 @@ offer_found(void)
     }
     rc = 0;
 done:
+    PyMem_Free(sources);
     Py_DECREF(found);
     return rc;
 }

@@ -167,7 +167,9 @@ struct acc_backend {
     const char *graphs_unsupported;
     /* OPTIONAL.  Another device type that names this backend's devices
      * where users pass a device ("cuda" for HIP: torch built for ROCm
-     * calls AMD GPUs cuda devices); NULL where there is none. */
+     * calls AMD GPUs cuda devices); NULL where there is none.  A
+     * plugin's is checked as its device type is, but may be a built-in
+     * backend's device type. */
     const char *device_type_alias;
 
     /* Lifetime ----------------------------------------------------------- */
