@@ -180,7 +180,9 @@ class DriverDouble:
     #: "graph_capture_end" and "graph_destroy" (the driver call that
     #: capture_begin(), capture_end() and reset() of an instantiated,
     #: idle graph make), "mem_alloc", "mem_free" and "mem_fill"
-    #: (Buffer.fill())
+    #: (Buffer.fill()), "stream_drop_mark" (where the backend marks the
+    #: end of a destroyed stream's work to release its driver stream once
+    #: that ends: the call that appends the mark)
     functions: dict[str, str] = {}
     #: how the conftest makes the backend use this double
     env_devices = ""
@@ -768,7 +770,8 @@ class ZeDouble(DriverDouble):
                  "graph_capture_end": "zeCommandListClose",
                  "graph_destroy": "zeCommandQueueDestroy",
                  "mem_alloc": "zeMemAllocDevice", "mem_free": "zeMemFree",
-                 "mem_fill": "zeCommandListAppendMemoryFill"}
+                 "mem_fill": "zeCommandListAppendMemoryFill",
+                 "stream_drop_mark": "zeCommandListAppendBarrier"}
     #: after the previous replay: reset the list's end event, signal its
     #: start event, execute, and wait for its end (barriers on the stream)
     replay_calls = 5

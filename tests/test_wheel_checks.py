@@ -10,6 +10,7 @@ import zipfile
 
 import pytest
 
+import wheel_checks
 from fake_drivers import REPO
 
 CHECKS = REPO / "tests" / "wheel_checks.py"
@@ -93,3 +94,21 @@ def test_a_wheel_without_the_abi3_tag_is_refused(
     result = check(wheel, source, "check_tag")
     assert result.returncode == 1, result.stdout
     assert "has not the cp311-abi3 tag" in result.stdout
+
+
+def test_only_a_folder_holding_the_package_shadows_the_wheel(
+        tmp_path: pathlib.Path) -> None:
+    """The checks run from a folder below the checkout (the test command's
+    build/test-runs/...): only the root, which holds the source copy of
+    the package, and the sdist shadow the installed wheel."""
+    root = tmp_path / "checkout"
+    (root / "accelerator").mkdir(parents=True)
+    (root / "build" / "wheel").mkdir(parents=True)
+    sdist = tmp_path / "sdist"
+    sdist.mkdir()
+    source = root / "accelerator"
+    assert wheel_checks.shadows(root, source, sdist)
+    assert wheel_checks.shadows(sdist, source, sdist)
+    assert wheel_checks.shadows(source, source, sdist)
+    assert not wheel_checks.shadows(root / "build" / "wheel", source, sdist)
+    assert not wheel_checks.shadows(tmp_path, source, sdist)

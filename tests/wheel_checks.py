@@ -183,10 +183,21 @@ def check_main(sdist: pathlib.Path) -> None:
     ok("python -m accelerator --require finds the CUDA double")
 
 
+def shadows(here: pathlib.Path, source: pathlib.Path,
+            sdist: pathlib.Path) -> bool:
+    """Whether children run in `here` could import the package from the
+    sdist or the checkout (`source`: its package folder) instead of the
+    wheel.  The folder a child runs in comes first on its sys.path (-c,
+    -m): it shadows the wheel where it holds a package of that name, as
+    the checkout's root does; a folder below the root (build/) does not."""
+    return here.is_relative_to(sdist) or here.is_relative_to(source) \
+        or (here / source.name).exists()
+
+
 def main(argv: list[str]) -> int:
     wheel, source, sdist = (pathlib.Path(a).resolve() for a in argv)
     here = pathlib.Path.cwd().resolve()
-    if here.is_relative_to(sdist) or here.is_relative_to(source.parent):
+    if shadows(here, source, sdist):
         fail("run from outside the sdist and the checkout, so that nothing "
              "of them shadows the installed package")
     check_files(wheel, source)

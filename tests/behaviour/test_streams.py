@@ -458,6 +458,42 @@ def test_dropping_a_busy_stream_is_safe(driver) -> None:
     assert driver.live("stream") == live
 
 
+def test_a_dropped_busy_stream_whose_end_was_not_marked_is_synchronized(
+        driver, facts) -> None:
+    """A destroyed stream's driver stream goes once its work ends, which a
+    mark appended at the destroy tells.  When that append fails, the work
+    is still the device's: synchronize() waits for it, and the driver
+    stream is gone when synchronize() returns."""
+    api = facts.functions.get("stream_drop_mark")
+    if not api:
+        pytest.skip("the backend marks no end of a dropped stream's work")
+    gc.collect()
+    acc.synchronize()
+    acc.empty_cache()
+    live = driver.live("stream")
+    stream = acc.Stream()
+    with driver.stall(stream) as gate:
+        done = acc.Event()
+        done.record(stream)
+        del stream
+        gc.collect()
+        calls = driver.calls(api)
+        driver.fail(api, 1, driver.unknown_error[0])
+        try:
+            acc.empty_cache()  # destroys the pooled stream
+        finally:
+            driver.clear_faults()
+        assert driver.calls(api) > calls, "the destroy marked nothing"
+        assert not done.query()
+        # Opened from a timer: a synchronize() that waits for it returns.
+        gate.open_soon(0.2)
+        acc.synchronize()
+        assert done.query(), "synchronize() returned before the work of " \
+            "a dropped stream ended"
+    assert driver.live("stream") == live, "the dropped stream's driver " \
+        "stream outlived synchronize()"
+
+
 def test_a_current_stream_outlives_its_object(driver,
                                              default_streams) -> None:
     # Work left by earlier tests first: a pooled stream that is still busy

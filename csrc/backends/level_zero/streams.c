@@ -105,6 +105,17 @@ lz_reap_graveyard_locked(lz_device *dev)
 {
     for (lz_stream **p = &dev->graveyard; *p != NULL;) {
         lz_stream *st = *p;
+        if (st->pins == 0 && st->grave_marker == NULL) {
+            /* Its end could not be marked when it was destroyed: mark it
+             * now, so that synchronize() waits for its work and the list
+             * goes once that ends, as a marked one does (the marker is
+             * ours until the list is reaped, as lz_stream_destroy's). */
+            lz_target t = lz_target_of_stream(st);
+            acc_error ignored;
+            if (lz_mark(&t, &st->grave_marker, &ignored) == ACC_OK) {
+                lz_unwait(st->grave_marker);
+            }
+        }
         if (st->pins > 0 || (st->grave_marker != NULL
                              && lz_fn.zeEventQueryStatus(st->grave_marker->event)
                                     != ZE_RESULT_SUCCESS)) {
