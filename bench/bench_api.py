@@ -634,7 +634,7 @@ def build_c(tmp: Path, source: str, output: str, *flags: str) -> Path | None:
     cc = os.environ.get("CC", "cc")
     out = tmp / output
     cmd = [cc, "-std=gnu11", "-O2", "-Wall", "-Wextra",
-           f"-I{REPO / 'csrc' / 'backends'}", *flags, "-o", str(out),
+           f"-I{REPO / 'csrc' / 'backends' / 'cuda'}", *flags, "-o", str(out),
            str(BENCH / source), "-ldl"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
