@@ -3,7 +3,8 @@
 Each kernel exists as OpenCL C source (built by the OpenCL driver) and as
 C for the drivers' test doubles' native format (tests/drivers/
 native_kernel.h: a host shared object, compiled here with the system
-compiler).  The same kernels serve PTX (``nvcc -ptx``) and SPIR-V
+compiler).  The same kernels serve PTX (``nvcc -ptx``), cubin (``nvcc
+-cubin``, or NVRTC through ctypes: find_nvrtc, nvrtc_compile) and SPIR-V
 (``clang-15`` then ``llvm-spirv-15``) builds for the tests that load the
 real formats.  Builds are cached per process in a temporary folder.
 
@@ -16,10 +17,13 @@ The kernels (user arguments; every backend takes the same ones):
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import glob
 import hashlib
 import os
 import shutil
+import site
 import subprocess
 import tempfile
 from pathlib import Path
@@ -272,6 +276,83 @@ def fatbin(source: str = CUDA_C, arch: str = "sm_90") -> bytes:
                                   f"arch={compute},code={arch}", "-gencode",
                                   f"arch={compute},code={compute}", "-o",
                                   "{out}", "{src}"], ".fatbin")
+
+
+class NvrtcError(RuntimeError):
+    """An NVRTC call failed (the message has its error and log)."""
+
+
+def find_nvrtc(major: str = "") -> tuple[ctypes.CDLL | None, str]:
+    """libnvrtc, or None, and where it was (or where it was looked for):
+    NVRTC_LIBRARY, then by name (of the CUDA major version first: a
+    newer NVRTC writes PTX and cubins that an older driver refuses), then
+    in /usr/local/cuda*/lib{64,} and in the nvidia-cuda-nvrtc wheel."""
+    names = [os.environ.get("NVRTC_LIBRARY", ""),
+             f"libnvrtc.so.{major}" if major else "",
+             "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
+    dirs = sorted(glob.glob("/usr/local/cuda*/lib64")
+                  + glob.glob("/usr/local/cuda*/lib"),
+                  key=lambda d: (bool(major) and f"/cuda-{major}." in d, d),
+                  reverse=True)
+    dirs += [os.path.join(p, "nvidia", "cuda_nvrtc", "lib")
+             for p in site.getsitepackages()]
+    paths = [n for n in names if n] + [
+        path for d in dirs for path in sorted(
+            glob.glob(os.path.join(d, "libnvrtc.so*")), reverse=True)
+        if "builtins" not in path and ".alt." not in path]
+    for path in paths:
+        try:
+            return ctypes.CDLL(path), path
+        except OSError:
+            continue
+    return None, "searched NVRTC_LIBRARY, " + ", ".join(
+        n for n in names[1:] if n) + " and " + ", ".join(dirs)
+
+
+def nvrtc_compile(lib: ctypes.CDLL, source: str, arch: str,
+                  output: str) -> bytes:
+    """source compiled by NVRTC for arch (compute_XY: PTX; sm_XY: a
+    cubin); output 'ptx' or 'cubin'."""
+    prog = ctypes.c_void_p()
+
+    def check(rc: int, what: str) -> None:
+        if rc != 0:
+            lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+            raise NvrtcError(f"{what} failed: "
+                             f"{lib.nvrtcGetErrorString(rc).decode()}")
+
+    check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
+                                 b"kernels.cu", 0, None, None),
+          "nvrtcCreateProgram")
+    try:
+        options = (ctypes.c_char_p * 1)(f"--gpu-architecture={arch}".encode())
+        rc = lib.nvrtcCompileProgram(prog, 1, options)
+        if rc != 0:
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            check(rc, f"nvrtcCompileProgram ({log.value.decode()})")
+        get_size, get = ((lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
+                         if output == "ptx"
+                         else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN))
+        size = ctypes.c_size_t()
+        check(get_size(prog, ctypes.byref(size)), f"the {output}'s size")
+        code = ctypes.create_string_buffer(size.value)
+        check(get(prog, code), f"the {output}")
+        return code.raw.rstrip(b"\0") if output == "ptx" else code.raw
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_cubin(source: str = CUDA_C, arch: str = "sm_90") -> bytes:
+    """A cubin from CUDA C++ by NVRTC (in this process; NvrtcError when
+    there is no libnvrtc)."""
+    lib, where = find_nvrtc()
+    if lib is None:
+        raise NvrtcError(f"no libnvrtc ({where})")
+    return nvrtc_compile(lib, source, arch, "cubin")
 
 
 def spirv(source: str = OPENCL_C) -> bytes:

@@ -124,7 +124,18 @@
  *     their handles become invalid at once, queued work still runs.
  *   - After fork() in a child of an initialised parent, every function
  *     returns CUDA_ERROR_NOT_INITIALIZED, except the ones that never need
- *     cuInit (cuGetErrorName/String, cuDriverGetVersion, cuGetProcAddress).
+ *     cuInit (cuGetErrorName/String, cuDriverGetVersion, cuGetProcAddress,
+ *     cuGetExportTable).
+ *   - cuGetProcAddress of a name the double does not export, or at a
+ *     cudaVersion older than its first variant: CUDA_ERROR_NOT_FOUND,
+ *     *pfn NULL, symbolStatus SYMBOL_NOT_FOUND or VERSION_NOT_SUFFICIENT.
+ *     cuda.h's comment says CUDA_SUCCESS with a NULL pfn; the driver
+ *     answers the error (ZLUDA, whose table was made by querying it,
+ *     does too), and callers such as NVRTC check only the result.
+ *   - cuGetExportTable (the driver's private tables, by UUID; NVRTC 13
+ *     looks it up with dlsym and crashes without it): the double has no
+ *     tables, so CUDA_ERROR_INVALID_VALUE and *ppExportTable NULL for
+ *     every id.
  *   - The unversioned cuMemGetInfo and cuDeviceTotalMem take unsigned int
  *     pointers (their real pre-3.2 ABI) and saturate at UINT_MAX;
  *     cuGetProcAddress (v1) takes four arguments, like the real one.
@@ -218,6 +229,8 @@ FAKE_EXPORT CUresult cuEventDestroy(CUevent hEvent);
 FAKE_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
 FAKE_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx,
                                        CUgreenCtx *pGreenCtx);
+FAKE_EXPORT CUresult cuGetExportTable(const void **ppExportTable,
+                                      const CUuuid *pExportTableId);
 #ifndef FAKE_CUDA_NO_PROC_ADDRESS
 FAKE_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn,
                                       int cudaVersion, cuuint64_t flags);
@@ -245,6 +258,7 @@ enum fake_fn {
     ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_FN_ID)
     ACC_CUDA_PEER_FUNCTIONS(FAKE_FN_ID)
     FN_cuGetProcAddress,
+    FN_cuGetExportTable,
     FN_COUNT
 };
 #undef FAKE_FN_ID
@@ -255,6 +269,7 @@ static const dc_fn fake_fns[FN_COUNT] = {
     ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_FN_NAME)
     ACC_CUDA_PEER_FUNCTIONS(FAKE_FN_NAME)
     {"cuGetProcAddress", "cuGetProcAddress_v2"},
+    {"cuGetExportTable", "cuGetExportTable"},
 };
 #undef FAKE_FN_NAME
 
@@ -3394,6 +3409,21 @@ cuMemGetInfo(unsigned int *free, unsigned int *total)
 
 /* Driver API: entry points -------------------------------------------- */
 
+/* The driver's private tables, asked for by UUID (the CUDA runtime's,
+ * NVRTC's, the tools'): the double has none, so every id is one it does
+ * not know.  Libraries look this up with dlsym and treat an error as "no
+ * such table"; a missing symbol crashes NVRTC 13. */
+CUresult
+cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    FAKE_ENTER(cuGetExportTable, false);
+    if (ppExportTable == NULL || pExportTableId == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *ppExportTable = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
 #ifndef FAKE_CUDA_NO_PROC_ADDRESS
 
 /* Every variant with the version that introduced it; a request gets the
@@ -3420,6 +3450,7 @@ static const struct fake_proc fake_procs[] = {
     {"cuEventElapsedTime", 12080, (void *)cuEventElapsedTime_v2},
     {"cuEventDestroy", 2000, (void *)cuEventDestroy},
     {"cuMemGetInfo", 2000, (void *)cuMemGetInfo},
+    {"cuGetExportTable", 3000, (void *)cuGetExportTable},
     {"cuGetProcAddress", 11030, (void *)cuGetProcAddress},
     {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2},
 };
@@ -3454,11 +3485,13 @@ get_proc_address(const char *symbol, void **pfn, int cudaVersion,
         }
     }
     if (best == NULL) {
+        /* Not CUDA_SUCCESS with a NULL pfn, as cuda.h's comment has
+         * it: the driver's answer (see the header). */
         if (status != NULL) {
             *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                             : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
         }
-        return CUDA_SUCCESS;
+        return CUDA_ERROR_NOT_FOUND;
     }
     *pfn = best->fn;
     if (status != NULL) {
