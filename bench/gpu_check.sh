@@ -173,8 +173,9 @@ echo "tests: $tests"
 
 # NVRTC compiles saxpy at run time (PTX, and a cubin for the device's SM);
 # accelerator.Module loads each, and the launch's result is checked against
-# numpy.  On the double: each is refused as the double refuses code it
-# cannot run, and its native saxpy runs through the same check.
+# numpy.  On the double: each loads and tells its parameters, its launch is
+# refused as the double refuses code it cannot run, and its native saxpy
+# runs through the same check.
 echo "== NVRTC: compile, load with accelerator.Module, launch, check"
 nvrtc_args=(--markdown "$work/nvrtc.md")
 ((double)) && nvrtc_args+=(--double)

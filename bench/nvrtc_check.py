@@ -10,21 +10,20 @@ accelerator.Module, launched on 2**20 floats and checked against numpy.
 One line per form; exit status 1 when a form failed.
 
 --double (gpu_check.sh's dry run on the CUDA driver double): the double
-runs only its native code, so each NVRTC form must load, tell its
-parameters, and be refused at launch with CUDA_ERROR_NO_BINARY_FOR_GPU;
-the native saxpy then runs through the same launch and numpy check.
+reads PTX and cubins for its compute capability but runs only its native
+code, so each NVRTC form must load, tell its 4 parameters, and be refused
+at launch with CUDA_ERROR_NO_BINARY_FOR_GPU; the native saxpy then runs
+through the same launch and numpy check.
 
 libnvrtc is looked for as NVRTC_LIBRARY, then by name (libnvrtc.so.13,
 .so.12, .so), then in /usr/local/cuda*/lib{64,} and in the nvidia-cuda-nvrtc
-wheel; without one the step says so and exits 0 (nothing to check).
+wheel (kernel_code.find_nvrtc); without one the step says so and exits 0
+(nothing to check).
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
-import glob
-import os
-import site
 import subprocess
 import sys
 from pathlib import Path
@@ -34,37 +33,10 @@ REPO = Path(__file__).resolve().parents[1]
 # The in-place build (gpu_check.sh makes it) and the test kernels.
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import kernel_code  # noqa: E402
+from kernel_code import NvrtcError, find_nvrtc, nvrtc_compile  # noqa: E402
 
 N = 1 << 20
 BLOCK = 256
-
-
-class NvrtcError(RuntimeError):
-    pass
-
-
-def find_nvrtc(major: str) -> tuple[ctypes.CDLL | None, str]:
-    """libnvrtc, or None, and where it was (or where it was looked for):
-    of the driver's CUDA major version first (major; a newer NVRTC writes
-    PTX and cubins that an older driver refuses)."""
-    names = [os.environ.get("NVRTC_LIBRARY", ""), f"libnvrtc.so.{major}",
-             "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
-    dirs = sorted(glob.glob("/usr/local/cuda*/lib64")
-                  + glob.glob("/usr/local/cuda*/lib"),
-                  key=lambda d: (f"/cuda-{major}." in d, d), reverse=True)
-    dirs += [os.path.join(p, "nvidia", "cuda_nvrtc", "lib")
-             for p in site.getsitepackages()]
-    paths = [n for n in names if n] + [
-        path for d in dirs for path in sorted(
-            glob.glob(os.path.join(d, "libnvrtc.so*")), reverse=True)
-        if "builtins" not in path and ".alt." not in path]
-    for path in paths:
-        try:
-            return ctypes.CDLL(path), path
-        except OSError:
-            continue
-    return None, "searched NVRTC_LIBRARY, " + ", ".join(names[1:]) + \
-        " and " + ", ".join(dirs)
 
 
 def driver_major() -> str:
@@ -82,51 +54,12 @@ def nvrtc_version(lib: ctypes.CDLL) -> str:
     return f"{major.value}.{minor.value}"
 
 
-def nvrtc_compile(lib: ctypes.CDLL, source: str, arch: str,
-                  output: str) -> bytes:
-    """source compiled for arch (compute_XY: PTX; sm_XY: a cubin)."""
-    prog = ctypes.c_void_p()
-
-    def check(rc: int, what: str) -> None:
-        if rc != 0:
-            lib.nvrtcGetErrorString.restype = ctypes.c_char_p
-            raise NvrtcError(f"{what} failed: "
-                             f"{lib.nvrtcGetErrorString(rc).decode()}")
-
-    check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
-                                 b"saxpy.cu", 0, None, None),
-          "nvrtcCreateProgram")
-    try:
-        options = (ctypes.c_char_p * 1)(f"--gpu-architecture={arch}".encode())
-        rc = lib.nvrtcCompileProgram(prog, 1, options)
-        if rc != 0:
-            size = ctypes.c_size_t()
-            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            log = ctypes.create_string_buffer(size.value)
-            lib.nvrtcGetProgramLog(prog, log)
-            check(rc, f"nvrtcCompileProgram ({log.value.decode()})")
-        get_size, get = ((lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
-                         if output == "ptx"
-                         else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN))
-        size = ctypes.c_size_t()
-        check(get_size(prog, ctypes.byref(size)), f"the {output}'s size")
-        code = ctypes.create_string_buffer(size.value)
-        check(get(prog, code), f"the {output}")
-        return code.raw.rstrip(b"\0") if output == "ptx" else code.raw
-    finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
-
-
 def compile_in_child(arch: str, output: str, major: str) -> bytes:
-    """nvrtc_compile in a child process that cannot see the CUDA driver
-    double: NVRTC 13 dlopens libcuda.so.1 when it finds one and reads a
-    table the double lacks (cuGetExportTable), crashing the process."""
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        d for d in env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-        if d and Path(d).resolve() != REPO / "tests" / "drivers" / "build")
+    """nvrtc_compile in a child process (NVRTC opens the libcuda.so.1 the
+    environment gives, the double's in a dry run), so that a crash in it
+    fails the form, not the check."""
     proc = subprocess.run([sys.executable, __file__, "--compile", arch,
-                           output, major], env=env, capture_output=True,
+                           output, major], capture_output=True,
                           timeout=300)
     if proc.returncode != 0:
         raise NvrtcError(proc.stderr.decode(errors="replace").strip()
@@ -170,16 +103,13 @@ def check_form(cc: str, output: str, major: str, double: bool
         params = module.get_kernel("saxpy").attributes["num_args"]
         wrong = saxpy_matches(module)
     except accelerator.AcceleratorError as exc:
-        # The double runs host code only: it refuses a device binary when
-        # loading it (as a driver refuses a cubin for another SM), and PTX
-        # at launch, having read its parameters.
+        # The double runs host code only: it reads PTX and a cubin for its
+        # compute capability (their parameters) and refuses the launch.
         if double and exc.error_name == "CUDA_ERROR_NO_BINARY_FOR_GPU" and (
-                params in (None, 4)):
-            when = ("at load" if params is None
-                    else "at launch, after loading it and telling its 4 "
-                         "parameters")
-            return True, (f"{arch}, {len(code):,} bytes: refused {when}, as "
-                          f"the double refuses code it cannot run "
+                params == 4):
+            return True, (f"{arch}, {len(code):,} bytes: refused at launch, "
+                          f"after loading it and telling its 4 parameters, "
+                          f"as the double refuses code it cannot run "
                           f"({exc.error_name})")
         return False, f"{arch}: FAILED: {type(exc).__name__}: {exc}"
     except (NvrtcError, NotImplementedError, ValueError, TypeError) as exc:

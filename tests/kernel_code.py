@@ -189,6 +189,54 @@ extern "C" __global__ void add_one(unsigned *data, unsigned n)
 }
 """
 
+#: kernels of every kind of parameter a cubin tells (pointers, 1, 2, 4, 8
+#: and 16-byte values, structs by value of odd size and alignment), with
+#: launch bounds and static shared memory (mixed), local memory (spill),
+#: a C++ (mangled) name, a device function that is not a kernel (called
+#: by calls), and none (empty): what tests/drivers/check_double_kernels.c
+#: and tests/test_kernels_cuda.py read from its cubins
+CUDA_KINDS = r"""
+struct pair { int a; double b; };
+struct odd { char c[3]; };
+struct alignas(16) wide { float v[4]; };
+
+extern "C" __global__ void saxpy(float *y, const float *x, float a,
+                                 unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+mixed(char c, double d, int i, pair p, short s, odd o, long long q, wide w,
+      float *out)
+{
+    __shared__ float tile[64];
+    tile[threadIdx.x % 64] = c + d + i + p.a + p.b + s + o.c[2] + q + w.v[3];
+    __syncthreads();
+    out[threadIdx.x] = tile[(threadIdx.x + 1) % 64];
+}
+
+extern "C" __global__ void spill(float *out, int k)
+{
+    float scratch[64];
+    for (int j = 0; j < 64; j++) {
+        scratch[(j * k) % 64] = out[j];
+    }
+    out[threadIdx.x] = scratch[(threadIdx.x * k + 1) % 64];
+}
+
+extern "C" __global__ void empty() {}
+
+__global__ void mangled(int *p) { *p = 1; }
+
+__device__ __noinline__ int helper(int x) { return x * 5 + 1; }
+
+extern "C" __global__ void calls(int *p) { *p = helper(*p); }
+"""
+
 #: the smallest PTX a CUDA driver loads (recognised as PTX: it starts
 #: with .version, then .target)
 PTX_SAMPLE = """.version 7.0
@@ -309,10 +357,12 @@ def find_nvrtc(major: str = "") -> tuple[ctypes.CDLL | None, str]:
         n for n in names[1:] if n) + " and " + ", ".join(dirs)
 
 
-def nvrtc_compile(lib: ctypes.CDLL, source: str, arch: str,
-                  output: str) -> bytes:
+def nvrtc_compile(lib: ctypes.CDLL, source: str, arch: str, output: str,
+                  options: tuple[str, ...] = (),
+                  log: list[str] | None = None) -> bytes:
     """source compiled by NVRTC for arch (compute_XY: PTX; sm_XY: a
-    cubin); output 'ptx' or 'cubin'."""
+    cubin) with options; output 'ptx' or 'cubin'.  log, a list: the
+    program's log is appended to it."""
     prog = ctypes.c_void_p()
 
     def check(rc: int, what: str) -> None:
@@ -325,14 +375,17 @@ def nvrtc_compile(lib: ctypes.CDLL, source: str, arch: str,
                                  b"kernels.cu", 0, None, None),
           "nvrtcCreateProgram")
     try:
-        options = (ctypes.c_char_p * 1)(f"--gpu-architecture={arch}".encode())
-        rc = lib.nvrtcCompileProgram(prog, 1, options)
-        if rc != 0:
-            size = ctypes.c_size_t()
-            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            log = ctypes.create_string_buffer(size.value)
-            lib.nvrtcGetProgramLog(prog, log)
-            check(rc, f"nvrtcCompileProgram ({log.value.decode()})")
+        argv = [f"--gpu-architecture={arch}", *options]
+        rc = lib.nvrtcCompileProgram(
+            prog, len(argv), (ctypes.c_char_p * len(argv))(
+                *(a.encode() for a in argv)))
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        text = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, text)
+        if log is not None:
+            log.append(text.value.decode())
+        check(rc, f"nvrtcCompileProgram ({text.value.decode()})")
         get_size, get = ((lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
                          if output == "ptx"
                          else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN))

@@ -179,6 +179,27 @@ print(json.dumps({"recognised": recognised, "hsaco": seen,
     assert seen["modules"] == 0
 
 
+@pytest.mark.parametrize("source", [
+    pytest.param("nvcc", marks=pytest.mark.skipif(
+        not kernel_code.have(kernel_code.NVCC),
+        reason="nvcc is not installed")), "patched"])
+def test_a_cubin_is_another_machines_code(source: str) -> None:
+    """A CUDA ELF (EM_CUDA, 190), which the kernel layer reads for the
+    CUDA double, passed as hsaco: no code for this device, as for an
+    hsaco of another GPU."""
+    make = ("elf = kernel_code.cubin()" if source == "nvcc" else
+            'elf = bytearray(code)\nelf[18:20] = (190).to_bytes(2, "little")')
+    seen = outcome(make + "\n" + error_of(
+        'a.Module(bytes(elf), format="hsaco")') + """
+print(json.dumps({"seen": seen, "modules": d.live("module")}))
+""")
+    error = seen["seen"]
+    assert error["type"] == "AcceleratorError", error
+    assert (error["api"], error["code"], error["name"]) == (
+        "hipModuleLoadData", 209, "hipErrorNoBinaryForGpu"), error
+    assert seen["modules"] == 0
+
+
 def test_a_launch_in_a_capture_is_replayed() -> None:
     seen = outcome("""
 k = a.Module(code).get_kernel("add_one")

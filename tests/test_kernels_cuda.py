@@ -5,7 +5,9 @@ kernels in the double's native format on every backend; these are the
 CUDA-specific cases: PTX from nvcc read (entry names, parameter sizes
 through cuFuncGetParamInfo, bare ints passed by size) and refused at
 launch with CUDA_ERROR_NO_BINARY_FOR_GPU, the JIT's error log as
-BuildError.log, a cubin for another machine refused, an older driver
+BuildError.log, cubins (nvcc, NVRTC) for the device read (kernels,
+parameters, the attributes ptxas reports) and refused at launch, cubins
+it cannot run and damaged ones refused at load, an older driver
 without the CUDA 12.4 calls, a launch captured into a graph and replayed,
 a module dropped while its launch is queued (the unload waits; the
 double's "kernel_misuse" detector proves it would notice), and the
@@ -16,6 +18,7 @@ process, and a case may change its version.
 """
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -125,19 +128,137 @@ def test_build_options_are_refused_on_cuda() -> None:
     """)
 
 
+def kinds_cubin(compiler: str, tmp_path, arch: str = "sm_90"
+                ) -> tuple[bytes, dict[str, dict[str, int]]]:
+    """kernel_code.CUDA_KINDS's cubin for arch by nvcc or NVRTC (skipped
+    where missing), and what ptxas -v told of each kernel: registers,
+    static shared memory (bytes smem), local memory (stack frame)."""
+    if compiler == "nvcc":
+        if not kernel_code.have(kernel_code.NVCC):
+            pytest.skip("nvcc is not installed")
+        src, out = tmp_path / "kinds.cu", tmp_path / "kinds.cubin"
+        src.write_text(kernel_code.CUDA_KINDS)
+        build = subprocess.run([kernel_code.NVCC, "-cubin", f"-arch={arch}",
+                                "-Xptxas", "-v", "-o", str(out), str(src)],
+                               capture_output=True, text=True, timeout=300)
+        assert build.returncode == 0, build.stderr
+        return out.read_bytes(), ptxas_report(build.stdout + build.stderr)
+    lib, where = kernel_code.find_nvrtc()
+    if lib is None:
+        pytest.skip(f"no libnvrtc ({where})")
+    log: list[str] = []
+    cubin = kernel_code.nvrtc_compile(lib, kernel_code.CUDA_KINDS, arch,
+                                      "cubin", ("--ptxas-options=-v",), log)
+    return cubin, ptxas_report(log[0])
+
+
+def ptxas_report(text: str) -> dict[str, dict[str, int]]:
+    """ptxas -v's lines, per entry function."""
+    kernels: dict[str, dict[str, int]] = {}
+    entry = None
+    for line in text.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            entry = kernels.setdefault(m[1], {"shared_memory_bytes": 0})
+        elif m := re.search(r"Function properties for (\w+)", line):
+            entry = kernels.get(m[1])
+        elif entry is not None and (
+                m := re.search(r"(\d+) bytes stack frame", line)):
+            entry["local_memory_bytes"] = int(m[1])
+        elif entry is not None and (
+                m := re.search(r"Used (\d+) registers", line)):
+            entry["registers"] = int(m[1])
+            if smem := re.search(r"(\d+) bytes smem", line):
+                entry["shared_memory_bytes"] = int(smem[1])
+    assert set(kernels) == {"saxpy", "mixed", "spill", "empty",
+                            "_Z7mangledPi", "calls"}, text
+    return kernels
+
+
+@pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
+def test_a_cubin_for_the_device_is_read_and_its_launch_refused(
+        tmp_path, compiler: str) -> None:
+    """A cubin for sm_90 on the double's 9.0: its kernels, their
+    parameters (the core sizes each argument by them) and the attributes
+    ptxas reported; the launch reaches the driver, which has no binary it
+    runs."""
+    cubin, report = kinds_cubin(compiler, tmp_path)
+    run(f"""
+    class Pair(ctypes.Structure):
+        _fields_ = [("a", ctypes.c_int), ("b", ctypes.c_double)]
+    class Odd(ctypes.Structure):
+        _fields_ = [("c", ctypes.c_char * 3)]
+    class Wide(ctypes.Structure):
+        _fields_ = [("v", ctypes.c_float * 4)]
+    m = a.Module({cubin!r})
+    assert m.format == "cubin"
+    report = {report!r}
+    for name, told in report.items():
+        attributes = m.get_kernel(name).attributes
+        for key, value in told.items():
+            assert attributes[key] == value, (name, key, attributes, told)
+    mixed = m.get_kernel("mixed")
+    assert mixed.attributes["max_threads_per_block"] == 128
+    assert mixed.attributes["num_args"] == 9
+    assert m.get_kernel("saxpy").attributes["max_threads_per_block"] == 1024
+    assert m.get_kernel("empty").attributes["num_args"] == 0
+    try:
+        m.get_kernel("helper")
+        raise AssertionError("a device function taken for a kernel")
+    except KeyError:
+        pass
+    out = a.Buffer(512)
+    args = [numpy.int8(1), numpy.float64(2), numpy.int32(3), Pair(4, 5),
+            numpy.int16(6), Odd(b"abc"), numpy.int64(7), Wide(), out]
+    before = driver.calls("cuLaunchKernel")
+    try:
+        a.launch(mixed, 1, 128, *args)
+        raise AssertionError("launched a cubin on the double")
+    except a.AcceleratorError as e:
+        assert (e.api, e.code, e.error_name) == (
+            "cuLaunchKernel", 209, "CUDA_ERROR_NO_BINARY_FOR_GPU"), vars(e)
+    assert driver.calls("cuLaunchKernel") == before + 1
+    # Each argument checked against its parameter's size.
+    for i, wrong in ((0, numpy.int16(1)), (3, Odd(b"x")), (4, numpy.int32(6)),
+                     (5, Pair(1, 2))):
+        bad = list(args)
+        bad[i] = wrong
+        try:
+            a.launch(mixed, 1, 128, *bad)
+            raise AssertionError("argument %d of the wrong size" % i)
+        except ValueError as e:
+            assert "argument %d has %d bytes, expected %d" % (
+                i, ctypes.sizeof(wrong) if isinstance(wrong, ctypes.Structure)
+                else wrong.nbytes, ctypes.sizeof(args[i])
+                if isinstance(args[i], ctypes.Structure)
+                else args[i].nbytes) in str(e), str(e)
+    assert driver.calls("cuLaunchKernel") == before + 1
+    # Beyond its launch bounds: refused by the core, from the attribute.
+    try:
+        a.launch(mixed, 1, 256, *args)
+        raise AssertionError("256 threads for a kernel bound to 128")
+    except ValueError as e:
+        assert "128" in str(e), str(e)
+    del mixed, m
+    gc.collect()
+    assert driver.live("module") == 0
+    """)
+
+
 def other_machine_cubins() -> list[object]:
-    """An ELF for EM_CUDA: a real cubin where nvcc is, and the double's
-    native object with its machine changed."""
-    return [pytest.param("nvcc", marks=needs_nvcc), "patched"]
+    """An ELF for EM_CUDA the device (9.0) cannot run: real cubins of
+    another major version or a newer minor one, where nvcc is, and the
+    double's native object marked EM_CUDA (its e_flags tell sm_0)."""
+    return [pytest.param(arch, marks=needs_nvcc)
+            for arch in ("sm_80", "sm_89", "sm_100", "sm_120")] + ["patched"]
 
 
 @pytest.mark.parametrize("source", other_machine_cubins())
 def test_a_cubin_of_another_machine_is_refused(tmp_path, source: str) -> None:
-    if source == "nvcc":
-        image = bytearray(kernel_code.cubin())
-    else:
+    if source == "patched":
         image = bytearray(kernel_code.native())
         image[18:20] = (190).to_bytes(2, "little")  # e_machine: EM_CUDA
+    else:
+        image = bytearray(kernel_code.cubin(arch=source))
     (tmp_path / "image").write_bytes(bytes(image))
     run(f"""
     try:
@@ -147,6 +268,60 @@ def test_a_cubin_of_another_machine_is_refused(tmp_path, source: str) -> None:
         assert type(e) is a.AcceleratorError, type(e)
         assert (e.api, e.code, e.error_name) == (
             "cuModuleLoadDataEx", 209, "CUDA_ERROR_NO_BINARY_FOR_GPU"), vars(e)
+    assert driver.live("module") == 0
+    """)
+
+
+@needs_nvcc
+def test_a_cubin_runs_on_its_major_version_from_its_minor_on() -> None:
+    """On a device of compute capability 8.6: sm_80 and sm_86 cubins load,
+    sm_89 (a newer minor) and sm_90 (another major) do not."""
+    cubins = {arch: kernel_code.cubin(arch=arch)
+              for arch in ("sm_80", "sm_86", "sm_89", "sm_90")}
+    run(f"""
+    seen = {{}}
+    for arch, image in {cubins!r}.items():
+        try:
+            m = a.Module(image)
+            seen[arch] = m.get_kernel("saxpy").attributes["num_args"]
+            del m
+        except a.AcceleratorError as e:
+            seen[arch] = e.error_name
+    assert seen == {{"sm_80": 4, "sm_86": 4,
+                     "sm_89": "CUDA_ERROR_NO_BINARY_FOR_GPU",
+                     "sm_90": "CUDA_ERROR_NO_BINARY_FOR_GPU"}}, seen
+    assert a.get_device_properties(0).major == 8
+    """, FAKE_CUDA_CC="8.6")
+
+
+@needs_nvcc
+def test_a_damaged_cubin_is_refused_as_an_invalid_image(tmp_path) -> None:
+    """Damage the core's ELF check cannot see (its tables lie within the
+    image): the double refuses it, the reason in the JIT's error log."""
+    image = bytearray(kernel_code.cubin(kernel_code.CUDA_KINDS))
+    shoff, = struct.unpack_from("<Q", image, 40)
+    shnum, shstrndx = struct.unpack_from("<HH", image, 60)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + 64 * i)
+                for i in range(shnum)]
+    names = sections[shstrndx][4]
+
+    def named(name: str) -> tuple:
+        return next(s for s in sections if image[
+            names + s[0]:names + s[0] + len(name) + 1] == name.encode() + b"\0")
+
+    info = named(".nv.info.mixed")
+    at = info[4]
+    while image[at + 1] != 0x17:           # the first EIATTR_KPARAM_INFO
+        at += 4 + (struct.unpack_from("<H", image, at + 2)[0]
+                   if image[at] == 4 else 0)
+    image[at + 2:at + 4] = b"\xff\xff"     # its value runs past the section
+    run(f"""
+    try:
+        a.Module({bytes(image)!r})
+        raise AssertionError("a damaged cubin loaded")
+    except a.AcceleratorError as e:
+        assert (e.api, e.error_name) == (
+            "cuModuleLoadDataEx", "CUDA_ERROR_INVALID_IMAGE"), vars(e)
     assert driver.live("module") == 0
     """)
 

@@ -7,8 +7,10 @@ table; without the symbol it crashed, and the lead's source kernels
 (format "cuda-c++") compile in the process the backend runs in.  So:
 
 - saxpy compiled by NVRTC (ctypes, --gpu-architecture=sm_90, the cubin)
-  in a fresh process with the double loaded as libcuda.so.1 by ctypes.
-  Skipped, with the reason, where no libnvrtc is found.
+  in a fresh process with the double loaded as libcuda.so.1, by ctypes and
+  through ``import accelerator`` with ACCELERATOR_CUDA_LIBRARY (the cubin
+  then loads on the double and tells its parameters).  Skipped, with the
+  reason, where no libnvrtc is found.
 - The double's cuGetProcAddress for a name it lacks, or at a version
   older than the name's first variant: CUDA_ERROR_NOT_FOUND with pfn NULL
   and symbolStatus set, as the driver answers (not CUDA_SUCCESS with a
@@ -78,6 +80,39 @@ def test_nvrtc_compiles_beside_the_double_loaded_by_ctypes() -> None:
     assert seen["magic"] == "7f454c46" and seen["machine"] == 190, seen
     # NVRTC asked the double (not some other libcuda) for its table.
     assert seen["export_table"] >= 1, seen
+
+
+NVRTC_BESIDE_THE_BACKEND = """
+import json
+import numpy
+import accelerator as a, kernel_code
+assert a.is_available()
+lib, where = kernel_code.find_nvrtc()
+cubin = kernel_code.nvrtc_compile(lib, kernel_code.CUDA_C, "sm_90", "cubin")
+m = a.Module(cubin, format="cubin")
+saxpy = m.get_kernel("saxpy")
+b = a.Buffer(64)
+try:
+    a.launch(saxpy, 1, 16, b, b, numpy.float32(2), numpy.uint32(16))
+    error = None
+except a.AcceleratorError as e:
+    error = [e.api, e.code]
+print(json.dumps({"args": saxpy.attributes["num_args"],
+                  "add_one_args": m.get_kernel("add_one").attributes[
+                      "num_args"],
+                  "launch": error}))
+"""
+
+
+def test_nvrtc_compiles_beside_the_backend_on_the_double() -> None:
+    """The backend opened the double (ACCELERATOR_CUDA_LIBRARY) and
+    initialised it; NVRTC then compiles in the same process, and its cubin
+    loads on the double."""
+    nvrtc_or_skip()
+    seen = run_child(NVRTC_BESIDE_THE_BACKEND,
+                     **fake_drivers.CudaDouble.environment(1))
+    assert seen == {"args": 4, "add_one_args": 2,
+                    "launch": ["cuLaunchKernel", 209]}, seen
 
 
 PROC_PRELUDE = """

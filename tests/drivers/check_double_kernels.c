@@ -3,14 +3,21 @@
  * (double_kernels.c) on its own, driven by tests/test_double_kernels.py:
  *
  *   check_double_kernels NATIVE.so PTX SPIRV
+ *   check_double_kernels --cubin CUBIN
  *
  * loads the test kernels of tests/kernel_code.py in each format, reads
  * their names and parameters, runs native launches on device memory of
  * double_memory.c and checks the results, and checks the refusals and the
- * detector.  Prints one line per failed check; exit status 0 when all
- * passed.
+ * detector.  --cubin: kernel_code.CUDA_KINDS's cubin for sm_90 (nvcc or
+ * NVRTC): its kernels, parameters and attributes, then the same image
+ * truncated at every length, with its tables pointed outside it, its
+ * records made inconsistent and its bytes flipped at random, each copy
+ * in a buffer of exactly its size (the test builds this program with
+ * AddressSanitizer where it can): refused, never read out of bounds.
+ * Prints one line per failed check; exit status 0 when all passed.
  */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,11 +254,18 @@ check_native(const unsigned char *image, size_t size)
         unsigned char *other = malloc(size);
 
         memcpy(other, image, size);
-        other[18] = 0xBE;  /* e_machine: EM_CUDA (190) */
+        other[18] = 224;   /* e_machine: EM_AMDGPU */
         other[19] = 0;
         CHECK(dk_module_load(other, size, &m, log, sizeof(log))
               == DK_OTHER_MACHINE);
-        CHECK(strstr(log, "machine 190") != NULL);
+        CHECK(strstr(log, "machine 224") != NULL);
+        CHECK(dk_cubin_arch(other, size) == -1);
+        /* Marked EM_CUDA, it is read as a cubin: not an executable. */
+        other[18] = EM_CUDA;
+        CHECK(dk_cubin_arch(other, size) == 0);
+        CHECK(dk_module_load(other, size, &m, log, sizeof(log))
+              == DK_NOT_IMAGE);
+        CHECK(strstr(log, "invalid cubin: not an executable ELF") != NULL);
         CHECK(dk_module_load(image, 200, &m, log, sizeof(log))
               == DK_NOT_IMAGE);
         free(other);
@@ -362,14 +376,283 @@ check_spirv(const unsigned char *image, size_t size)
     free(cut);
 }
 
+
+/* Cubins -------------------------------------------------------------- */
+
+/* image (size bytes) copied to a buffer of exactly its size and loaded;
+ * a module that loads is unloaded at once. */
+static enum dk_result
+load_exact(const unsigned char *image, size_t size, char *log)
+{
+    unsigned char *copy = malloc(size ? size : 1);
+    dk_module *m = NULL;
+    enum dk_result r;
+
+    memcpy(copy, image, size);
+    r = dk_module_load(copy, size, &m, log, DK_LOG_MAX);
+    if (r == DK_OK) {
+        dk_module_unload(m, "check");
+    }
+    free(copy);
+    return r;
+}
+
+static Elf64_Shdr *
+shdr(unsigned char *b, int i)
+{
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)b;
+
+    return (Elf64_Shdr *)(b + eh->e_shoff) + i;
+}
+
+/* The index of the section called name, or -1. */
+static int
+section(unsigned char *b, const char *name)
+{
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)b;
+    const char *names = (const char *)b + shdr(b, eh->e_shstrndx)->sh_offset;
+
+    for (int i = 0; i < eh->e_shnum; i++) {
+        if (strcmp(names + shdr(b, i)->sh_name, name) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The first record of attribute attr in section i (its header), or
+ * NULL. */
+static unsigned char *
+record(unsigned char *b, int i, unsigned attr)
+{
+    Elf64_Shdr *s = shdr(b, i);
+    unsigned char *p = b + s->sh_offset;
+    size_t at = 0;
+
+    while (at + 4 <= s->sh_size) {
+        uint16_t len;
+
+        memcpy(&len, p + at + 2, 2);
+        if (p[at + 1] == attr) {
+            return p + at;
+        }
+        at += 4 + (p[at] == 4 ? len : 0);
+    }
+    return NULL;
+}
+
+/* A damaged copy of image: refused as an invalid image, the log saying
+ * so (says, when not NULL). */
+#define DAMAGED(what, says)                                               \
+    do {                                                                  \
+        unsigned char *d_ = malloc(size);                                 \
+        char log_[DK_LOG_MAX];                                            \
+                                                                          \
+        memcpy(d_, image, size);                                          \
+        what;                                                             \
+        CHECK(load_exact(d_, size, log_) == DK_NOT_IMAGE);                \
+        CHECK(strstr(log_, "invalid cubin: ") != NULL);                   \
+        if ((says) != NULL && strstr(log_, (says) ? (says) : "") == NULL) {\
+            printf("FAILED line %d: log %s", __LINE__, log_);             \
+            failures++;                                                   \
+        }                                                                 \
+        free(d_);                                                         \
+    } while (0)
+
+static void
+check_cubin(const unsigned char *image, size_t size)
+{
+    static const size_t mixed_sizes[9] = {1, 8, 4, 16, 2, 3, 8, 16, 8};
+    static const size_t mixed_offsets[9] = {0, 8, 16, 24, 40, 42, 48, 64,
+                                            80};
+    unsigned char *b = malloc(size);
+    char log[DK_LOG_MAX];
+    const dk_kernel *k;
+    dk_module *m;
+    dk_launch *l;
+    unsigned g[3] = {1, 1, 1};
+    int info, shared, symtab;
+
+    memcpy(b, image, size);
+    CHECK(dk_cubin_arch(image, size) == 90);
+    CHECK(dk_cubin_arch(image, 63) == -1);
+    CHECK(dk_module_load(b, size, &m, log, sizeof(log)) == DK_OK);
+    CHECK(log[0] == '\0');
+    CHECK(dk_module_format(m) == DK_CUBIN && dk_module_arch(m) == 90);
+    /* The entries only: helper is a device function. */
+    CHECK(dk_kernel_count(m) == 6);
+    CHECK(dk_kernel_find(m, "helper") == NULL
+          && dk_kernel_find(m, "_Z6helperi") == NULL);
+    CHECK(dk_kernel_find(m, "empty") != NULL
+          && dk_kernel_find(m, "empty")->nparams == 0);
+    CHECK(dk_kernel_find(m, "_Z7mangledPi") != NULL
+          && dk_kernel_find(m, "_Z7mangledPi")->nparams == 1);
+    k = dk_kernel_find(m, "saxpy");
+    CHECK(k != NULL && k->nparams == 4 && k->params[0].size == 8
+          && k->params[1].offset == 8 && k->params[2].size == 4
+          && k->params[2].offset == 16 && k->params[3].offset == 20
+          && k->params[3].kind == DK_PARAM_BYTES
+          && dk_kernel_args_size(k) == 24 && k->max_threads == DK_MAX_THREADS
+          && k->static_shared == 0 && k->regs > 0);
+    k = dk_kernel_find(m, "mixed");
+    CHECK(k != NULL && k->nparams == 9);
+    for (int i = 0; k != NULL && i < k->nparams && i < 9; i++) {
+        CHECK(k->params[i].size == mixed_sizes[i]
+              && k->params[i].offset == mixed_offsets[i]);
+    }
+    /* __launch_bounds__(128); 64 floats, without the reserved 1 KiB. */
+    CHECK(k != NULL && k->max_threads == 128 && k->static_shared == 256
+          && dk_kernel_args_size(k) == 88);
+    k = dk_kernel_find(m, "spill");
+    CHECK(k != NULL && k->local_size == 256);
+    {
+        void *args[2] = {log, log};
+
+        k = dk_kernel_find(m, "calls");
+        CHECK(k != NULL && dk_launch_new(k, g, g, 0, args, true, &l)
+                               == DK_NO_BINARY);
+    }
+    dk_module_unload(m, "check");
+    /* Without a size (cuModuleLoadData): the headers' extent. */
+    CHECK(dk_module_load(b, 0, &m, log, sizeof(log)) == DK_OK);
+    CHECK(dk_kernel_count(m) == 6);
+    dk_module_unload(m, "check");
+
+    /* The architecture in both e_flags layouts. */
+    b[EI_ABIVERSION] = 8;
+    b[49] = 80;
+    CHECK(dk_cubin_arch(b, size) == 80);
+    b[EI_ABIVERSION] = 7;
+    b[48] = 86;
+    CHECK(dk_cubin_arch(b, size) == 86);
+    memcpy(b, image, size);
+
+    /* Cut at every length (0 means "not known"): refused, within the
+     * bytes given. */
+    for (size_t n = 1; n < size; n++) {
+        enum dk_result r = load_exact(image, n, log);
+
+        if (r != DK_NOT_IMAGE) {
+            printf("FAILED: cut at %zu bytes of %zu: %d\n", n, size, r);
+            failures++;
+            break;
+        }
+    }
+
+    info = section(b, ".nv.info.mixed");
+    shared = section(b, ".nv.shared.mixed");
+    symtab = section(b, ".symtab");
+    CHECK(info > 0 && shared > 0 && symtab > 0);
+    DAMAGED(((Elf64_Ehdr *)d_)->e_shoff = size - 10, "outside the image");
+    DAMAGED(((Elf64_Ehdr *)d_)->e_shoff = ~(Elf64_Off)0 - 8,
+            "outside the image");
+    DAMAGED(((Elf64_Ehdr *)d_)->e_shnum = 0, "no section table");
+    DAMAGED(((Elf64_Ehdr *)d_)->e_shstrndx =
+                ((Elf64_Ehdr *)d_)->e_shnum, "no section table");
+    DAMAGED(((Elf64_Ehdr *)d_)->e_type = ET_REL, "relocatable");
+    DAMAGED(shdr(d_, symtab)->sh_offset = size, "outside the image");
+    DAMAGED(shdr(d_, symtab)->sh_size = ~(Elf64_Xword)0,
+            "outside the image");
+    DAMAGED(shdr(d_, symtab)->sh_entsize = 16, "Elf64_Sym");
+    DAMAGED(shdr(d_, symtab)->sh_link = 999, "name");
+    DAMAGED(shdr(d_, shared)->sh_size = 1u << 30, "shared memory");
+    /* A kernel's name past the string table. */
+    DAMAGED({
+        Elf64_Sym *sym = (Elf64_Sym *)(d_ + shdr(d_, symtab)->sh_offset);
+        size_t n = shdr(d_, symtab)->sh_size / sizeof(*sym);
+
+        for (size_t j = 0; j < n; j++) {
+            if (ELF64_ST_TYPE(sym[j].st_info) == STT_FUNC
+                && (sym[j].st_other & 0x10)) {
+                sym[j].st_name = 0x7fffffff;
+                break;
+            }
+        }
+    }, "name");
+    /* .nv.info.mixed: a record running past it, a format not known, a
+     * parameter told twice, one out of range. */
+    DAMAGED({
+        unsigned char *r = record(d_, info, 0x17);
+        r[2] = r[3] = 0xff;
+    }, "runs past");
+    DAMAGED(record(d_, info, 0x17)[0] = 9, "runs past");
+    DAMAGED({
+        unsigned char *r = record(d_, info, 0x17);
+        memcpy(r + 16 + 4 + 4, r + 4 + 4, 2);   /* the next one's ordinal */
+    }, "told twice");
+    DAMAGED({
+        uint16_t big = 300;
+        memcpy(record(d_, info, 0x17) + 4 + 4, &big, 2);
+    }, "256 parameters");
+
+    /* Bytes flipped at random in what the reader reads (the headers, the
+     * section table, the tables and records; not code): loaded or
+     * refused, never out of bounds (AddressSanitizer), nothing left
+     * behind, and some of each. */
+    {
+        Elf64_Ehdr *eh = (Elf64_Ehdr *)image;
+        size_t from[64], len[64];
+        int nranges = 0, loaded = 0, refused = 0;
+
+        from[nranges] = 0;
+        len[nranges++] = sizeof(Elf64_Ehdr);
+        from[nranges] = eh->e_shoff;
+        len[nranges++] = eh->e_shnum * sizeof(Elf64_Shdr);
+        for (int i = 1; i < eh->e_shnum && nranges < 64; i++) {
+            Elf64_Shdr *sh = shdr(b, i);
+            const char *name = (const char *)b
+                               + shdr(b, eh->e_shstrndx)->sh_offset
+                               + sh->sh_name;
+
+            if (sh->sh_type != SHT_NOBITS && sh->sh_size > 0
+                && strncmp(name, ".text", 5) != 0) {
+                from[nranges] = sh->sh_offset;
+                len[nranges++] = sh->sh_size;
+            }
+        }
+        srand(25);
+        for (int i = 0; i < 4000; i++) {
+            int flips = 1 + rand() % 3;
+
+            memcpy(b, image, size);
+            for (int f = 0; f < flips; f++) {
+                int at = rand() % nranges;
+
+                b[from[at] + (size_t)rand() % len[at]] ^=
+                    (unsigned char)(1 + rand() % 255);
+            }
+            if (load_exact(b, size, log) == DK_OK) {
+                loaded++;
+            }
+            else {
+                refused++;
+            }
+        }
+        CHECK(loaded > 100 && refused > 100);
+        memcpy(b, image, size);
+    }
+    CHECK(dk_live("module") == 0);
+    free(b);
+}
+
 int
 main(int argc, char **argv)
 {
     unsigned char *native, *ptx, *spirv;
     size_t native_size, ptx_size, spirv_size;
 
+    if (argc == 3 && strcmp(argv[1], "--cubin") == 0) {
+        size_t size;
+        unsigned char *cubin = read_file(argv[2], &size);
+
+        check_cubin(cubin, size);
+        free(cubin);
+        printf("%d failed\n", failures);
+        return failures != 0;
+    }
     if (argc != 4) {
-        fprintf(stderr, "usage: %s NATIVE.so PTX SPIRV\n", argv[0]);
+        fprintf(stderr, "usage: %s NATIVE.so PTX SPIRV | --cubin CUBIN\n",
+                argv[0]);
         return 2;
     }
     native = read_file(argv[1], &native_size);

@@ -159,14 +159,23 @@
  *     do), so that freeing memory that queued work still uses is caught.
  *   - Kernels (tests/drivers/double_kernels.h): cuModuleLoadData(Ex) takes
  *     the doubles' native format (a host ELF shared object), which runs
- *     on the stream's worker, and PTX, whose entries and parameters are
- *     read (cuFuncGetParamInfo) but whose launches fail with
- *     CUDA_ERROR_NO_BINARY_FOR_GPU; an ELF for another machine (a real
- *     cubin) fails to load with that code, PTX that does not parse with
- *     CUDA_ERROR_INVALID_PTX and a ptxas-like CU_JIT_ERROR_LOG_BUFFER,
- *     anything else (SPIR-V, fat binaries) with CUDA_ERROR_INVALID_IMAGE.
- *     Kernel attributes: the device's 1024 threads and 48 KiB of dynamic
- *     shared memory (no cuFuncSetAttribute opt-in), 32 registers.
+ *     on the stream's worker, and cubins (CUDA ELF, EM_CUDA) for the
+ *     device's compute capability and PTX, whose kernels and parameters
+ *     are read (cuFuncGetParamInfo: a cubin's from its EIATTR_KPARAM_INFO
+ *     records) but whose launches fail with CUDA_ERROR_NO_BINARY_FOR_GPU.
+ *     A cubin the device cannot run (sm_XY runs on compute capability
+ *     X.Z with Z >= Y only) and an ELF for another host machine fail to
+ *     load with that code; a damaged cubin (tables outside the image,
+ *     records that do not add up) with CUDA_ERROR_INVALID_IMAGE and the
+ *     reason in CU_JIT_ERROR_LOG_BUFFER; PTX that does not parse with
+ *     CUDA_ERROR_INVALID_PTX and a ptxas-like error log; anything else
+ *     (SPIR-V, fat binaries) with CUDA_ERROR_INVALID_IMAGE.  No library
+ *     API (cuLibraryLoadData): modules only.
+ *     Kernel attributes: the device's 1024 threads (a cubin's or PTX's
+ *     bounds where they declare them) and 48 KiB of dynamic shared memory
+ *     (no cuFuncSetAttribute opt-in); a cubin's registers, local memory
+ *     and architecture (BINARY_VERSION), else 32 registers, none, and the
+ *     device's compute capability.
  *     cuLaunchKernel takes kernelParams only (extra: NOT_SUPPORTED) and
  *     checks the geometry against the device limits (INVALID_VALUE); on a
  *     capturing stream it is a graph node that each cuGraphLaunch queues.
@@ -2723,9 +2732,10 @@ cuGraphDestroy(CUgraph hGraph)
 
 /* Device code is double_kernels.c's (shared with the Level Zero and HIP
  * doubles): the native format (a host shared object) runs on the stream
- * workers; PTX is read (entries, parameters) but has no binary for this
- * device: its launches fail with CUDA_ERROR_NO_BINARY_FOR_GPU, as a
- * device the JIT cannot target would. */
+ * workers; cubins for this device and PTX are read (kernels, parameters)
+ * but have no binary the device runs: their launches fail with
+ * CUDA_ERROR_NO_BINARY_FOR_GPU, as a device the JIT cannot target
+ * would. */
 
 struct CUfunc_st {
     struct CUmod_st *mod;
@@ -2846,6 +2856,18 @@ module_result(enum dk_result r)
     }
 }
 
+/* Whether a cubin for sm_<arch> runs on the device: one of the same
+ * major version and a minor no newer than the device's (the CUDA
+ * programming guide's binary compatibility: sm_86 code runs on 8.9, not
+ * on 8.0 nor on 9.0).  The ELF header does not tell an arch-specific
+ * cubin (sm_90a, which runs on 9.0 only) from its plain one: both are
+ * taken by this rule. */
+static bool
+cubin_runs_here(int arch)
+{
+    return arch / 10 == cfg.cc_major && arch % 10 <= cfg.cc_minor;
+}
+
 static CUresult
 module_load(CUmodule *module, const void *image, unsigned int n,
             CUjit_option *options, void **values)
@@ -2858,6 +2880,7 @@ module_load(CUmodule *module, const void *image, unsigned int n,
     enum dk_result r;
     CUresult rc;
     size_t used = 0;
+    int arch;
 
     if (module == NULL || image == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -2872,6 +2895,16 @@ module_load(CUmodule *module, const void *image, unsigned int n,
     pthread_mutex_unlock(&g_mu);
     if (rc != CUDA_SUCCESS) {
         return rc;
+    }
+    arch = dk_cubin_arch(image, 0);
+    if (arch >= 0 && !cubin_runs_here(arch)) {
+        snprintf(log, sizeof(log), "no kernel image for this device: a "
+                 "cubin for sm_%d, the device is sm_%d%d\n", arch,
+                 cfg.cc_major, cfg.cc_minor);
+        jit_log_write(logs.error, logs.error_size, logs.error_at, values,
+                      log);
+        jit_log_write(logs.info, logs.info_size, logs.info_at, values, "");
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
     }
     r = dk_module_load(image, 0, &dk, log, sizeof(log));
     if (r == DK_OK && dk_module_format(dk) == DK_SPIRV) {
@@ -3066,8 +3099,9 @@ cuFuncGetName(const char **name, CUfunction hfunc)
     return rc;
 }
 
-/* What the double's device tells of a kernel: registers are a fixed
- * figure (no code is compiled), the limits are the device's. */
+/* What the double's device tells of a kernel: what a cubin says of it
+ * (registers, local memory, its architecture), else a fixed figure (no
+ * code is compiled); the limits are the device's. */
 #define FAKE_KERNEL_REGISTERS 32
 
 CUresult
@@ -3093,15 +3127,20 @@ cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
         *pi = (int)k->static_shared;
         return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
         *pi = 0;
         return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+        *pi = k->local_size <= INT_MAX ? (int)k->local_size : INT_MAX;
+        return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_NUM_REGS:
-        *pi = FAKE_KERNEL_REGISTERS;
+        *pi = k->regs > 0 ? k->regs : FAKE_KERNEL_REGISTERS;
         return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
         *pi = cfg.cc_major * 10 + cfg.cc_minor;
+        return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+        *pi = dk_module_arch(k->module) > 0 ? dk_module_arch(k->module)
+                                            : cfg.cc_major * 10 + cfg.cc_minor;
         return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
         /* The default: what the static part leaves of 48 KiB (no

@@ -35,6 +35,7 @@ struct dk_module {
     atomic_int queued;    /* launches on a stream, not yet freed */
     atomic_bool unloaded;
     dk_format format;
+    int arch;             /* cubin: dk_cubin_arch's */
     void *dl;             /* native: the dlopen() handle */
     int nkernels;
     dk_kernel *kernels;
@@ -126,8 +127,8 @@ elf_extent(const unsigned char *image, size_t avail)
     size_t end, lim = avail ? avail : SIZE_MAX;
 
     memcpy(&eh, image, sizeof(eh));
-    if (eh.e_phentsize != sizeof(Elf64_Phdr)
-        || eh.e_shentsize != sizeof(Elf64_Shdr)) {
+    if ((eh.e_phnum != 0 && eh.e_phentsize != sizeof(Elf64_Phdr))
+        || (eh.e_shnum != 0 && eh.e_shentsize != sizeof(Elf64_Shdr))) {
         return 0;
     }
     end = eh.e_ehsize;
@@ -301,6 +302,465 @@ load_native(dk_module *m, const unsigned char *image, size_t size,
         k->static_shared = t->static_shared;
     }
     return DK_OK;
+}
+
+/* Cubins ------------------------------------------------------------- */
+
+enum {
+    CUBIN_ABI_V2 = 8,        /* ELFABIVERSION_CUDA_V2: the arch in bits 8-15 */
+    CUBIN_STO_ENTRY = 0x10,  /* st_other of a kernel (STO_CUDA_ENTRY) */
+    CUBIN_RESERVED_SHARED = 1024,
+    /* .nv.info records: a format byte, an attribute byte, a 16-bit
+     * field (the value, or for SVAL the bytes of the value after it). */
+    NVI_FMT_NVAL = 1,
+    NVI_FMT_BVAL = 2,
+    NVI_FMT_HVAL = 3,
+    NVI_FMT_SVAL = 4,
+    NVI_MAX_THREADS = 0x05,  /* x, y, z (.maxntid, __launch_bounds__) */
+    NVI_REQNTID = 0x10,      /* x, y, z (.reqntid) */
+    NVI_FRAME_SIZE = 0x11,   /* symbol index, bytes of local memory */
+    NVI_KPARAM_INFO = 0x17,  /* index, ordinal, offset, size << 18 | ... */
+    NVI_REGCOUNT = 0x2f,     /* symbol index, registers per thread */
+};
+
+typedef struct cubin {
+    const unsigned char *b;   /* its sections lie within the image */
+    Elf64_Ehdr eh;
+    Elf64_Shdr *sh;       /* e_shnum copies */
+    int symtab;           /* the symbol table's section, -1: none */
+    dk_log *log;
+} cubin;
+
+typedef struct nvi_rec {
+    unsigned fmt, attr;
+    uint16_t hval;
+    const unsigned char *val;  /* SVAL: len bytes; else NULL */
+    size_t len;
+} nvi_rec;
+
+static enum dk_result
+cubin_damaged(const cubin *c, const char *what, const char *name)
+{
+    log_add(c->log, "invalid cubin: %s%s%s\n", what, name ? " " : "",
+            name ? name : "");
+    return DK_NOT_IMAGE;
+}
+
+int
+dk_cubin_arch(const void *image, size_t size)
+{
+    const unsigned char *b = image;
+    Elf64_Ehdr eh;
+
+    /* Byte by byte: text shorter than a header stops at its first
+     * difference (its NUL at the latest). */
+    if (b == NULL || (size != 0 && size < sizeof(eh)) || b[0] != ELFMAG0
+        || b[1] != ELFMAG1 || b[2] != ELFMAG2 || b[3] != ELFMAG3
+        || b[EI_CLASS] != ELFCLASS64 || b[EI_DATA] != ELFDATA2LSB) {
+        return -1;
+    }
+    memcpy(&eh, b, sizeof(eh));
+    if (eh.e_machine != EM_CUDA) {
+        return -1;
+    }
+    return (int)(b[EI_ABIVERSION] >= CUBIN_ABI_V2 ? (eh.e_flags >> 8) & 0xff
+                                                  : eh.e_flags & 0xff);
+}
+
+/* The NUL-terminated string at off of string table section i; NULL when
+ * there is none there. */
+static const char *
+cubin_str(const cubin *c, size_t i, size_t off)
+{
+    const Elf64_Shdr *s;
+    const char *p;
+
+    if (i >= c->eh.e_shnum) {
+        return NULL;
+    }
+    s = &c->sh[i];
+    if (s->sh_type != SHT_STRTAB || off >= s->sh_size) {
+        return NULL;
+    }
+    p = (const char *)c->b + s->sh_offset + off;
+    return memchr(p, '\0', s->sh_size - off) != NULL ? p : NULL;
+}
+
+/* The section called prefix + name, or -1. */
+static int
+cubin_section(const cubin *c, const char *prefix, const char *name)
+{
+    size_t n = strlen(prefix);
+
+    for (unsigned i = 0; i < c->eh.e_shnum; i++) {
+        const char *s = cubin_str(c, c->eh.e_shstrndx, c->sh[i].sh_name);
+
+        if (s != NULL && strncmp(s, prefix, n) == 0
+            && strcmp(s + n, name) == 0) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* The next record of .nv.info section s from *at: false at its end, and
+ * with *bad set when a record runs past it or has no format we know. */
+static bool
+nvi_next(const cubin *c, const Elf64_Shdr *s, size_t *at, nvi_rec *r,
+         bool *bad)
+{
+    const unsigned char *p = c->b + s->sh_offset;
+
+    if (*at >= s->sh_size) {
+        return false;
+    }
+    if (s->sh_size - *at < 4) {
+        *bad = true;
+        return false;
+    }
+    r->fmt = p[*at];
+    r->attr = p[*at + 1];
+    memcpy(&r->hval, p + *at + 2, 2);
+    *at += 4;
+    r->val = NULL;
+    r->len = 0;
+    if (r->fmt == NVI_FMT_SVAL) {
+        if (r->hval > s->sh_size - *at) {
+            *bad = true;
+            return false;
+        }
+        r->val = p + *at;
+        r->len = r->hval;
+        *at += r->hval;
+    }
+    else if (r->fmt != NVI_FMT_NVAL && r->fmt != NVI_FMT_BVAL
+             && r->fmt != NVI_FMT_HVAL) {
+        *bad = true;
+        return false;
+    }
+    return true;
+}
+
+/* x * y * z of an SVAL record of three 32-bit values; 0 when it is not
+ * one. */
+static unsigned long long
+nvi_threads(const nvi_rec *r)
+{
+    uint32_t d[3];
+
+    if (r->len < sizeof(d)) {
+        return 0;
+    }
+    memcpy(d, r->val, sizeof(d));
+    return (unsigned long long)d[0] * d[1] * d[2];
+}
+
+/* A kernel's .nv.info.<name> (index i, -1: none): its parameters and
+ * thread bounds. */
+static enum dk_result
+cubin_kernel_info(const cubin *c, int i, dk_kernel *k)
+{
+    dk_param params[DK_MAX_PARAMS];
+    bool seen[DK_MAX_PARAMS] = {false}, bad = false;
+    size_t at = 0;
+    nvi_rec r;
+
+    if (i < 0) {
+        return DK_OK;   /* nothing told: no parameters */
+    }
+    if (c->sh[i].sh_type == SHT_NOBITS) {
+        return cubin_damaged(c, "an .nv.info section without data for",
+                             k->name);
+    }
+    while (nvi_next(c, &c->sh[i], &at, &r, &bad)) {
+        if (r.fmt != NVI_FMT_SVAL) {
+            continue;
+        }
+        if (r.attr == NVI_KPARAM_INFO) {
+            uint16_t ordinal, offset;
+            uint32_t packed;
+
+            if (r.len < 12) {
+                return cubin_damaged(c, "a short parameter record of",
+                                     k->name);
+            }
+            memcpy(&ordinal, r.val + 4, 2);
+            memcpy(&offset, r.val + 6, 2);
+            memcpy(&packed, r.val + 8, 4);
+            if (ordinal >= DK_MAX_PARAMS) {
+                return cubin_damaged(c, "more than 256 parameters in",
+                                     k->name);
+            }
+            if (seen[ordinal]) {
+                return cubin_damaged(c, "a parameter told twice in",
+                                     k->name);
+            }
+            seen[ordinal] = true;
+            params[ordinal].kind = DK_PARAM_BYTES;
+            params[ordinal].offset = offset;
+            params[ordinal].size = packed >> 18;
+            if (ordinal >= k->nparams) {
+                k->nparams = ordinal + 1;
+            }
+        }
+        else if (r.attr == NVI_MAX_THREADS || r.attr == NVI_REQNTID) {
+            unsigned long long n = nvi_threads(&r);
+
+            if (n > 0 && n < (unsigned long long)k->max_threads) {
+                k->max_threads = (int)n;
+            }
+        }
+    }
+    if (bad) {
+        return cubin_damaged(c, "a record runs past the .nv.info section of",
+                             k->name);
+    }
+    for (int j = 0; j < k->nparams; j++) {
+        if (!seen[j]) {
+            return cubin_damaged(c, "a parameter missing in", k->name);
+        }
+        if (j > 0 && params[j].offset
+                         < params[j - 1].offset + params[j - 1].size) {
+            return cubin_damaged(c, "overlapping parameters in", k->name);
+        }
+    }
+    free(k->params);
+    k->params = calloc(k->nparams ? (size_t)k->nparams : 1,
+                       sizeof(dk_param));
+    if (k->params == NULL) {
+        return DK_OUT_OF_MEMORY;
+    }
+    memcpy(k->params, params, (size_t)k->nparams * sizeof(dk_param));
+    return DK_OK;
+}
+
+/* .nv.info: registers and local memory, per function (by symbol). */
+static enum dk_result
+cubin_module_info(const cubin *c, dk_module *m, const size_t *syms)
+{
+    int i = cubin_section(c, ".nv.info", "");
+    bool bad = false;
+    size_t at = 0;
+    nvi_rec r;
+
+    if (i < 0) {
+        return DK_OK;
+    }
+    if (c->sh[i].sh_type == SHT_NOBITS) {
+        return cubin_damaged(c, "an .nv.info section without data", NULL);
+    }
+    while (nvi_next(c, &c->sh[i], &at, &r, &bad)) {
+        uint32_t v[2];
+
+        if (r.fmt != NVI_FMT_SVAL
+            || (r.attr != NVI_REGCOUNT && r.attr != NVI_FRAME_SIZE)) {
+            continue;
+        }
+        if (r.len < sizeof(v)) {
+            return cubin_damaged(c, "a short record in .nv.info", NULL);
+        }
+        memcpy(v, r.val, sizeof(v));
+        for (int j = 0; j < m->nkernels; j++) {
+            if (syms[j] != v[0]) {
+                continue;
+            }
+            if (r.attr == NVI_REGCOUNT) {
+                m->kernels[j].regs = v[1] <= INT32_MAX ? (int)v[1] : 0;
+            }
+            else {
+                m->kernels[j].local_size = v[1];
+            }
+        }
+    }
+    return bad ? cubin_damaged(c, "a record runs past .nv.info", NULL)
+               : DK_OK;
+}
+
+/* The symbol table's section (c->symtab; -1: none). */
+static enum dk_result
+cubin_symtab(cubin *c)
+{
+    c->symtab = -1;
+    for (unsigned i = 0; i < c->eh.e_shnum && c->symtab < 0; i++) {
+        if (c->sh[i].sh_type == SHT_SYMTAB) {
+            c->symtab = (int)i;
+        }
+    }
+    if (c->symtab >= 0
+        && (c->sh[c->symtab].sh_entsize != sizeof(Elf64_Sym)
+            || c->sh[c->symtab].sh_size % sizeof(Elf64_Sym) != 0)) {
+        return cubin_damaged(c, "a symbol table of entries not of "
+                             "Elf64_Sym's size", NULL);
+    }
+    return DK_OK;
+}
+
+static size_t
+cubin_nsyms(const cubin *c)
+{
+    return c->symtab < 0 ? 0 : c->sh[c->symtab].sh_size / sizeof(Elf64_Sym);
+}
+
+static Elf64_Sym
+cubin_sym(const cubin *c, size_t j)
+{
+    Elf64_Sym sym;
+
+    memcpy(&sym, c->b + c->sh[c->symtab].sh_offset + j * sizeof(sym),
+           sizeof(sym));
+    return sym;
+}
+
+/* Shared memory at the start of every block's window that the kernels'
+ * .nv.shared.<name> sizes count and the kernels do not declare (what
+ * ptxas -v leaves out of "bytes smem"): where the cubin has a section
+ * .nv.shared.reserved.0 (sm_90 on), the value of its symbol
+ * .nv.reservedSmem.cap (sm_100 on), else 1 KiB (sm_90's, the driver's
+ * reserved shared memory per block). */
+static size_t
+cubin_reserved_shared(const cubin *c)
+{
+    if (cubin_section(c, ".nv.shared.reserved.", "0") < 0) {
+        return 0;
+    }
+    for (size_t j = 0; j < cubin_nsyms(c); j++) {
+        Elf64_Sym sym = cubin_sym(c, j);
+        const char *name = cubin_str(c, c->sh[c->symtab].sh_link,
+                                     sym.st_name);
+
+        if (name != NULL && strcmp(name, ".nv.reservedSmem.cap") == 0
+            && sym.st_value <= DK_MAX_SHARED_OPTIN) {
+            return (size_t)sym.st_value;
+        }
+    }
+    return CUBIN_RESERVED_SHARED;
+}
+
+/* The kernels of the symbol table: entries, each in its .text.<name>. */
+static enum dk_result
+cubin_kernels(const cubin *c, dk_module *m, size_t **syms)
+{
+    int cap = 0;
+
+    for (size_t j = 0; j < cubin_nsyms(c); j++) {
+        Elf64_Sym sym = cubin_sym(c, j);
+        const char *name, *text;
+        dk_kernel *k;
+
+        if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC
+            || (sym.st_other & CUBIN_STO_ENTRY) == 0) {
+            continue;   /* not a kernel (a device function, a section) */
+        }
+        name = cubin_str(c, c->sh[c->symtab].sh_link, sym.st_name);
+        if (name == NULL) {
+            return cubin_damaged(c, "a kernel's name outside the string "
+                                 "table", NULL);
+        }
+        text = sym.st_shndx < c->eh.e_shnum
+                   ? cubin_str(c, c->eh.e_shstrndx,
+                               c->sh[sym.st_shndx].sh_name)
+                   : NULL;
+        if (text == NULL || strncmp(text, ".text.", 6) != 0
+            || strcmp(text + 6, name) != 0) {
+            return cubin_damaged(c, "no section .text.<name> for kernel",
+                                 name);
+        }
+        if (m->nkernels == cap) {
+            int ncap = cap ? cap * 2 : 8;
+            dk_kernel *more = realloc(m->kernels,
+                                      (size_t)ncap * sizeof(dk_kernel));
+            size_t *smore = realloc(*syms, (size_t)ncap * sizeof(size_t));
+
+            if (more != NULL) {
+                m->kernels = more;
+            }
+            if (smore != NULL) {
+                *syms = smore;
+            }
+            if (more == NULL || smore == NULL) {
+                return DK_OUT_OF_MEMORY;
+            }
+            cap = ncap;
+        }
+        k = &m->kernels[m->nkernels];
+        memset(k, 0, sizeof(*k));
+        k->module = m;
+        k->format = DK_CUBIN;
+        k->max_threads = DK_MAX_THREADS;
+        k->name = strdup(name);
+        k->params = calloc(1, sizeof(dk_param));
+        (*syms)[m->nkernels++] = j;
+        if (k->name == NULL || k->params == NULL) {
+            return DK_OUT_OF_MEMORY;
+        }
+    }
+    return DK_OK;
+}
+
+static enum dk_result
+load_cubin(dk_module *m, const unsigned char *image, size_t size,
+           dk_log *log)
+{
+    cubin c = {.b = image, .symtab = -1, .log = log};
+    size_t *syms = NULL, reserved = 0;
+    enum dk_result r;
+
+    memcpy(&c.eh, image, sizeof(c.eh));
+    m->arch = dk_cubin_arch(image, size);
+    /* What nvcc -cubin and NVRTC write; a relocatable one (-rdc) is for
+     * a linker (cuLink*, nvlink). */
+    if (c.eh.e_type != ET_EXEC) {
+        return cubin_damaged(&c, c.eh.e_type == ET_REL
+                             ? "a relocatable object (-rdc): link it "
+                               "first"
+                             : "not an executable ELF", NULL);
+    }
+    /* All reads below stay within the sections and tables this checks
+     * against the image's size or, where none was given, takes as the
+     * extent the headers declare. */
+    if (elf_extent(image, size) == 0) {
+        return cubin_damaged(&c, "a header table or section outside the "
+                             "image", NULL);
+    }
+    if (c.eh.e_shnum == 0 || c.eh.e_shnum >= SHN_LORESERVE
+        || c.eh.e_shstrndx >= c.eh.e_shnum) {
+        return cubin_damaged(&c, "no section table it can read", NULL);
+    }
+    c.sh = calloc(c.eh.e_shnum, sizeof(Elf64_Shdr));
+    if (c.sh == NULL) {
+        return DK_OUT_OF_MEMORY;
+    }
+    for (unsigned i = 0; i < c.eh.e_shnum; i++) {
+        memcpy(&c.sh[i], image + c.eh.e_shoff + i * sizeof(Elf64_Shdr),
+               sizeof(Elf64_Shdr));
+    }
+    r = cubin_symtab(&c);
+    if (r == DK_OK) {
+        r = cubin_kernels(&c, m, &syms);
+        reserved = cubin_reserved_shared(&c);
+    }
+    for (int j = 0; r == DK_OK && j < m->nkernels; j++) {
+        dk_kernel *k = &m->kernels[j];
+        int shared = cubin_section(&c, ".nv.shared.", k->name);
+
+        r = cubin_kernel_info(&c, cubin_section(&c, ".nv.info.", k->name),
+                              k);
+        if (r == DK_OK && shared >= 0) {
+            size_t bytes = c.sh[shared].sh_size;
+
+            if (bytes > DK_MAX_SHARED_OPTIN) {
+                r = cubin_damaged(&c, "more shared memory than a block "
+                                  "has in", k->name);
+            }
+            k->static_shared = bytes > reserved ? bytes - reserved : 0;
+        }
+    }
+    if (r == DK_OK) {
+        r = cubin_module_info(&c, m, syms);
+    }
+    free(syms);
+    free(c.sh);
+    return r;
 }
 
 /* PTX ---------------------------------------------------------------- */
@@ -914,7 +1374,12 @@ dk_module_load(const void *image, size_t size, dk_module **out, char *log,
     if (size == 0 || size >= 4) {
         memcpy(&magic, b, 4);
     }
-    if ((size == 0 || size >= SELFMAG) && memcmp(b, ELFMAG, SELFMAG) == 0) {
+    if (dk_cubin_arch(b, size) >= 0) {
+        m->format = DK_CUBIN;
+        r = load_cubin(m, b, size, &lg);
+    }
+    else if ((size == 0 || size >= SELFMAG)
+             && memcmp(b, ELFMAG, SELFMAG) == 0) {
         m->format = DK_NATIVE;
         r = load_native(m, b, size, &lg);
     }
@@ -959,6 +1424,12 @@ dk_format
 dk_module_format(const dk_module *m)
 {
     return m->format;
+}
+
+int
+dk_module_arch(const dk_module *m)
+{
+    return m->format == DK_CUBIN ? m->arch : 0;
 }
 
 int

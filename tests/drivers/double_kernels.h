@@ -8,13 +8,28 @@
  *     host's machine exporting NATIVE_KERNEL_TABLE; written to a temporary
  *     file, dlopen()ed, the file removed at once.  The only format whose
  *     kernels run.
+ *   - a cubin (an executable ELF of EM_CUDA, 190, 64-bit, as nvcc -cubin
+ *     and NVRTC write it; a relocatable one, -rdc, is refused): its
+ *     kernels are the STT_FUNC symbols marked as entries (st_other
+ *     STO_CUDA_ENTRY, 0x10; device functions are not), each in its
+ *     section .text.<name>; the parameters (count, sizes, offsets) are
+ *     the EIATTR_KPARAM_INFO records of .nv.info.<name>; attributes are
+ *     the records that tell them (EIATTR_MAX_THREADS or EIATTR_REQNTID;
+ *     EIATTR_REGCOUNT and EIATTR_FRAME_SIZE of .nv.info) and the size of
+ *     .nv.shared.<name> less the reserved part it counts (sm_90 on),
+ *     as ptxas -v reports them.  Which architecture it is for is
+ *     dk_cubin_arch's: the doubles that take cubins check it against
+ *     their device before loading.
  *   - PTX text: its `.entry name(.param .type p, ...)` list (`.maxntid`
  *     and `.shared` declarations give attributes).
  *   - SPIR-V: OpEntryPoint Kernel names and each entry's
  *     OpFunctionParameter types (sizes and kinds).
- * A PTX or SPIR-V kernel is known (names, parameters, attributes) but
- * dk_launch_new refuses it with DK_NO_BINARY: the doubles' device runs
- * host code only, as a device without a binary for it would refuse.
+ * A cubin, PTX or SPIR-V kernel is known (names, parameters, attributes)
+ * but dk_launch_new refuses it with DK_NO_BINARY: the doubles' device
+ * runs host code only, as a device without a binary for it would refuse.
+ * Every read of an image stays inside it: within size bytes, or (size 0:
+ * the driver API gave none) within the extent its ELF headers declare;
+ * an image whose tables point outside that is refused as DK_NOT_IMAGE.
  *
  * Lifetime: a module is reference counted by its launches, so memory is
  * never pulled from under a worker; still, unloading a module while a
@@ -50,16 +65,18 @@ typedef enum dk_format {
     DK_NATIVE = 1,
     DK_PTX,
     DK_SPIRV,
+    DK_CUBIN,
 } dk_format;
 
 enum dk_result {
     DK_OK = 0,
-    DK_NOT_IMAGE,       /* no format the doubles read (or truncated) */
-    DK_OTHER_MACHINE,   /* an ELF image for another machine */
+    DK_NOT_IMAGE,       /* no format the doubles read (or truncated or
+                         * damaged: log set) */
+    DK_OTHER_MACHINE,   /* an ELF image for another host machine */
     DK_INVALID_CODE,    /* PTX or SPIR-V that does not parse (log set) */
     DK_OUT_OF_MEMORY,
     DK_NOT_FOUND,       /* no kernel of that name */
-    DK_NO_BINARY,       /* a PTX or SPIR-V kernel launched */
+    DK_NO_BINARY,       /* a cubin, PTX or SPIR-V kernel launched */
     DK_BAD_GEOMETRY,    /* grid, block or shared memory out of limits */
 };
 
@@ -71,6 +88,7 @@ typedef enum dk_param_kind {
     DK_PARAM_FLOAT = NATIVE_PARAM_FLOAT,
     DK_PARAM_OTHER = 5,   /* by value, not a scalar (a struct, a vector) */
     DK_PARAM_LOCAL = 6,   /* SPIR-V: a pointer to work-group memory */
+    DK_PARAM_BYTES = 7,   /* a cubin's: bytes of a size, kind not told */
 } dk_param_kind;
 
 typedef struct dk_param {
@@ -90,6 +108,8 @@ typedef struct dk_kernel {
     dk_param *params;
     int max_threads;      /* threads per block it allows */
     size_t static_shared; /* static shared memory it declares */
+    int regs;             /* registers per thread; 0: the image tells none */
+    size_t local_size;    /* local memory per thread (a cubin's frame) */
     native_kernel_fn fn;  /* native only */
 } dk_kernel;
 
@@ -107,6 +127,14 @@ enum dk_result dk_module_load(const void *image, size_t size,
  * does. */
 void dk_module_unload(dk_module *m, const char *api);
 dk_format dk_module_format(const dk_module *m);
+/* The architecture of a cubin module (dk_cubin_arch), 0 for the others. */
+int dk_module_arch(const dk_module *m);
+/* The architecture a cubin is for, as major * 10 + minor (sm_90: 90), from
+ * its ELF header (e_flags: bits 8-15 in ELF ABI version 8, the low byte
+ * in the versions before, as LLVM's ELF.h reads them); -1 when image is
+ * not a 64-bit little-endian EM_CUDA ELF (size 0: not known, the ELF
+ * header is trusted to be there). */
+int dk_cubin_arch(const void *image, size_t size);
 int dk_kernel_count(const dk_module *m);
 /* The i-th kernel, in the image's order; NULL out of range. */
 const dk_kernel *dk_kernel_at(const dk_module *m, int i);

@@ -1385,11 +1385,11 @@ hipMemGetAddressRange(hipDeviceptr_t *pbase, size_t *psize,
 /*
  * Code objects go to the shared kernel layer (double_kernels.c), which
  * reads a host shared object (the native format) and runs its kernels;
- * an ELF for another machine (an hsaco for a real GPU) has no code this
- * device runs: hipErrorNoBinaryForGpu, what ROCm answers for a code
- * object without one for the device's ISA.  PTX and SPIR-V, which the
- * layer reads for other doubles, are not code objects: HIP refuses them
- * as invalid images.
+ * an ELF for another machine (an hsaco for a real GPU, a cubin) has no
+ * code this device runs:
+ * hipErrorNoBinaryForGpu, what ROCm answers for a code object without one
+ * for the device's ISA.  PTX and SPIR-V, which the layer reads for other
+ * doubles, are not code objects: HIP refuses them as invalid images.
  */
 hipError_t
 hipModuleLoadData(hipModule_t *module, const void *image)
@@ -1402,7 +1402,11 @@ hipModuleLoadData(hipModule_t *module, const void *image)
     if (module == NULL || image == NULL) {
         return hipErrorInvalidValue;
     }
-    switch (dk_module_load(image, 0, &dk, NULL, 0)) {
+    /* A cubin, which the layer reads for the CUDA double, is another
+     * machine's code here. */
+    switch (dk_cubin_arch(image, 0) >= 0 ? DK_OTHER_MACHINE
+                                         : dk_module_load(image, 0, &dk,
+                                                          NULL, 0)) {
     case DK_OK:
         break;
     case DK_OTHER_MACHINE:
