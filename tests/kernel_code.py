@@ -237,6 +237,33 @@ __device__ __noinline__ int helper(int x) { return x * 5 + 1; }
 extern "C" __global__ void calls(int *p) { *p = helper(*p); }
 """
 
+#: CUDA C++ and HIP C++ alike (NVRTC and hiprtc both take it): saxpy as
+#: the test kernels have it, and a template kernel for name expressions;
+#: SCALE, when defined (-DSCALE=...), is the template's default factor
+SOURCE_CXX = r"""
+extern "C" __global__ void saxpy(float *y, const float *x, float a,
+                                 unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}
+
+#ifndef SCALE
+#define SCALE 1
+#endif
+
+template <typename T>
+__global__ void scale(T *y, T a, unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = y[i] * a * (T)SCALE;
+    }
+}
+"""
+
 #: the smallest PTX a CUDA driver loads (recognised as PTX: it starts
 #: with .version, then .target)
 PTX_SAMPLE = """.version 7.0
