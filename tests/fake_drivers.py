@@ -1011,7 +1011,8 @@ class HipDouble(DriverDouble):
     #: format) handed over as an hsaco is
     kernel_format = "native"
     #: ROCm 5.2 has no call that tells a kernel's parameters: the core
-    #: reads native kernels' parameters from their table (native_table.c)
+    #: reads native kernels' parameters from their table (native_table.c),
+    #: an hsaco's from its metadata (hsaco_table.c)
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }
