@@ -82,3 +82,17 @@ def test_kernels_and_their_formats_come_together(verdicts) -> None:
         "it has kernels but no code_formats"
     assert verdicts["code_formats without kernels"] == \
         "it has code_formats but no kernels"
+
+
+def test_compilers_come_whole_with_their_formats_and_kernels(
+        verdicts) -> None:
+    assert verdicts["without compilers"] == "complete"
+    assert verdicts["without compile"] == (
+        "its compiler slots are filled in part: compile is NULL while "
+        "compiler_open is set (all or none)")
+    assert verdicts["compilers without source_formats"] == \
+        "it has compiler slots but no source_formats"
+    assert verdicts["source_formats without compilers"] == \
+        "it has source_formats but no compiler slots"
+    assert verdicts["compilers without kernels"] == \
+        "it has compiler slots but no kernels"

@@ -102,6 +102,12 @@ def report(env: dict[str, str], *arguments: str) -> str:
 # Refusals ------------------------------------------------------------------
 
 ABI_NEXT_MINOR = "-DABI_MINOR=(ACCELERATOR_BACKEND_ABI_MINOR+1)"
+#: The header's minor version, and the regex text of this and the next.
+ABI_MINOR = int(re.search(
+    r"#define ACCELERATOR_BACKEND_ABI_MINOR (\d+)",
+    (pathlib.Path(__file__).resolve().parents[1] / "csrc" / "include"
+     / "accelerator" / "backend.h").read_text()).group(1))
+THIS_ABI, NEXT_ABI = rf"1\.{ABI_MINOR}", rf"1\.{ABI_MINOR + 1}"
 
 #: case -> (how the variant is built, the reason it is refused for)
 REFUSALS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -118,14 +124,18 @@ REFUSALS: dict[str, tuple[tuple[str, ...], str]] = {
     "null_table": (("-DNULL_TABLE",),
                    r"accelerator_backend_plugin\(\) returned no table"),
     "abi_major": (("-DABI_MAJOR=(ACCELERATOR_BACKEND_ABI_MAJOR+1)",),
-                  r"it was built for backend ABI 2\.0, and this accelerator "
-                  r"speaks 1\.0: another major version"),
+                  r"it was built for backend ABI 2\.\d+, and this "
+                  rf"accelerator speaks {THIS_ABI}: another major version"),
     "abi_size": (("-DSTRUCT_SIZE=(sizeof(acc_backend)-8)",),
-                 r"its struct_size, \d+, is not the size of ABI 1\.0's "
-                 r"table, \d+ bytes"),
+                 rf"its struct_size, \d+, is not the size of ABI {THIS_ABI}'s"
+                 r" table, \d+ bytes"),
     "abi_newer_slot": ((ABI_NEXT_MINOR, "-DAPPENDED_SLOT=1"),
-                       r"it was built for backend ABI 1\.1 and fills slots "
-                       r"that this accelerator \(ABI 1\.0\) does not know"),
+                       rf"it was built for backend ABI {NEXT_ABI} and fills "
+                       rf"slots that this accelerator \(ABI {THIS_ABI}\) does "
+                       r"not know"),
+    "abi_1_0_size": (("-DABI_MINOR=0",),
+                     r"its struct_size, \d+, is not the size of ABI 1\.0's "
+                     r"table, \d+ bytes"),
     "incomplete": (("-DWITHOUT_STREAM_QUERY",),
                    r"incomplete backend: its required slot stream_query is "
                    r"NULL"),
@@ -237,6 +247,10 @@ def loaded(tmp_path_factory: pytest.TempPathFactory,
         "plain": build(folder, include, "plain", '-DNAME="plain"'),
         "newer": build(folder, include, "newer", '-DNAME="newer"',
                        ABI_NEXT_MINOR, "-DAPPENDED_SLOT=0"),
+        # Built against ABI 1.0's table, which ended before the compilers.
+        "older": build(folder, include, "older", '-DNAME="older"',
+                       "-DABI_MINOR=0",
+                       "-DSTRUCT_SIZE=offsetof(acc_backend,source_formats)"),
         "failing": build(folder, include, "failing", '-DNAME="failing"',
                          "-DPROBE_FAILS"),
     }
@@ -244,17 +258,20 @@ def loaded(tmp_path_factory: pytest.TempPathFactory,
 
 def test_plugins_register_after_the_built_in_backends(loaded) -> None:
     """In the order named; one built for a newer minor ABI version that
-    fills none of the slots this core lacks loads too; a plugin whose
+    fills none of the slots this core lacks loads too, as does one built
+    for ABI 1.0 (its table ends before the compilers); a plugin whose
     probe fails is registered, and unavailable for its own reason."""
     got = run(BACKENDS, environment(
-        [loaded["plain"], loaded["newer"], loaded["failing"]]))
+        [loaded["plain"], loaded["newer"], loaded["failing"],
+         loaded["older"]]))
     backends = got["backends"]
     assert [b["name"] for b in backends] == [*BUILT_IN, "plain", "newer",
-                                             "failing"]
+                                             "failing", "older"]
     for b in backends[:len(BUILT_IN)]:
         assert (b["plugin"], b["origin"], b["refused"]) == (
             None, "built-in", False), b
-    plain, newer, failing = backends[len(BUILT_IN):]
+    plain, newer, failing, older = backends[len(BUILT_IN):]
+    assert older["available"] and not older["refused"], older
     assert plain["plugin"] == str(loaded["plain"])
     assert plain["origin"] == "ACCELERATOR_BACKEND_PLUGINS"
     # The first usable backend is selected: no built-in one is, here.

@@ -488,6 +488,12 @@ acc_status acc_check_capture_allows(acc_stream *s, const char *what,
 const char *acc_code_format_name(acc_code_format f);
 /* The format named name, or ACC_FORMAT_NONE when there is none. */
 acc_code_format acc_code_format_named(const char *name);
+/* Nonzero for a source format (cuda-c++, hip-c++): compiled, then loaded
+ * as what the compiler made. */
+int acc_code_format_is_source(acc_code_format f);
+/* The formats of mask (ACC_FORMAT_BIT), as "ptx, cubin, native", cut at
+ * size; "" for none. */
+void acc_code_format_list(unsigned mask, char *text, size_t size);
 
 /* Loaded device code on one device, reference counted; its kernels
  * belong to it and live as long as it does. */
@@ -495,7 +501,9 @@ typedef struct acc_module acc_module;
 typedef struct acc_kernel acc_kernel;
 
 /* The format of code (format ACC_FORMAT_NONE: recognised from its
- * bytes), checked against what the selected backend loads. */
+ * bytes), checked against what the selected backend loads or compiles
+ * (text, not PTX, is OpenCL C, or the source format of a backend that
+ * compiles one and loads no OpenCL C). */
 acc_status acc_code_format_resolve(const void *code, size_t size,
                                    acc_code_format *format, acc_error *err);
 /* Load code of format (already resolved) on device with the driver's
@@ -539,6 +547,33 @@ acc_status acc_launch_dim_error(const acc_kernel *k, int block, int i,
                                 acc_error *err);
 acc_status acc_launch_shared_mem_error(const acc_kernel *k,
                                        const char *value, acc_error *err);
+
+/* Kernels from source (compile.c) ---------------------------------------- */
+
+/* The most options, and the most name expressions, one compile takes. */
+#define ACC_MAX_COMPILE_STRINGS 1024
+
+/* Who compiles format (a source format the selected backend compiles) on
+ * device from library (a path or a name for dlopen): the backend's id
+ * (backend.h: compiler_open), the compile cache's key.  ACC_ERR_NOT_FOUND
+ * when library does not open or is not that compiler (why in err).  May
+ * open the library: call without the GIL. */
+acc_status acc_compiler_id(int device, acc_code_format format,
+                           const char *library, char *id, size_t size,
+                           acc_error *err);
+/* Compile size bytes of source with the compiler in library, with
+ * options[0, noptions) and name expressions names[0, nnames) (each of
+ * the given lengths; a NUL within is refused).  On ACC_OK *out holds the
+ * code (free with acc_compiled_free); on ACC_ERR_BUILD out->log holds
+ * the compiler's log, or NULL.  Takes seconds: call without the GIL. */
+acc_status acc_compile(int device, acc_code_format format,
+                       const char *library, const char *source, size_t size,
+                       const char *const *options,
+                       const size_t *option_lengths, int noptions,
+                       const char *const *names, const size_t *name_lengths,
+                       int nnames, acc_compiled *out, acc_error *err);
+/* Free what *c holds (nnames: the name expressions it was asked for). */
+void acc_compiled_free(acc_compiled *c, int nnames);
 
 #ifdef __cplusplus
 }

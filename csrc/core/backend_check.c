@@ -28,6 +28,7 @@
 #define KERNEL_SLOTS(X)                                                    \
     X(module_load) X(module_unload) X(kernel_get) X(kernel_release)        \
     X(launch)
+#define COMPILER_SLOTS(X) X(compiler_open) X(compile)
 
 #define MAX_GROUP 5
 
@@ -81,6 +82,7 @@ acc_backend_incomplete(const acc_backend *b, char *why, size_t size)
         {"foreign memory", 2, {FOREIGN_SLOTS(NAME)},
          {FOREIGN_SLOTS(FILLED)}},
         {"kernel", 5, {KERNEL_SLOTS(NAME)}, {KERNEL_SLOTS(FILLED)}},
+        {"compiler", 2, {COMPILER_SLOTS(NAME)}, {COMPILER_SLOTS(FILLED)}},
     };
 #undef NAME
 #undef FILLED
@@ -93,6 +95,16 @@ acc_backend_incomplete(const acc_backend *b, char *why, size_t size)
         snprintf(why, size, "%s", b->module_load != NULL
                  ? "it has kernels but no code_formats"
                  : "it has code_formats but no kernels");
+        return why;
+    }
+    if ((b->compile != NULL) != (b->source_formats != 0)) {
+        snprintf(why, size, "%s", b->compile != NULL
+                 ? "it has compiler slots but no source_formats"
+                 : "it has source_formats but no compiler slots");
+        return why;
+    }
+    if (b->compile != NULL && b->module_load == NULL) {
+        snprintf(why, size, "it has compiler slots but no kernels");
         return why;
     }
     return NULL;

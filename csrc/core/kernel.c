@@ -44,6 +44,9 @@ struct acc_module {
 
 /* Formats ----------------------------------------------------------------- */
 
+#define SOURCE_FORMATS                                                    \
+    (ACC_FORMAT_BIT(ACC_FORMAT_CUDA_CXX) | ACC_FORMAT_BIT(ACC_FORMAT_HIP_CXX))
+
 static const char *const format_names[ACC_FORMAT_COUNT] = {
     [ACC_FORMAT_PTX] = "ptx",
     [ACC_FORMAT_CUBIN] = "cubin",
@@ -52,6 +55,8 @@ static const char *const format_names[ACC_FORMAT_COUNT] = {
     [ACC_FORMAT_OPENCL_C] = "opencl-c",
     [ACC_FORMAT_HSACO] = "hsaco",
     [ACC_FORMAT_NATIVE] = "native",
+    [ACC_FORMAT_CUDA_CXX] = "cuda-c++",
+    [ACC_FORMAT_HIP_CXX] = "hip-c++",
 };
 
 const char *
@@ -74,9 +79,16 @@ acc_code_format_named(const char *name)
     return ACC_FORMAT_NONE;
 }
 
+int
+acc_code_format_is_source(acc_code_format f)
+{
+    return f > ACC_FORMAT_NONE && f < ACC_FORMAT_COUNT
+           && (SOURCE_FORMATS & ACC_FORMAT_BIT(f)) != 0;
+}
+
 /* The formats of mask, as "ptx, cubin, native". */
-static void
-format_list(unsigned mask, char *text, size_t size)
+void
+acc_code_format_list(unsigned mask, char *text, size_t size)
 {
     size_t used = 0;
 
@@ -361,6 +373,31 @@ elf_format(const unsigned char *p)
 }
 
 /* What the bytes are. */
+static int
+ident_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+           || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* Nonzero when text holds the word __global__: a CUDA or HIP C++ kernel
+ * (OpenCL C reserves the name; its kernels are __kernel). */
+static int
+declares_global(const unsigned char *p, size_t size)
+{
+    static const char word[] = "__global__";
+    const size_t n = sizeof(word) - 1;
+
+    for (size_t at = 0; at + n <= size; at++) {
+        if (memcmp(p + at, word, n) == 0
+            && (at == 0 || !ident_char(p[at - 1]))
+            && (at + n == size || !ident_char(p[at + n]))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static acc_code_format
 recognise(const unsigned char *p, size_t size)
 {
@@ -375,7 +412,8 @@ recognise(const unsigned char *p, size_t size)
     }
     if (is_text(p, size)) {
         return looks_like_ptx(p, size) ? ACC_FORMAT_PTX
-                                       : ACC_FORMAT_OPENCL_C;
+               : declares_global(p, size) ? ACC_FORMAT_CUDA_CXX
+                                          : ACC_FORMAT_OPENCL_C;
     }
     return ACC_FORMAT_NONE;
 }
@@ -409,7 +447,7 @@ acc_code_format_resolve(const void *code, size_t size,
     if (b == NULL) {
         return err->status;
     }
-    format_list(b->code_formats, takes, sizeof(takes));
+    acc_code_format_list(b->code_formats, takes, sizeof(takes));
     if (size == 0) {
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "the code is empty, "
                       "expected device code (%s)", takes);
@@ -425,10 +463,36 @@ acc_code_format_resolve(const void *code, size_t size,
             return ACC_ERR_INVALID_ARGUMENT;
         }
     }
-    if (!(b->code_formats & ACC_FORMAT_BIT(f))) {
+    if (f == ACC_FORMAT_CUDA_CXX && *format == ACC_FORMAT_NONE
+        && b->source_formats != 0
+        && (b->source_formats & (b->source_formats - 1)) == 0) {
+        /* C++ kernel source, for a backend that compiles one kind. */
+        f = (acc_code_format)__builtin_ctz(b->source_formats);
+    }
+    if (!((b->code_formats | b->source_formats) & ACC_FORMAT_BIT(f))) {
+        char compiles[64];
+
+        acc_code_format_list(b->source_formats, compiles, sizeof(compiles));
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "backend %s cannot "
-                      "load %s code (is it a module for another backend?); "
-                      "it loads %s", b->name, format_names[f], takes);
+                      "%s %s %s (is it %s for another backend?); it loads "
+                      "%s%s%s%s", b->name,
+                      (SOURCE_FORMATS & ACC_FORMAT_BIT(f)) ? "compile"
+                                                          : "load",
+                      format_names[f],
+                      (SOURCE_FORMATS & ACC_FORMAT_BIT(f)) ? "source"
+                                                          : "code",
+                      (SOURCE_FORMATS & ACC_FORMAT_BIT(f)) ? "a kernel"
+                                                          : "a module",
+                      takes, compiles[0] != '\0' ? " and compiles " : "",
+                      compiles,
+                      f == ACC_FORMAT_OPENCL_C
+                          && (b->code_formats & ACC_FORMAT_BIT(
+                                 ACC_FORMAT_SPIRV))
+                          ? "; OpenCL C becomes SPIR-V through an offline "
+                            "compiler (Intel's ocloc, or clang -c -target "
+                            "spir64 -emit-llvm then llvm-spirv): pass that "
+                            "with format='spirv'"
+                          : "");
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if ((f == ACC_FORMAT_SPIRV && !is_spirv(p, size))
@@ -436,7 +500,8 @@ acc_code_format_resolve(const void *code, size_t size,
              || f == ACC_FORMAT_NATIVE)
             && !is_elf(p, size))
         || (f == ACC_FORMAT_FATBIN && !is_fatbin(p, size))
-        || ((f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
+        || ((f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C
+             || (SOURCE_FORMATS & ACC_FORMAT_BIT(f)))
             && !is_text(p, size))) {
         /* SPIR-V with its magic number fails for its length. */
         int magic = f == ACC_FORMAT_SPIRV && size >= 4
@@ -457,7 +522,8 @@ acc_code_format_resolve(const void *code, size_t size,
                       : f == ACC_FORMAT_FATBIN
                           ? "no fat binary magic number 0xBA55ED50 at its "
                             "start"
-                      : (f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C)
+                      : (f == ACC_FORMAT_PTX || f == ACC_FORMAT_OPENCL_C
+                         || (SOURCE_FORMATS & ACC_FORMAT_BIT(f)))
                           ? "it holds a NUL byte before its end"
                           : "no ELF header at its start");
         return ACC_ERR_INVALID_ARGUMENT;

@@ -282,7 +282,9 @@ name_problem(const char *text)
 static size_t
 abi_size(unsigned minor)
 {
-    (void)minor;              /* 1.0 is the only minor version so far */
+    if (minor == 0) {          /* 1.1 appended the compilers */
+        return offsetof(acc_backend, source_formats);
+    }
     return sizeof(acc_backend);
 }
 

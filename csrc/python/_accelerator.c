@@ -736,7 +736,8 @@ module_exec(PyObject *module)
         return -1;
     }
     if (PyModule_AddFunctions(module, acc_memory_methods) < 0
-        || PyModule_AddFunctions(module, acc_kernel_methods) < 0) {
+        || PyModule_AddFunctions(module, acc_kernel_methods) < 0
+        || PyModule_AddFunctions(module, acc_compile_methods) < 0) {
         return -1;
     }
     return PyModule_AddIntConstant(module, "MAX_DEVICES", ACC_MAX_DEVICES);

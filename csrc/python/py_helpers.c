@@ -377,3 +377,37 @@ acc_device_new(acc_state *st, const char *type, int index)
     }
     return (PyObject *)self;
 }
+
+/* Raise BuildError for err with the driver's log (may be NULL). */
+void
+acc_raise_build_error(acc_state *st, const acc_error *err, const char *log)
+{
+    acc_error full = *err;
+    PyObject *type, *value, *tb, *text;
+
+    if (log != NULL && log[0] != '\0') {
+        size_t used = strlen(full.message);
+
+        PyOS_snprintf(full.message + used, sizeof(full.message) - used,
+                      "; the build log says:\n%s", log);
+        full.message[sizeof(full.message) - 1] = '\0';
+        full.message[acc_utf8_whole(full.message,
+                                    strlen(full.message))] = '\0';
+    }
+    acc_raise(st, &full);
+    if (log == NULL) {
+        return;
+    }
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    text = acc_text(log, 0);
+    if (text == NULL || PyObject_SetAttrString(value, "log", text) < 0) {
+        Py_XDECREF(text);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return;
+    }
+    Py_DECREF(text);
+    PyErr_Restore(type, value, tb);
+}

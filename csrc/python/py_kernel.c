@@ -16,6 +16,10 @@ typedef struct {
     PyObject_HEAD
     acc_module *m;            /* NULL only while being made */
     int device;
+    acc_code_format source;   /* the source format compiled, or
+                               * ACC_FORMAT_NONE for code loaded as is */
+    PyObject *lowered;        /* name expression -> symbol (a dict), for
+                               * source; NULL otherwise */
     PyObject *weakreflist;
 } ModuleObject;
 
@@ -85,7 +89,8 @@ parse_format(PyObject *obj, acc_code_format *format)
     if (*format == ACC_FORMAT_NONE) {
         PyErr_Format(PyExc_ValueError, "Module(): unknown format %R, "
                      "expected one of 'ptx', 'cubin', 'fatbin', 'spirv', "
-                     "'opencl-c', 'hsaco', 'native' or None (recognise it)",
+                     "'opencl-c', 'hsaco', 'native', 'cuda-c++', "
+                     "'hip-c++' or None (recognise it)",
                      obj);
         return -1;
     }
@@ -145,48 +150,61 @@ code_bytes(PyObject *code)
     return NULL;
 }
 
-/* Raise BuildError for err with the driver's log (may be NULL). */
-static void
-raise_build_error(acc_state *st, const acc_error *err, const char *log)
+/* Compile source (bytes) of format through accelerator._source, which
+ * keeps the cache: *code becomes the compiled code (a new reference),
+ * *format its format and *lowered the name expressions' symbols (a dict,
+ * new reference).  -1 with an exception set. */
+static int
+compile_source(PyObject *source, acc_code_format *format,
+               PyObject *options, PyObject *names, long long device,
+               PyObject **code, PyObject **lowered)
 {
-    acc_error full = *err;
-    PyObject *type, *value, *tb, *text;
+    PyObject *helper, *result, *name;
+    const char *text;
 
-    if (log != NULL && log[0] != '\0') {
-        size_t used = strlen(full.message);
-
-        PyOS_snprintf(full.message + used, sizeof(full.message) - used,
-                      "; the build log says:\n%s", log);
-        full.message[sizeof(full.message) - 1] = '\0';
-        full.message[acc_utf8_whole(full.message,
-                                    strlen(full.message))] = '\0';
+    *code = NULL;
+    *lowered = NULL;
+    helper = PyImport_ImportModule("accelerator._source");
+    if (helper == NULL) {
+        return -1;
     }
-    acc_raise(st, &full);
-    if (log == NULL) {
-        return;
+    result = PyObject_CallMethod(helper, "build", "OsOOL", source,
+                                 acc_code_format_name(*format), options,
+                                 names, device);
+    Py_DECREF(helper);
+    if (result == NULL) {
+        return -1;
     }
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    text = acc_text(log, 0);
-    if (text == NULL || PyObject_SetAttrString(value, "log", text) < 0) {
-        Py_XDECREF(text);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        return;
+    if (!PyTuple_Check(result) || PyTuple_Size(result) != 3
+        || !PyBytes_Check(PyTuple_GetItem(result, 0))
+        || !PyUnicode_Check(PyTuple_GetItem(result, 1))
+        || !PyDict_Check(PyTuple_GetItem(result, 2))) {
+        Py_DECREF(result);
+        PyErr_SetString(PyExc_SystemError, "accelerator._source.build() "
+                        "returned no (code, format, lowered)");
+        return -1;
     }
-    Py_DECREF(text);
-    PyErr_Restore(type, value, tb);
+    name = PyTuple_GetItem(result, 1);
+    text = PyUnicode_AsUTF8AndSize(name, NULL);
+    if (text == NULL) {
+        Py_DECREF(result);
+        return -1;
+    }
+    *format = acc_code_format_named(text);
+    *code = Py_NewRef(PyTuple_GetItem(result, 0));
+    *lowered = Py_NewRef(PyTuple_GetItem(result, 2));
+    Py_DECREF(result);
+    return 0;
 }
 
 /* Load code (a Module() argument, not a dict) and wrap it. */
 static PyObject *
 module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
-            PyObject *options_arg, PyObject *device_arg)
+            PyObject *options_arg, PyObject *device_arg, PyObject *names)
 {
     acc_state *st = acc_state_from_type(cls);
-    acc_code_format format;
-    PyObject *bytes = NULL, *options = NULL;
+    acc_code_format format, source = ACC_FORMAT_NONE;
+    PyObject *bytes = NULL, *options = NULL, *lowered = NULL;
     const char *options_text = NULL;
     Py_ssize_t options_size = 0;
     long long device;
@@ -209,10 +227,42 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
         }
     }
     bytes = code_bytes(code);
-    options = bytes != NULL ? parse_options(options_arg) : NULL;
-    if (options == NULL) {
-        Py_XDECREF(bytes);
+    if (bytes == NULL) {
         return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_code_format_resolve(PyBytes_AsString(bytes),
+                                     (size_t)PyBytes_Size(bytes), &format,
+                                     &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        acc_raise(st, &err);
+        goto fail;
+    }
+    if (names != Py_None && !acc_code_format_is_source(format)) {
+        PyErr_Format(PyExc_ValueError, "Module(): name_expressions are for "
+                     "source (cuda-c++, hip-c++), which the compiler "
+                     "lowers; %s code has its symbols already, expected "
+                     "name_expressions=None", acc_code_format_name(format));
+        goto fail;
+    }
+    if (acc_code_format_is_source(format)) {
+        PyObject *compiled;
+
+        source = format;
+        if (compile_source(bytes, &format, options_arg, names, device,
+                           &compiled, &lowered) < 0) {
+            goto fail;
+        }
+        Py_DECREF(bytes);
+        bytes = compiled;
+        options = Py_NewRef(Py_None);   /* the compiler took them */
+    }
+    else {
+        options = parse_options(options_arg);
+        if (options == NULL) {
+            goto fail;
+        }
     }
     if (options != Py_None) {
         options_text = PyUnicode_AsUTF8AndSize(options, &options_size);
@@ -221,18 +271,12 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
         }
     }
     Py_BEGIN_ALLOW_THREADS
-    status = acc_code_format_resolve(PyBytes_AsString(bytes),
-                                     (size_t)PyBytes_Size(bytes), &format,
-                                     &err);
-    if (status == ACC_OK) {
-        status = acc_module_load((int)device, format,
-                                 PyBytes_AsString(bytes),
-                                 (size_t)PyBytes_Size(bytes), options_text,
-                                 (size_t)options_size, &m, &log, &err);
-    }
+    status = acc_module_load((int)device, format, PyBytes_AsString(bytes),
+                             (size_t)PyBytes_Size(bytes), options_text,
+                             (size_t)options_size, &m, &log, &err);
     Py_END_ALLOW_THREADS
     if (status == ACC_ERR_BUILD) {
-        raise_build_error(st, &err, log);
+        acc_raise_build_error(st, &err, log);
         free(log);
         goto fail;
     }
@@ -245,6 +289,7 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
     Py_CLEAR(options);
     self = (ModuleObject *)acc_alloc(cls);
     if (self == NULL) {
+        Py_XDECREF(lowered);
         Py_BEGIN_ALLOW_THREADS
         acc_module_release(m);
         Py_END_ALLOW_THREADS
@@ -252,27 +297,31 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
     }
     self->m = m;
     self->device = (int)device;
+    self->source = source;
+    self->lowered = lowered;
     return (PyObject *)self;
 
 fail:
     Py_XDECREF(bytes);
     Py_XDECREF(options);
+    Py_XDECREF(lowered);
     return NULL;
 }
 
 static const char *const module_names[] = {
-    "code", "format", "options", "device", NULL};
+    "code", "format", "options", "device", "name_expressions", NULL};
 
 static PyObject *
 module_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
 {
     static const acc_params params = {"Module()", module_names, 0, 1, 1};
-    PyObject *values[4] = {NULL, Py_None, Py_None, Py_None};
+    PyObject *values[5] = {NULL, Py_None, Py_None, Py_None, Py_None};
 
     if (acc_parse_tuple(args, kwargs, &params, values) < 0) {
         return NULL;
     }
-    return module_make(cls, values[0], values[1], values[2], values[3]);
+    return module_make(cls, values[0], values[1], values[2], values[3],
+                       values[4]);
 }
 
 /* The format a file's suffix names, or None. */
@@ -282,6 +331,7 @@ format_of_suffix(PyObject *path)
     static const char *const suffixes[][2] = {
         {".ptx", "ptx"}, {".cubin", "cubin"}, {".fatbin", "fatbin"},
         {".spv", "spirv"}, {".cl", "opencl-c"}, {".hsaco", "hsaco"},
+        {".cu", "cuda-c++"}, {".hip", "hip-c++"},
     };
     PyObject *text = PyOS_FSPath(path);
     const char *name;
@@ -317,9 +367,9 @@ module_from_file(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
                  PyObject *kwnames)
 {
     static const char *const names[] = {
-        "path", "format", "options", "device", NULL};
+        "path", "format", "options", "device", "name_expressions", NULL};
     static const acc_params params = {"Module.from_file()", names, 0, 1, 1};
-    PyObject *values[4] = {NULL, Py_None, Py_None, Py_None};
+    PyObject *values[5] = {NULL, Py_None, Py_None, Py_None, Py_None};
     PyObject *path, *io, *file, *code, *format, *module;
 
     if (acc_parse_args(args, nargs, kwnames, &params, values) < 0) {
@@ -362,7 +412,7 @@ module_from_file(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     module = module_make((PyTypeObject *)cls, code, format, values[2],
-                         values[3]);
+                         values[3], values[4]);
     Py_DECREF(code);
     Py_DECREF(format);
     return module;
@@ -392,6 +442,27 @@ module_get_kernel(ModuleObject *self, PyObject *name)
         PyErr_SetString(PyExc_ValueError, "get_kernel(): the name holds a "
                         "NUL character");
         return NULL;
+    }
+    if (self->lowered != NULL) {
+        PyObject *symbol = PyDict_GetItemWithError(self->lowered, name);
+
+        if (symbol == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (symbol != NULL) {
+            text = PyUnicode_AsUTF8AndSize(symbol, NULL);
+            if (text == NULL) {
+                return NULL;
+            }
+        }
+        else if (strpbrk(text, "<>:(), ") != NULL) {
+            PyErr_Format(PyExc_KeyError, "get_kernel(): %R is a C++ name; "
+                         "pass it in Module(..., name_expressions=[%R]) so "
+                         "that the compiler tells the symbol it lowers to "
+                         "(or declare the kernel extern \"C\")", name,
+                         name);
+            return NULL;
+        }
     }
     /* The core makes each kernel once per module; the Kernel objects are
      * not cached here, so that a Module and its Kernels form no cycle
@@ -429,6 +500,13 @@ module_get_format(ModuleObject *self, void *closure)
 static PyObject *
 module_repr(ModuleObject *self)
 {
+    if (self->source != ACC_FORMAT_NONE) {
+        return PyUnicode_FromFormat("<accelerator.Module %s (%s) on %s:%d>",
+                                    acc_code_format_name(self->source),
+                                    acc_code_format_name(
+                                        acc_module_format(self->m)),
+                                    acc_device_type(), self->device);
+    }
     return PyUnicode_FromFormat("<accelerator.Module %s on %s:%d>",
                                 acc_code_format_name(
                                     acc_module_format(self->m)),
@@ -439,6 +517,7 @@ static int
 module_traverse(ModuleObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE((PyObject *)self));
+    Py_VISIT(self->lowered);
     return 0;
 }
 
@@ -451,6 +530,7 @@ module_dealloc(ModuleObject *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
+    Py_CLEAR(self->lowered);
     if (self->m != NULL) {
         /* The last reference defers the unload behind the module's
          * queued launches, which may wait for the oldest deferred
@@ -465,23 +545,30 @@ module_dealloc(ModuleObject *self)
 }
 
 PyDoc_STRVAR(module_doc,
-"Module(code, *, format=None, options=None, device=None)\n--\n\n"
+"Module(code, *, format=None, options=None, device=None,\n"
+"       name_expressions=None)\n--\n\n"
 "Device code loaded on one device of the selected backend.\n\n"
 "code is bytes or a str, or a dict from device type to code (its entry\n"
 "for the selected backend is loaded).  format is 'ptx', 'cubin',\n"
-"'fatbin', 'spirv', 'opencl-c', 'hsaco', 'native', or None to recognise\n"
-"it (SPIR-V by its magic number; an ELF image is a cubin for machine\n"
+"'fatbin', 'spirv', 'opencl-c', 'hsaco', 'native', the source formats\n"
+"'cuda-c++' (NVRTC) and 'hip-c++' (hiprtc), or None to recognise it\n"
+"(SPIR-V by its magic number; an ELF image is a cubin for machine\n"
 "EM_CUDA, an hsaco for EM_AMDGPU, else native; PTX text; else OpenCL C\n"
-"source).  options are the driver's build options (a str or a list of\n"
-"str).  device defaults to the current device.  A module the driver\n"
-"fails to build raises BuildError with its log.");
+"source, or the source a backend without OpenCL C compiles).  options\n"
+"are the driver's build options, or the compiler's for source (a str,\n"
+"split at white space for a compiler, or a list of str).  device\n"
+"defaults to the current device.  name_expressions (source only): C++\n"
+"names ('saxpy<float>') that get_kernel() then finds.  Code that the\n"
+"driver or compiler fails to build raises BuildError with its log;\n"
+"compiled source is cached on disk (ACCELERATOR_KERNEL_CACHE_DIR).");
 
 PyDoc_STRVAR(from_file_doc,
-"from_file($type, path, *, format=None, options=None, device=None)\n--\n\n"
+"from_file($type, path, *, format=None, options=None, device=None,\n"
+"          name_expressions=None)\n--\n\n"
 "Module(code) with code read from path (a str, bytes or os.PathLike;\n"
 "a file descriptor is refused, so that none is closed); format=None\n"
 "takes the format from the suffix (.ptx, .cubin, .fatbin, .spv, .cl,\n"
-".hsaco) or else recognises it.");
+".hsaco, .cu, .hip) or else recognises it.");
 
 PyDoc_STRVAR(get_kernel_doc,
 "get_kernel($self, name, /)\n--\n\n"

@@ -11,6 +11,8 @@
  *   py_memory.c (accelerator.memory's functions), py_capability.c
  *   (get_device_capability), py_kernel.c (Module, Kernel, launch)
  *                       one file per type or family of functions
+ *   py_compile.c        the source compilers' two private functions,
+ *                       which accelerator/_source.py calls
  *   py_dlpack.c         DLPack both ways: the methods Buffer and
  *                       HostBuffer list, and from_dlpack
  *   py_lifetime.c       the lifetime of Buffer and HostBuffer memory
@@ -168,6 +170,11 @@ acc_stream_for(int device, int current, acc_stream **out, acc_error *err)
 /* Raise the exception for err; returns NULL for convenience. */
 PyObject *acc_raise(acc_state *st, const acc_error *err);
 
+/* Raise BuildError for err with the driver's or compiler's log (may be
+ * NULL): the message ends with it, and the exception's log is it. */
+void acc_raise_build_error(acc_state *st, const acc_error *err,
+                           const char *log);
+
 /* Raise the error of acc_restore_pop: an unmatched __exit__ is a plain
  * RuntimeError (a usage error, not the driver's). */
 PyObject *acc_raise_unmatched_exit(acc_state *st, const acc_error *err);
@@ -281,5 +288,7 @@ extern PyType_Spec acc_graph_spec;
 extern PyType_Spec acc_module_spec;
 extern PyType_Spec acc_kernel_spec;
 extern PyMethodDef acc_kernel_methods[];
+/* _compiler_id and _compile, for accelerator/_source.py (py_compile.c). */
+extern PyMethodDef acc_compile_methods[];
 
 #endif /* PYACCEL_H */

@@ -83,7 +83,39 @@ main(void)
         acc_backend b = complete;
         KERNEL_SLOTS(CLEAR)
         b.code_formats = 0;
+        b.compiler_open = NULL;
+        b.compile = NULL;
+        b.source_formats = 0;
         report("without kernels", &b);
+    }
+    {
+        acc_backend b = complete;
+        b.compiler_open = NULL;
+        b.compile = NULL;
+        b.source_formats = 0;
+        report("without compilers", &b);
+    }
+    {
+        acc_backend b = complete;
+        b.compile = NULL;
+        report("without compile", &b);
+    }
+    {
+        acc_backend b = complete;
+        b.source_formats = 0;
+        report("compilers without source_formats", &b);
+    }
+    {
+        acc_backend b = complete;
+        b.compiler_open = NULL;
+        b.compile = NULL;
+        report("source_formats without compilers", &b);
+    }
+    {
+        acc_backend b = complete;
+        KERNEL_SLOTS(CLEAR)
+        b.code_formats = 0;
+        report("compilers without kernels", &b);
     }
     {
         acc_backend b = complete;

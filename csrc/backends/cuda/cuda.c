@@ -22,6 +22,7 @@
 #include <accelerator/backend.h>
 #include "cuda_api.h"
 #include "cuda_nvml.h"
+#include "nvrtc.h"
 
 /* This backend's table (named in its messages). */
 extern const acc_backend acc_cuda_backend;
@@ -945,6 +946,60 @@ cuda_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                       err);
 }
 
+/* Kernels from source ------------------------------------------------- */
+
+/*
+ * CUDA C++ goes to NVRTC (nvrtc.c) with the device's compute capability;
+ * the compiler object is the library's cuda_nvrtc, kept for the process.
+ */
+
+static acc_status
+cuda_capability(int device, int *major, int *minor, acc_error *err)
+{
+    CUdevice dev = cu.devices[device];
+    acc_status st;
+
+    st = CU(cuDeviceGetAttribute,
+            (major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    if (st == ACC_OK) {
+        st = CU(cuDeviceGetAttribute,
+                (minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    }
+    return st;
+}
+
+static acc_status
+cuda_compiler_open(int device, acc_code_format format, const char *library,
+                   void **compiler, char *id, size_t size, acc_error *err)
+{
+    cuda_nvrtc *c = NULL;
+    int major = 0, minor = 0;
+
+    (void)format;    /* cuda-c++, the only one in source_formats */
+    if (cuda_capability(device, &major, &minor, err) != ACC_OK
+        || cuda_nvrtc_open(library, &c, err) != ACC_OK
+        || cuda_nvrtc_describe(c, major, minor, id, size, err) != ACC_OK) {
+        return err->status;
+    }
+    *compiler = c;
+    return ACC_OK;
+}
+
+static acc_status
+cuda_compile(int device, void *compiler, const char *source, size_t size,
+             const char *const *options, int noptions,
+             const char *const *names, int nnames, acc_compiled *out,
+             acc_error *err)
+{
+    int major = 0, minor = 0;
+
+    if (cuda_capability(device, &major, &minor, err) != ACC_OK) {
+        return err->status;
+    }
+    return cuda_nvrtc_compile(compiler, major, minor, source, size, options,
+                              noptions, names, nnames, out, err);
+}
+
 /* Graphs ----------------------------------------------------------------- */
 
 static acc_status
@@ -1384,4 +1439,7 @@ const acc_backend acc_cuda_backend = {
     .kernel_release = cuda_kernel_release,
     .launch = cuda_launch,
     .kernel_names = cuda_kernel_names,
+    .source_formats = ACC_FORMAT_BIT(ACC_FORMAT_CUDA_CXX),
+    .compiler_open = cuda_compiler_open,
+    .compile = cuda_compile,
 };

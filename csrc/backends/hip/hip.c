@@ -33,6 +33,7 @@
 #include <accelerator/backend.h>
 #include "hip_api.h"
 #include "hip_kfd.h"
+#include "hiprtc.h"
 
 /* This backend's table (named in its messages). */
 extern const acc_backend acc_hip_backend;
@@ -1097,7 +1098,82 @@ hip_graph_destroy(int device, void *graph, void *exec)
     }
 }
 
-ACC_BACKEND_HOST_DEFINE(hip_attach)
+/* Kernels from source ------------------------------------------------- */
+
+/*
+ * HIP C++ goes to hiprtc (hiprtc.c) for the device's architecture, read
+ * without hipGetDeviceProperties (whose layout changes between ROCm
+ * versions): gfx<major><minor><stepping>, the stepping from the gcnArch
+ * number (major * 100 + minor * 10 + stepping: gfx90a is 9, 0, 910).
+ * The target features (sramecc, xnack) stay unnamed: such a code object
+ * runs with either setting.
+ */
+
+static acc_status
+hip_arch(int device, char *arch, size_t size, acc_error *err)
+{
+    int id = hip.ids[device], major = 0, minor = 0, gcn = 0, stepping;
+    acc_status st;
+
+    st = HIP(hipDeviceGetAttribute,
+             (&major, hipDeviceAttributeComputeCapabilityMajor, id));
+    if (st == ACC_OK) {
+        st = HIP(hipDeviceGetAttribute,
+                 (&minor, hipDeviceAttributeComputeCapabilityMinor, id));
+    }
+    if (st == ACC_OK) {
+        st = HIP(hipDeviceGetAttribute, (&gcn, hipDeviceAttributeGcnArch, id));
+    }
+    if (st != ACC_OK) {
+        return st;
+    }
+    stepping = gcn - major * 100 - minor * 10;
+    if (major <= 0 || minor < 0 || minor > 15 || stepping < 0
+        || stepping > 15) {
+        acc_error_set(err, ACC_ERR_DRIVER, "the runtime tells device %d's "
+                      "architecture as %d.%d, gcnArch %d: not a gfx "
+                      "version hiprtc can target", device, major, minor,
+                      gcn);
+        return ACC_ERR_DRIVER;
+    }
+    snprintf(arch, size, "gfx%d%x%x", major, minor, stepping);
+    return ACC_OK;
+}
+
+static acc_status
+hip_compiler_open(int device, acc_code_format format, const char *library,
+                  void **compiler, char *id, size_t size, acc_error *err)
+{
+    hip_hiprtc *c = NULL;
+    char arch[32];
+
+    (void)format;    /* hip-c++, the only one in source_formats */
+    if (hip_arch(device, arch, sizeof(arch), err) != ACC_OK
+        || hip_hiprtc_open(library, &c, err) != ACC_OK) {
+        return err->status;
+    }
+    hip_hiprtc_describe(c, arch, id, size);
+    *compiler = c;
+    return ACC_OK;
+}
+
+static acc_status
+hip_compile(int device, void *compiler, const char *source, size_t size,
+            const char *const *options, int noptions,
+            const char *const *names, int nnames, acc_compiled *out,
+            acc_error *err)
+{
+    char arch[32];
+
+    if (hip_arch(device, arch, sizeof(arch), err) != ACC_OK) {
+        return err->status;
+    }
+    return hip_hiprtc_compile(compiler, arch, source, size, options,
+                              noptions, names, nnames, out, err);
+}
+
+/* hip_host.c. */
+void hip_attach(const acc_host *host);
 
 const acc_backend acc_hip_backend = {
     ACC_BACKEND_ABI,
@@ -1121,6 +1197,9 @@ const acc_backend acc_hip_backend = {
      * native objects load the same way (format="native"). */
     .no_build_options = "the runtime compiles nothing when it loads a "
                         "finished code object",
+    .source_formats = ACC_FORMAT_BIT(ACC_FORMAT_HIP_CXX),
+    .compiler_open = hip_compiler_open,
+    .compile = hip_compile,
     .code_formats = ACC_FORMAT_BIT(ACC_FORMAT_HSACO)
                     | ACC_FORMAT_BIT(ACC_FORMAT_NATIVE),
     /* As torch built for ROCm: torch.device("cuda", i) is HIP device i. */

@@ -61,7 +61,8 @@
     X(hipDeviceAttributeMultiprocessorCount, 63)     \
     X(hipDeviceAttributePciBusId, 67)                \
     X(hipDeviceAttributePciDeviceId, 68)             \
-    X(hipDeviceAttributePciDomainID, 69)
+    X(hipDeviceAttributePciDomainID, 69)             \
+    X(hipDeviceAttributeGcnArch, 10003)
 
 /* Kernel attributes we read (hipFunction_attribute, hipFuncGetAttribute). */
 #define ACC_HIP_FUNC_ATTRIBUTES(X)                               \

@@ -76,7 +76,7 @@ extern "C" {
  * table's struct_size.  New slots are appended, never inserted.
  */
 #define ACCELERATOR_BACKEND_ABI_MAJOR 1
-#define ACCELERATOR_BACKEND_ABI_MINOR 0
+#define ACCELERATOR_BACKEND_ABI_MINOR 1
 
 /*
  * The host services: what the core lends every backend, the same for a
@@ -487,6 +487,47 @@ struct acc_backend {
     /* Release graph and/or exec (either may be NULL).  Replays still
      * queued complete.  Cannot fail visibly. */
     void (*graph_destroy)(int device, void *graph, void *exec);
+
+    /* Compilers (ABI 1.1) ------------------------------------------------ */
+
+    /* OPTIONAL, as a group with compiler_open and compile (a backend
+     * with kernels only): the source formats this backend compiles
+     * (ACC_FORMAT_BIT of ACC_FORMAT_CUDA_CXX, ...).  0: none; Module()
+     * then refuses source with "backend X does not compile ...". */
+    unsigned source_formats;
+
+    /* Open the compiler of source format `format` (one of
+     * source_formats) from `library`: a path, or a name for dlopen's
+     * search, that the core chose (ACCELERATOR_NVRTC_LIBRARY, the
+     * toolkit's, the PyPI wheel's, the system's).  *compiler is the
+     * backend's own object; it lives as long as the process (the same
+     * library opened again may give the same one).  id receives who
+     * compiles for `device`, cut at size: the compiler, its version,
+     * the target it compiles for on that device and the library's path
+     * ("nvrtc 13.0 sm_90 /usr/local/cuda/lib64/libnvrtc.so.13"): the
+     * key of the compile cache, so everything that changes the result
+     * besides the source and the options belongs in it.  A library that
+     * does not open, is not that compiler, or is too old:
+     * ACC_ERR_NOT_FOUND with why in err (the core tries the next
+     * place).  Must not block on device work. */
+    acc_status (*compiler_open)(int device, acc_code_format format,
+                                const char *library, void **compiler,
+                                char *id, size_t size, acc_error *err);
+
+    /* Compile source (size bytes of text, no NUL) with compiler for
+     * `device`, as compiler_open described it: options[0, noptions)
+     * are passed to the compiler one by one, after the backend's own
+     * (the target); names[0, nnames) are name expressions
+     * ("saxpy<float>") whose lowered names *out receives.  The compiler
+     * refuses the source or an option: ACC_ERR_BUILD with its log in
+     * out->log and its code in err.  On success out holds code of a
+     * format module_load takes.  Whatever the status, the core frees
+     * what out holds (free()).  Runs on the CPU and may take seconds;
+     * called with no lock held, from any thread, several at once. */
+    acc_status (*compile)(int device, void *compiler, const char *source,
+                          size_t size, const char *const *options,
+                          int noptions, const char *const *names,
+                          int nnames, acc_compiled *out, acc_error *err);
 };
 
 /* Fills the version fields that open every table:

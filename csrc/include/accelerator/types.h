@@ -221,6 +221,10 @@ typedef enum acc_code_format {
     ACC_FORMAT_NATIVE,       /* the device's own binary, as its driver
                               * takes it (the test doubles: a host shared
                               * object, docs/kernels.rst) */
+    /* Source that a backend's compiler (backend.h: compile) turns into
+     * one of the formats above before module_load sees it (ABI 1.1). */
+    ACC_FORMAT_CUDA_CXX,     /* CUDA C++, compiled by NVRTC */
+    ACC_FORMAT_HIP_CXX,      /* HIP C++, compiled by hiprtc */
     ACC_FORMAT_COUNT,
 } acc_code_format;
 
@@ -261,6 +265,21 @@ typedef struct acc_kernel_info {
     int nparams;                 /* user parameters; -1 when unknown */
     acc_param params[ACC_MAX_KERNEL_PARAMS]; /* [0, nparams) */
 } acc_kernel_info;
+
+/* What a compiler made of source (backend.h: compile).  Every pointer
+ * is malloc'd by the backend and freed by the core (free()). */
+typedef struct acc_compiled {
+    acc_code_format format;  /* of code: one that module_load takes */
+    void *code;
+    size_t size;
+    char *log;               /* the compiler's log (warnings too); NULL
+                              * when it wrote none */
+    char **lowered;          /* one per name expression asked for, in
+                              * order: the name it lowered to (the
+                              * symbol get_kernel finds), NULL where the
+                              * compiler tells none; NULL when none were
+                              * asked for */
+} acc_compiled;
 
 /* One launch argument: size bytes at value, passed by value.  A memory
  * argument (device >= 0, or ACC_ARG_HOST) is a uintptr_t address. */

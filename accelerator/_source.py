@@ -1,0 +1,189 @@
+"""Kernels from source: which compiler library, and the compile cache.
+
+``Module(code, format="cuda-c++")`` (or ``"hip-c++"``) calls :func:`build`
+here: it finds the compiler library (``ACCELERATOR_NVRTC_LIBRARY`` or
+``ACCELERATOR_HIPRTC_LIBRARY``, else the default search), asks the backend
+who compiles for the device (compiler, version, target, library), looks
+the result up in the compile cache (:mod:`accelerator._kernel_cache`) and
+compiles only on a miss.  The C extension compiles (``_compile``, with the
+GIL released) and loads what this returns.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import site
+import sys
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from . import _accelerator, _kernel_cache
+
+
+class _Compiler(NamedTuple):
+    variable: str          # the environment variable that names it
+    what: str              # for messages
+    install: str           # how to get one
+
+
+_COMPILERS = {
+    "cuda-c++": _Compiler("ACCELERATOR_NVRTC_LIBRARY", "NVRTC",
+                          "install the CUDA toolkit, or `pip install "
+                          "nvidia-cuda-nvrtc`"),
+    "hip-c++": _Compiler("ACCELERATOR_HIPRTC_LIBRARY", "hiprtc",
+                         "install ROCm's hiprtc (Debian: libamdhip64-5, "
+                         "which holds it in ROCm 5)"),
+}
+
+#: What the places of the default search are called, in messages.
+_TOOLKIT, _WHEEL, _SYSTEM = "the CUDA toolkit's", "the PyPI wheel's", \
+    "the system's"
+
+
+def _newest_first(paths: list[str]) -> list[str]:
+    """Each file once (by its real path: the toolkit links its folders),
+    the highest soname version first, the same order in every process."""
+    def version(path: str) -> tuple[tuple[int, ...], str]:
+        tail = os.path.basename(path).partition(".so")[2]
+        return tuple(int(p) for p in tail.split(".") if p.isdigit()), path
+    real = {os.path.realpath(p) for p in paths}
+    return sorted(real, key=version, reverse=True)
+
+
+def _files(folders: Sequence[str], pattern: str) -> list[str]:
+    found = []
+    for folder in folders:
+        for path in glob.glob(os.path.join(folder, pattern)):
+            name = os.path.basename(path)
+            if "builtins" not in name and ".alt." not in name:
+                found.append(path)
+    return _newest_first(found)
+
+
+def _site_folders() -> list[str]:
+    folders = list(sys.path)
+    try:
+        folders += site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:        # a virtualenv's old site.py
+        pass
+    return [f for f in dict.fromkeys(folders) if f and os.path.isdir(f)]
+
+
+def _nvrtc_places() -> list[tuple[str, list[str]]]:
+    homes = [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        homes.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    homes += sorted(glob.glob("/usr/local/cuda*"), reverse=True)
+    toolkit = [os.path.join(h, lib) for h in dict.fromkeys(homes) if h
+               for lib in ("lib64", "lib", "targets/x86_64-linux/lib")]
+    wheels = [os.path.join(s, "nvidia", sub, "lib") for s in _site_folders()
+              for sub in ("cuda_nvrtc", "cu13", "cu12")]
+    return [
+        (_TOOLKIT, _files(toolkit, "libnvrtc.so*")),
+        (_WHEEL, _files(wheels, "libnvrtc.so*")),
+        (_SYSTEM, ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+                   "libnvrtc.so"]),
+    ]
+
+
+def _hiprtc_places() -> list[tuple[str, list[str]]]:
+    rocm = [os.environ.get("ROCM_PATH", "")] + sorted(
+        glob.glob("/opt/rocm*"), reverse=True)
+    rocm_libs = [os.path.join(r, "lib") for r in rocm if r]
+    system = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
+    return [
+        ("ROCm's", _files(rocm_libs, "libhiprtc.so*")
+         + _files(rocm_libs, "libamdhip64.so*")),
+        # ROCm 5 keeps hiprtc inside the HIP runtime: by its path, so that
+        # the HIP runtime test double (the same soname) is not taken.
+        (_SYSTEM, _files(system, "libhiprtc.so*")
+         + _files(system, "libamdhip64.so*")
+         + ["libhiprtc.so.6", "libhiprtc.so.5", "libhiprtc.so"]),
+    ]
+
+
+def _places(fmt: str) -> list[tuple[str, list[str]]]:
+    return _nvrtc_places() if fmt == "cuda-c++" else _hiprtc_places()
+
+
+def _compiler_for(fmt: str, device: int) -> tuple[str, str]:
+    """(library, id): the first library of the search that compiles fmt for
+    device, and who it is; RuntimeError naming every place tried."""
+    compiler = _COMPILERS[fmt]
+    named = os.environ.get(compiler.variable, "")
+    if named:
+        try:
+            return named, _accelerator._compiler_id(fmt, named, device)
+        except KeyError as e:
+            raise RuntimeError(
+                f"{compiler.variable}={named!r} names no usable "
+                f"{compiler.what}: {e.args[0]}") from None
+    tried: list[str] = [f"{compiler.variable} is unset"]
+    for place, libraries in _places(fmt):
+        reasons = []
+        for library in libraries:
+            try:
+                return library, _accelerator._compiler_id(fmt, library,
+                                                          device)
+            except KeyError as e:
+                reasons.append(str(e.args[0]))
+        tried.append(f"{place}: " + ("; ".join(reasons) if reasons
+                                     else "none installed"))
+    raise RuntimeError(
+        f"no {compiler.what} found to compile {fmt} source: "
+        + "; ".join(tried) + f". {compiler.install[0].upper()}"
+        f"{compiler.install[1:]}, or name the library in "
+        f"{compiler.variable}")
+
+
+def _strings(value: object, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(value.split()) if what == "options" else (value,)
+    if isinstance(value, (bytes, bytearray)) or not isinstance(
+            value, Sequence):
+        raise TypeError(f"Module(): {what} must be a str or a sequence of "
+                        f"str, not {type(value).__name__}")
+    items = tuple(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise TypeError(f"Module(): {what} must hold only str, not "
+                            f"{type(item).__name__} (item {i})")
+        if "\0" in item:
+            raise ValueError(f"Module(): {what} item {i} holds a NUL "
+                             "character, expected text without NUL "
+                             "characters")
+        if what == "name_expressions" and not item:
+            raise ValueError(f"Module(): {what} item {i} is empty, expected "
+                             "a kernel's C++ name ('saxpy<float>')")
+    if len(set(items)) != len(items) and what == "name_expressions":
+        raise ValueError("Module(): name_expressions holds a name twice")
+    return items
+
+
+def build(source: bytes, fmt: str, options: object, names: object,
+          device: int) -> tuple[bytes, str, dict[str, str]]:
+    """(code, format of code, {name expression: symbol}) for source of fmt
+    on device, from the cache or the compiler."""
+    opts = _strings(options, "options")
+    exprs = _strings(names, "name_expressions")
+    library, ident = _compiler_for(fmt, device)
+    key = _kernel_cache.key(fmt, ident, opts, exprs, source)
+    hit = _kernel_cache.load(key)
+    if hit is not None:
+        code, code_format, lowered = hit
+        if set(lowered) == set(exprs):
+            return code, code_format, lowered
+    code, code_format, symbols, _log = _accelerator._compile(
+        fmt, library, device, source, opts, exprs)
+    missing = [e for e, s in zip(exprs, symbols) if s is None]
+    if missing:
+        raise ValueError(f"Module(): the compiler lowered no symbol for the "
+                         f"name expressions {missing} (is each a kernel's "
+                         "name, with its template arguments?)")
+    lowered = dict(zip(exprs, symbols))
+    _kernel_cache.store(key, code, code_format, lowered)
+    return code, code_format, lowered
