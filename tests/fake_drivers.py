@@ -1030,7 +1030,8 @@ class HipDouble(DriverDouble):
     compiler_compile = "hiprtcCompileProgram"
     no_binary_error = "hipErrorNoBinaryForGpu"
     #: ROCm 5.2 has no call that tells a kernel's parameters: the core
-    #: reads native kernels' parameters from their table (native_table.c)
+    #: reads native kernels' parameters from their table (native_table.c),
+    #: an hsaco's from its metadata (hsaco_table.c)
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }

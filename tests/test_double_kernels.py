@@ -18,7 +18,6 @@ of its exact size: refused, never read out of bounds (AddressSanitizer).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -37,23 +36,15 @@ def _need(tool: str) -> None:
 
 @pytest.fixture(scope="module")
 def check_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """check_double_kernels.c built with the layer and the memory."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    assert compiler, "no C compiler"
+    """check_double_kernels.c built with the layer and the memory (with
+    AddressSanitizer and UBSan where the compiler has them: the layer's
+    parsers read untrusted images)."""
     program = tmp_path_factory.mktemp("check") / "check_double_kernels"
-    # With AddressSanitizer (leaks included) and UBSan where the compiler
-    # has them: the layer's parsers read untrusted images.
-    asan = subprocess.run([compiler, "-print-file-name=libasan.so"],
-                          capture_output=True, text=True).stdout.strip()
-    sanitize = ["-fsanitize=address,undefined",
-                "-fno-sanitize-recover=undefined"] \
-        if Path(asan).is_absolute() and Path(asan).exists() else []
-    build = subprocess.run(
-        [compiler, "-std=gnu11", "-pthread", "-Wall", "-Wextra", "-Werror",
-         "-g", *sanitize, str(DRIVERS / "check_double_kernels.c"),
-         str(DRIVERS / "double_kernels.c"), str(DRIVERS / "double_memory.c"),
-         "-ldl", "-o", str(program)],
-        capture_output=True, text=True)
+    build = kernel_code.sanitized_program(
+        program, [DRIVERS / "check_double_kernels.c",
+                  DRIVERS / "double_kernels.c", DRIVERS / "double_memory.c",
+                  REPO / "csrc" / "core" / "hsaco_table.c"],
+        ["-pthread", f"-I{REPO / 'csrc' / 'include'}"], ["-ldl"])
     assert build.returncode == 0, build.stderr
     return program
 

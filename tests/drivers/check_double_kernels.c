@@ -9,7 +9,8 @@
  * their names and parameters, runs native launches on device memory of
  * double_memory.c and checks the results, and checks the refusals and the
  * detector.  --cubin: kernel_code.CUDA_KINDS's cubin for sm_90 (nvcc or
- * NVRTC): its kernels, parameters and attributes, then the same image
+ * NVRTC): which devices take it, its kernels, parameters and
+ * attributes, then the same image
  * truncated at every length, with its tables pointed outside it, its
  * records made inconsistent and its bytes flipped at random, each copy
  * in a buffer of exactly its size (the test builds this program with
@@ -260,12 +261,16 @@ check_native(const unsigned char *image, size_t size)
               == DK_OTHER_MACHINE);
         CHECK(strstr(log, "machine 224") != NULL);
         CHECK(dk_cubin_arch(other, size) == -1);
-        /* Marked EM_CUDA, it is read as a cubin: not an executable. */
+        /* Marked EM_CUDA: another machine's code, for a CUDA device too
+         * (its e_flags tell sm_0). */
         other[18] = EM_CUDA;
         CHECK(dk_cubin_arch(other, size) == 0);
         CHECK(dk_module_load(other, size, &m, log, sizeof(log))
-              == DK_NOT_IMAGE);
-        CHECK(strstr(log, "invalid cubin: not an executable ELF") != NULL);
+              == DK_OTHER_MACHINE);
+        CHECK(strstr(log, "machine 190") != NULL);
+        CHECK(dk_module_load_cuda(other, size, 90, &m, log, sizeof(log))
+              == DK_OTHER_MACHINE);
+        CHECK(strstr(log, "a cubin for sm_0, the device is sm_90") != NULL);
         CHECK(dk_module_load(image, 200, &m, log, sizeof(log))
               == DK_NOT_IMAGE);
         free(other);
@@ -389,7 +394,7 @@ load_exact(const unsigned char *image, size_t size, char *log)
     enum dk_result r;
 
     memcpy(copy, image, size);
-    r = dk_module_load(copy, size, &m, log, DK_LOG_MAX);
+    r = dk_module_load_cuda(copy, size, 90, &m, log, DK_LOG_MAX);
     if (r == DK_OK) {
         dk_module_unload(m, "check");
     }
@@ -476,7 +481,18 @@ check_cubin(const unsigned char *image, size_t size)
     memcpy(b, image, size);
     CHECK(dk_cubin_arch(image, size) == 90);
     CHECK(dk_cubin_arch(image, 63) == -1);
-    CHECK(dk_module_load(b, size, &m, log, sizeof(log)) == DK_OK);
+    /* For the devices that run it: 9.0 and 9.x; not 8.9 nor 10.0, nor a
+     * device that is not CUDA's. */
+    CHECK(dk_module_load(b, size, &m, log, sizeof(log)) == DK_OTHER_MACHINE
+          && strstr(log, "machine 190") != NULL);
+    CHECK(dk_module_load_cuda(b, size, 89, &m, log, sizeof(log))
+              == DK_OTHER_MACHINE
+          && strstr(log, "a cubin for sm_90, the device is sm_89") != NULL);
+    CHECK(dk_module_load_cuda(b, size, 100, &m, log, sizeof(log))
+          == DK_OTHER_MACHINE);
+    CHECK(dk_module_load_cuda(b, size, 91, &m, log, sizeof(log)) == DK_OK);
+    dk_module_unload(m, "check");
+    CHECK(dk_module_load_cuda(b, size, 90, &m, log, sizeof(log)) == DK_OK);
     CHECK(log[0] == '\0');
     CHECK(dk_module_format(m) == DK_CUBIN && dk_module_arch(m) == 90);
     /* The entries only: helper is a device function. */
@@ -493,7 +509,7 @@ check_cubin(const unsigned char *image, size_t size)
           && k->params[2].offset == 16 && k->params[3].offset == 20
           && k->params[3].kind == DK_PARAM_BYTES
           && dk_kernel_args_size(k) == 24 && k->max_threads == DK_MAX_THREADS
-          && k->static_shared == 0 && k->regs > 0);
+          && k->static_shared == 0 && k->registers > 0);
     k = dk_kernel_find(m, "mixed");
     CHECK(k != NULL && k->nparams == 9);
     for (int i = 0; k != NULL && i < k->nparams && i < 9; i++) {
@@ -504,7 +520,7 @@ check_cubin(const unsigned char *image, size_t size)
     CHECK(k != NULL && k->max_threads == 128 && k->static_shared == 256
           && dk_kernel_args_size(k) == 88);
     k = dk_kernel_find(m, "spill");
-    CHECK(k != NULL && k->local_size == 256);
+    CHECK(k != NULL && k->private_bytes == 256);
     {
         void *args[2] = {log, log};
 
@@ -514,7 +530,7 @@ check_cubin(const unsigned char *image, size_t size)
     }
     dk_module_unload(m, "check");
     /* Without a size (cuModuleLoadData): the headers' extent. */
-    CHECK(dk_module_load(b, 0, &m, log, sizeof(log)) == DK_OK);
+    CHECK(dk_module_load_cuda(b, 0, 90, &m, log, sizeof(log)) == DK_OK);
     CHECK(dk_kernel_count(m) == 6);
     dk_module_unload(m, "check");
 

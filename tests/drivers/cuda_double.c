@@ -2856,18 +2856,6 @@ module_result(enum dk_result r)
     }
 }
 
-/* Whether a cubin for sm_<arch> runs on the device: one of the same
- * major version and a minor no newer than the device's (the CUDA
- * programming guide's binary compatibility: sm_86 code runs on 8.9, not
- * on 8.0 nor on 9.0).  The ELF header does not tell an arch-specific
- * cubin (sm_90a, which runs on 9.0 only) from its plain one: both are
- * taken by this rule. */
-static bool
-cubin_runs_here(int arch)
-{
-    return arch / 10 == cfg.cc_major && arch % 10 <= cfg.cc_minor;
-}
-
 static CUresult
 module_load(CUmodule *module, const void *image, unsigned int n,
             CUjit_option *options, void **values)
@@ -2880,7 +2868,6 @@ module_load(CUmodule *module, const void *image, unsigned int n,
     enum dk_result r;
     CUresult rc;
     size_t used = 0;
-    int arch;
 
     if (module == NULL || image == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -2896,17 +2883,8 @@ module_load(CUmodule *module, const void *image, unsigned int n,
     if (rc != CUDA_SUCCESS) {
         return rc;
     }
-    arch = dk_cubin_arch(image, 0);
-    if (arch >= 0 && !cubin_runs_here(arch)) {
-        snprintf(log, sizeof(log), "no kernel image for this device: a "
-                 "cubin for sm_%d, the device is sm_%d%d\n", arch,
-                 cfg.cc_major, cfg.cc_minor);
-        jit_log_write(logs.error, logs.error_size, logs.error_at, values,
-                      log);
-        jit_log_write(logs.info, logs.info_size, logs.info_at, values, "");
-        return CUDA_ERROR_NO_BINARY_FOR_GPU;
-    }
-    r = dk_module_load(image, 0, &dk, log, sizeof(log));
+    r = dk_module_load_cuda(image, 0, cfg.cc_major * 10 + cfg.cc_minor, &dk,
+                            log, sizeof(log));
     if (r == DK_OK && dk_module_format(dk) == DK_SPIRV) {
         /* SPIR-V is not CUDA's. */
         dk_module_unload(dk, "cuModuleLoadData");
@@ -3130,10 +3108,10 @@ cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
         *pi = 0;
         return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
-        *pi = k->local_size <= INT_MAX ? (int)k->local_size : INT_MAX;
+        *pi = k->private_bytes <= INT_MAX ? (int)k->private_bytes : INT_MAX;
         return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_NUM_REGS:
-        *pi = k->regs > 0 ? k->regs : FAKE_KERNEL_REGISTERS;
+        *pi = k->registers > 0 ? k->registers : FAKE_KERNEL_REGISTERS;
         return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
         *pi = cfg.cc_major * 10 + cfg.cc_minor;

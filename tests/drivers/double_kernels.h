@@ -8,28 +8,38 @@
  *     host's machine exporting NATIVE_KERNEL_TABLE; written to a temporary
  *     file, dlopen()ed, the file removed at once.  The only format whose
  *     kernels run.
- *   - a cubin (an executable ELF of EM_CUDA, 190, 64-bit, as nvcc -cubin
- *     and NVRTC write it; a relocatable one, -rdc, is refused): its
- *     kernels are the STT_FUNC symbols marked as entries (st_other
- *     STO_CUDA_ENTRY, 0x10; device functions are not), each in its
- *     section .text.<name>; the parameters (count, sizes, offsets) are
- *     the EIATTR_KPARAM_INFO records of .nv.info.<name>; attributes are
- *     the records that tell them (EIATTR_MAX_THREADS or EIATTR_REQNTID;
- *     EIATTR_REGCOUNT and EIATTR_FRAME_SIZE of .nv.info) and the size of
- *     .nv.shared.<name> less the reserved part it counts (sm_90 on),
- *     as ptxas -v reports them.  Which architecture it is for is
- *     dk_cubin_arch's: the doubles that take cubins check it against
- *     their device before loading.
+ *   - cubins, for a double whose device has a CUDA compute capability
+ *     (dk_module_load_cuda): an executable ELF64 of EM_CUDA (190), as
+ *     nvcc -cubin and NVRTC write it (a relocatable one, -rdc, is
+ *     refused), for an architecture the device runs (dk_cubin_arch; one
+ *     for another is DK_OTHER_MACHINE).  Its kernels are the STT_FUNC
+ *     symbols marked as entries (st_other STO_CUDA_ENTRY, 0x10; device
+ *     functions are not), each in its section .text.<name>; their
+ *     parameters (count, sizes, offsets) the EIATTR_KPARAM_INFO records
+ *     of .nv.info.<name>; their attributes the records that tell them
+ *     (EIATTR_MAX_THREADS or EIATTR_REQNTID; EIATTR_REGCOUNT and
+ *     EIATTR_FRAME_SIZE of .nv.info) and the size of .nv.shared.<name>
+ *     less the reserved part it counts (sm_90 on), as ptxas -v reports
+ *     them.
  *   - PTX text: its `.entry name(.param .type p, ...)` list (`.maxntid`
  *     and `.shared` declarations give attributes).
  *   - SPIR-V: OpEntryPoint Kernel names and each entry's
  *     OpFunctionParameter types (sizes and kinds).
- * A cubin, PTX or SPIR-V kernel is known (names, parameters, attributes)
- * but dk_launch_new refuses it with DK_NO_BINARY: the doubles' device
- * runs host code only, as a device without a binary for it would refuse.
- * Every read of an image stays inside it: within size bytes, or (size 0:
- * the driver API gave none) within the extent its ELF headers declare;
- * an image whose tables point outside that is refused as DK_NOT_IMAGE.
+ *   - AMD GPU code objects (hsaco), for a double whose device has an AMD
+ *     architecture (dk_module_load_amdgpu): an ELF64 of machine
+ *     EM_AMDGPU whose e_flags name that architecture (EF_AMDGPU_MACH,
+ *     and for code object v4 and later xnack and sramecc settings the
+ *     device takes); its kernels, their arguments and resources from its
+ *     metadata note (csrc/core/hsaco_table.c, the reader the core uses),
+ *     each kernel's descriptor (.symbol, "<name>.kd") a defined object of
+ *     its symbol table.
+ * A cubin, PTX, SPIR-V or hsaco kernel is known (names, parameters,
+ * attributes) but dk_launch_new refuses it with DK_NO_BINARY: the
+ * doubles' device runs host code only, as a device without a binary for
+ * it would refuse.  A cubin is read within size bytes or (size 0: the
+ * driver API gave none) within the extent its ELF headers declare; one
+ * whose tables point outside that, or whose records do not add up, is
+ * DK_NOT_IMAGE (log set).
  *
  * Lifetime: a module is reference counted by its launches, so memory is
  * never pulled from under a worker; still, unloading a module while a
@@ -65,6 +75,7 @@ typedef enum dk_format {
     DK_NATIVE = 1,
     DK_PTX,
     DK_SPIRV,
+    DK_HSACO,
     DK_CUBIN,
 } dk_format;
 
@@ -72,11 +83,12 @@ enum dk_result {
     DK_OK = 0,
     DK_NOT_IMAGE,       /* no format the doubles read (or truncated or
                          * damaged: log set) */
-    DK_OTHER_MACHINE,   /* an ELF image for another host machine */
+    DK_OTHER_MACHINE,   /* an ELF image for another machine (an hsaco or
+                         * a cubin: for another architecture) */
     DK_INVALID_CODE,    /* PTX or SPIR-V that does not parse (log set) */
     DK_OUT_OF_MEMORY,
     DK_NOT_FOUND,       /* no kernel of that name */
-    DK_NO_BINARY,       /* a cubin, PTX or SPIR-V kernel launched */
+    DK_NO_BINARY,       /* a kernel that is not native launched */
     DK_BAD_GEOMETRY,    /* grid, block or shared memory out of limits */
 };
 
@@ -108,8 +120,10 @@ typedef struct dk_kernel {
     dk_param *params;
     int max_threads;      /* threads per block it allows */
     size_t static_shared; /* static shared memory it declares */
-    int regs;             /* registers per thread; 0: the image tells none */
-    size_t local_size;    /* local memory per thread (a cubin's frame) */
+    size_t private_bytes; /* hsaco, cubin: private (local) memory per
+                           * thread */
+    int registers;        /* hsaco: vector registers per thread; cubin:
+                           * registers per thread; 0: not told */
     native_kernel_fn fn;  /* native only */
 } dk_kernel;
 
@@ -122,6 +136,31 @@ typedef struct dk_launch dk_launch;
  * NULL or 0) receives what a build would print: empty on success. */
 enum dk_result dk_module_load(const void *image, size_t size,
                               dk_module **out, char *log, size_t log_size);
+/* dk_module_load for a device of AMD architecture mach (an
+ * EF_AMDGPU_MACH value, 0x3f: gfx90a) with xnack off and sramecc on (as
+ * an MI200's "gfx90a:sramecc+:xnack-"): an AMD GPU code object for it
+ * is loaded too (DK_HSACO), one for another is DK_OTHER_MACHINE, one
+ * whose metadata or symbols are damaged DK_NOT_IMAGE (log set).  size
+ * 0: read as far as the ELF headers say. */
+enum dk_result dk_module_load_amdgpu(const void *image, size_t size,
+                                     unsigned mach, dk_module **out,
+                                     char *log, size_t log_size);
+/* dk_module_load for a device of CUDA compute capability cc (major * 10
+ * + minor: 90 for 9.0): a cubin it runs is loaded too (DK_CUBIN): one of
+ * the same major version and a minor no newer (the CUDA programming
+ * guide's binary compatibility: sm_86 code runs on 8.9, not on 8.0 nor
+ * on 9.0; the ELF header does not tell an arch-specific sm_90a from
+ * sm_90, so both are taken by that rule); one for another architecture
+ * is DK_OTHER_MACHINE (log set). */
+enum dk_result dk_module_load_cuda(const void *image, size_t size, int cc,
+                                   dk_module **out, char *log,
+                                   size_t log_size);
+/* The architecture a cubin is for, as major * 10 + minor (sm_90: 90),
+ * from its ELF header (e_flags: bits 8-15 in ELF ABI version 8, the low
+ * byte in the versions before, as LLVM's ELF.h reads them); -1 when
+ * image is not a 64-bit little-endian EM_CUDA ELF (size 0: not known,
+ * the ELF header is trusted to be there). */
+int dk_cubin_arch(const void *image, size_t size);
 /* Unload (api names the call in reports): a misuse (reported, counted)
  * while a launch of it is queued; the memory goes when its last launch
  * does. */
@@ -129,12 +168,6 @@ void dk_module_unload(dk_module *m, const char *api);
 dk_format dk_module_format(const dk_module *m);
 /* The architecture of a cubin module (dk_cubin_arch), 0 for the others. */
 int dk_module_arch(const dk_module *m);
-/* The architecture a cubin is for, as major * 10 + minor (sm_90: 90), from
- * its ELF header (e_flags: bits 8-15 in ELF ABI version 8, the low byte
- * in the versions before, as LLVM's ELF.h reads them); -1 when image is
- * not a 64-bit little-endian EM_CUDA ELF (size 0: not known, the ELF
- * header is trusted to be there). */
-int dk_cubin_arch(const void *image, size_t size);
 int dk_kernel_count(const dk_module *m);
 /* The i-th kernel, in the image's order; NULL out of range. */
 const dk_kernel *dk_kernel_at(const dk_module *m, int i);

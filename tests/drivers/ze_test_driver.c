@@ -1894,19 +1894,8 @@ module_build(const ze_module_desc_t *desc, dk_module **out, char *log,
     if (!build_flags_known(desc->pBuildFlags, log, size)) {
         return ZE_RESULT_ERROR_MODULE_BUILD_FAILURE;
     }
-    enum dk_result d;
-
-    if (dk_cubin_arch(desc->pInputModule, desc->inputSize) >= 0) {
-        /* A cubin, which the layer reads for the CUDA double, is another
-         * machine's code here. */
-        snprintf(log, size, "a cubin (ELF machine 190): not this device's "
-                 "binary");
-        d = DK_OTHER_MACHINE;
-    }
-    else {
-        d = dk_module_load(desc->pInputModule, desc->inputSize, out, log,
-                           size);
-    }
+    enum dk_result d = dk_module_load(desc->pInputModule, desc->inputSize,
+                                      out, log, size);
     if (d == DK_OK
         && dk_module_format(*out) != (spirv ? DK_SPIRV : DK_NATIVE)) {
         dk_module_unload(*out, "zeModuleCreate");

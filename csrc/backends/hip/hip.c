@@ -818,8 +818,9 @@ hip_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
  * ("Options are not used"), so build options are refused rather than
  * dropped.  The module is the runtime's hipModule_t and a kernel its
  * hipFunction_t, which the module owns (nothing to release).  HIP 5.2 has
- * no call that tells a kernel's parameters: nparams stays unknown, and
- * arguments pass by the size the caller gives them.
+ * no call that tells a kernel's parameters: nparams stays unknown here,
+ * and the core reads them from the code object's metadata (hsaco_table.c)
+ * or the doubles' native table instead.
  */
 
 static acc_status
@@ -973,9 +974,10 @@ hip_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
 {
     /* kernelParams: a pointer to each argument's bytes, which the runtime
      * copies before it returns, for as many parameters as the kernel has.
-     * ROCm 5.2 tells no parameter count, so a launch may pass fewer
-     * arguments than the kernel takes: the rest read zero bytes (as many
-     * as a kernel's arguments may fill, 4 KiB), never stale stack. */
+     * ROCm 5.2 tells no parameter count, and where the core could not
+     * read one from the code object a launch may pass fewer arguments
+     * than the kernel takes: the rest read zero bytes (as many as a
+     * kernel's arguments may fill, 4 KiB), never stale stack. */
     static const unsigned char zeros[4096];
     void *params[ACC_MAX_KERNEL_PARAMS];
     int previous;
