@@ -1158,6 +1158,8 @@ class HipDouble(DriverDouble):
              refused=(("graph_exec", 1),)),
         Site("hipGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
         Site("hipModuleLoadData", RAISE, "Module()"),
+        # hiprtc's target: the device's gcnArchName.
+        Site("hipGetDeviceProperties", RAISE, "Module(source)"),
         Site("hipModuleGetFunction", RAISE, "get_kernel()"),
         Site("hipFuncGetAttribute", RAISE, "get_kernel()"),
         # The device's launch limits are read once per process.

@@ -55,7 +55,9 @@
  *
  * Model, where the runtime leaves a choice:
  *   - Devices are "Fake HIP Device <n>", gfx90a (compute capability 9.0;
- *     an MI200's "gfx90a:sramecc+:xnack-"), 110 compute units, at PCI
+ *     an MI200's "gfx90a:sramecc+:xnack-", the gcnArchName that
+ *     hipGetDeviceProperties tells, with the name: its other fields read
+ *     zero), 110 compute units, at PCI
  *     0000:<0xc1 + n>:00.0.
  *   - The null stream synchronises with the blocking streams of its
  *     device (hipStreamDefault), as the legacy default stream does:
@@ -622,6 +624,27 @@ hipDeviceGetName(char *name, int len, hipDevice_t device)
         return hipErrorInvalidDevice;
     }
     snprintf(name, (size_t)len, "Fake HIP Device %d", device);
+    return hipSuccess;
+}
+
+/* ROCm 5's hipDeviceProp_t, as bytes (hip_api.h): the name and the
+ * gcnArchName are told; every other field reads zero. */
+hipError_t
+hipGetDeviceProperties(hipDeviceProp_t *prop, int device)
+{
+    unsigned char *bytes = (unsigned char *)prop;
+
+    FAKE_ENTER(hipGetDeviceProperties, true);
+    if (prop == NULL) {
+        return hipErrorInvalidValue;
+    }
+    if (bad_device(device)) {
+        return hipErrorInvalidDevice;
+    }
+    memset(bytes, 0, ACC_HIP_DEVICE_PROP_SIZE);
+    snprintf((char *)bytes, 256, "Fake HIP Device %d", device);
+    snprintf((char *)bytes + ACC_HIP_DEVICE_PROP_GCN_ARCH_NAME,
+             ACC_HIP_GCN_ARCH_NAME_SIZE, "gfx90a:sramecc+:xnack-");
     return hipSuccess;
 }
 
