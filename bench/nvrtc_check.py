@@ -1,32 +1,42 @@
 #!/usr/bin/env python3
-"""The NVRTC step of bench/gpu_check.sh: CUDA C++ compiled at run time.
+"""The NVRTC step of bench/gpu_check.sh: kernels compiled from source by
+accelerator.Module(code, format="cuda-c++").
 
     python bench/nvrtc_check.py [--double] [--markdown OUT.md]
 
-saxpy (tests/kernel_code.py's CUDA C++) is compiled by NVRTC (libnvrtc,
-through ctypes: no Python package needed) twice, to PTX for the device's
-compute capability and to a cubin for its SM, and each is loaded with
-accelerator.Module, launched on 2**20 floats and checked against numpy.
-One line per form; exit status 1 when a form failed.
+saxpy (tests/kernel_code.py's CUDA C++) in four forms, each launched on
+2**20 floats and checked against numpy (within float32 rounding: the
+device may fuse the multiply-add):
+
+- cold: ``Module(code, format="cuda-c++")`` with an empty compile cache
+  (a fresh ACCELERATOR_KERNEL_CACHE_DIR): a cubin for the device's SM
+  where NVRTC has one, else PTX;
+- from the cache: the same call again, which must reuse the entry the
+  cold compile wrote (the same file: a compile replaces it);
+- PTX: ``options=["-arch=compute_XY"]``, which the driver compiles at
+  load;
+- a template: ``saxpy_t<float>`` of TEMPLATE, through
+  ``name_expressions=["saxpy_t<float>"]`` and
+  ``get_kernel("saxpy_t<float>")`` (on the double as PTX, which it
+  loads, so that the lowered name is looked up there too).
+
+One line per form; exit status 1 when a form failed.  Without NVRTC
+(Module() says "no NVRTC found") the step says so and exits 0.
 
 --double (gpu_check.sh's dry run on the CUDA driver double): the double
-runs only its native code, so each NVRTC form must load, tell its
-parameters, and be refused at launch with CUDA_ERROR_NO_BINARY_FOR_GPU;
-the native saxpy then runs through the same launch and numpy check.
-
-libnvrtc is looked for as NVRTC_LIBRARY, then by name (libnvrtc.so.13,
-.so.12, .so), then in /usr/local/cuda*/lib{64,} and in the nvidia-cuda-nvrtc
-wheel; without one the step says so and exits 0 (nothing to check).
+runs only its native code, so each form must compile, then be refused as
+the double refuses code it cannot run (CUDA_ERROR_NO_BINARY_FOR_GPU: a
+cubin at load, PTX at launch, after its four parameters were read); the
+native saxpy then runs through the same launch and numpy check.
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
-import glob
 import os
-import site
-import subprocess
+import shutil
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,110 +47,26 @@ import kernel_code  # noqa: E402
 
 N = 1 << 20
 BLOCK = 256
+TEMPLATE = r"""
+template <typename T>
+__global__ void saxpy_t(T *y, const T *x, T a, unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}
+"""
+TEMPLATE_NAME = "saxpy_t<float>"
 
 
-class NvrtcError(RuntimeError):
-    pass
-
-
-def find_nvrtc(major: str) -> tuple[ctypes.CDLL | None, str]:
-    """libnvrtc, or None, and where it was (or where it was looked for):
-    of the driver's CUDA major version first (major; a newer NVRTC writes
-    PTX and cubins that an older driver refuses)."""
-    names = [os.environ.get("NVRTC_LIBRARY", ""), f"libnvrtc.so.{major}",
-             "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
-    dirs = sorted(glob.glob("/usr/local/cuda*/lib64")
-                  + glob.glob("/usr/local/cuda*/lib"),
-                  key=lambda d: (f"/cuda-{major}." in d, d), reverse=True)
-    dirs += [os.path.join(p, "nvidia", "cuda_nvrtc", "lib")
-             for p in site.getsitepackages()]
-    paths = [n for n in names if n] + [
-        path for d in dirs for path in sorted(
-            glob.glob(os.path.join(d, "libnvrtc.so*")), reverse=True)
-        if "builtins" not in path and ".alt." not in path]
-    for path in paths:
-        try:
-            return ctypes.CDLL(path), path
-        except OSError:
-            continue
-    return None, "searched NVRTC_LIBRARY, " + ", ".join(names[1:]) + \
-        " and " + ", ".join(dirs)
-
-
-def driver_major() -> str:
-    """The CUDA major version of the selected driver ('' if unknown)."""
-    import accelerator
-
-    version = next((b["driver_version"] for b in accelerator.backends()
-                    if b["selected"]), None) or ""
-    return version.split(".")[0]
-
-
-def nvrtc_version(lib: ctypes.CDLL) -> str:
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    return f"{major.value}.{minor.value}"
-
-
-def nvrtc_compile(lib: ctypes.CDLL, source: str, arch: str,
-                  output: str) -> bytes:
-    """source compiled for arch (compute_XY: PTX; sm_XY: a cubin)."""
-    prog = ctypes.c_void_p()
-
-    def check(rc: int, what: str) -> None:
-        if rc != 0:
-            lib.nvrtcGetErrorString.restype = ctypes.c_char_p
-            raise NvrtcError(f"{what} failed: "
-                             f"{lib.nvrtcGetErrorString(rc).decode()}")
-
-    check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
-                                 b"saxpy.cu", 0, None, None),
-          "nvrtcCreateProgram")
-    try:
-        options = (ctypes.c_char_p * 1)(f"--gpu-architecture={arch}".encode())
-        rc = lib.nvrtcCompileProgram(prog, 1, options)
-        if rc != 0:
-            size = ctypes.c_size_t()
-            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            log = ctypes.create_string_buffer(size.value)
-            lib.nvrtcGetProgramLog(prog, log)
-            check(rc, f"nvrtcCompileProgram ({log.value.decode()})")
-        get_size, get = ((lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
-                         if output == "ptx"
-                         else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN))
-        size = ctypes.c_size_t()
-        check(get_size(prog, ctypes.byref(size)), f"the {output}'s size")
-        code = ctypes.create_string_buffer(size.value)
-        check(get(prog, code), f"the {output}")
-        return code.raw.rstrip(b"\0") if output == "ptx" else code.raw
-    finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
-
-
-def compile_in_child(arch: str, output: str, major: str) -> bytes:
-    """nvrtc_compile in a child process that cannot see the CUDA driver
-    double: NVRTC 13 dlopens libcuda.so.1 when it finds one and reads a
-    table the double lacks (cuGetExportTable), crashing the process."""
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        d for d in env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-        if d and Path(d).resolve() != REPO / "tests" / "drivers" / "build")
-    proc = subprocess.run([sys.executable, __file__, "--compile", arch,
-                           output, major], env=env, capture_output=True,
-                          timeout=300)
-    if proc.returncode != 0:
-        raise NvrtcError(proc.stderr.decode(errors="replace").strip()
-                         or f"the NVRTC child exited {proc.returncode}")
-    return proc.stdout
-
-
-def saxpy_matches(module: Any) -> str:
-    """Launch module's saxpy on N floats; '' when out == a*x + y within
-    float32 rounding (the device may fuse the multiply-add), else why."""
+def saxpy_matches(module: Any, name: str = "saxpy") -> str:
+    """Launch module's saxpy (kernel name) on N floats; '' when out ==
+    a*x + y within float32 rounding, else why."""
     import numpy as np
     import accelerator
 
-    saxpy = module.get_kernel("saxpy")
+    saxpy = module.get_kernel(name)
     rng = np.random.default_rng(25)
     x = rng.random(N, dtype=np.float32)
     y = rng.random(N, dtype=np.float32)
@@ -157,39 +83,72 @@ def saxpy_matches(module: Any) -> str:
     return "" if error <= 2 ** -23 else f"relative error {error:.3g}"
 
 
-def check_form(cc: str, output: str, major: str, double: bool
-               ) -> tuple[bool, str]:
-    """(passed, what happened) for one NVRTC form."""
-    import accelerator
+def entries(folder: Path) -> dict[str, int]:
+    """The compile cache's entries in folder: name -> inode."""
+    return {p.name: p.stat().st_ino for p in folder.glob("*.kernel")}
 
-    arch = ("compute_" if output == "ptx" else "sm_") + cc
-    code, params = b"", None
-    try:
-        code = compile_in_child(arch, output, major)
-        module = accelerator.Module(code, format=output)
-        params = module.get_kernel("saxpy").attributes["num_args"]
-        wrong = saxpy_matches(module)
-    except accelerator.AcceleratorError as exc:
-        # The double runs host code only: it refuses a device binary when
-        # loading it (as a driver refuses a cubin for another SM), and PTX
-        # at launch, having read its parameters.
-        if double and exc.error_name == "CUDA_ERROR_NO_BINARY_FOR_GPU" and (
-                params in (None, 4)):
+
+class Form:
+    """One way of compiling saxpy from source."""
+
+    def __init__(self, label: str, source: str, name: str = "saxpy",
+                 **kwargs: Any) -> None:
+        self.label, self.source, self.name = label, source, name
+        self.kwargs = kwargs
+
+    def call(self) -> str:
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        return f'Module(code, format="cuda-c++"{", " if kwargs else ""}' \
+            f'{kwargs})'
+
+    def check(self, double: bool, cache: Path,
+              reused: dict[str, int] | None = None) -> tuple[bool, str]:
+        """(passed, what happened) for this form, compiled with cache as
+        the compile cache; reused: the entries it must find there."""
+        import accelerator
+
+        os.environ["ACCELERATOR_KERNEL_CACHE_DIR"] = str(cache)
+        params = None
+        start = time.perf_counter()
+        took = None
+        try:
+            module = accelerator.Module(self.source, format="cuda-c++",
+                                        **self.kwargs)
+            took = time.perf_counter() - start
+            params = module.get_kernel(self.name).attributes["num_args"]
+            wrong = saxpy_matches(module, self.name)
+        except accelerator.AcceleratorError as exc:
+            if took is None:
+                took = time.perf_counter() - start
+            # The double runs host code only: it refuses a device binary
+            # when loading it (as a driver refuses a cubin for another
+            # SM), and PTX at launch, having read its parameters.
+            if not (double and exc.error_name == "CUDA_ERROR_NO_BINARY_FOR_GPU"
+                    and params in (None, 4)):
+                return False, f"FAILED: {type(exc).__name__}: {exc}"
             when = ("at load" if params is None
                     else "at launch, after loading it and telling its 4 "
                          "parameters")
-            return True, (f"{arch}, {len(code):,} bytes: refused {when}, as "
-                          f"the double refuses code it cannot run "
-                          f"({exc.error_name})")
-        return False, f"{arch}: FAILED: {type(exc).__name__}: {exc}"
-    except (NvrtcError, NotImplementedError, ValueError, TypeError) as exc:
-        return False, f"{arch}: FAILED: {type(exc).__name__}: {exc}"
-    if double:
-        return False, f"{arch}: FAILED: the double launched {output} code"
-    if wrong:
-        return False, f"{arch}: FAILED: saxpy differs from numpy: {wrong}"
-    return True, (f"{arch}, {len(code):,} bytes: saxpy on {N:,} floats "
-                  f"matches numpy")
+            wrong = ""
+            outcome = (f"refused {when}, as the double refuses code it "
+                       f"cannot run ({exc.error_name})")
+        except (RuntimeError, ValueError, TypeError, KeyError) as exc:
+            return False, f"FAILED: {type(exc).__name__}: {exc}"
+        else:
+            if double:
+                return False, "FAILED: the double launched compiled code"
+            outcome = f"saxpy on {N:,} floats matches numpy"
+        if wrong:
+            return False, f"FAILED: saxpy differs from numpy: {wrong}"
+        found = entries(cache)
+        if reused is not None and found != reused:
+            return False, (f"FAILED: not from the cache: its entries were "
+                           f"{sorted(reused)}, now {sorted(found)} (a "
+                           "compile replaced or added one)")
+        if reused is None and len(found) != 1:
+            return False, (f"FAILED: the compile left {len(found)} cache "
+                           "entries, expected 1")
+        return True, f"{took * 1e3:.1f} ms to Module(): {outcome}"
 
 
 def main() -> int:
@@ -198,37 +157,51 @@ def main() -> int:
                         help="the dry run on the CUDA driver double")
     parser.add_argument("--markdown", type=Path,
                         help="write the lines here too")
-    parser.add_argument("--compile", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.compile:   # the child of compile_in_child: code to stdout
-        arch, output, major = args.compile
-        lib, where = find_nvrtc(major)
-        if lib is None:
-            sys.exit(f"no libnvrtc ({where})")
-        try:
-            sys.stdout.buffer.write(nvrtc_compile(lib, kernel_code.CUDA_C,
-                                                  arch, output))
-        except NvrtcError as exc:
-            sys.exit(str(exc))
-        return 0
     import accelerator
+    from accelerator import _source
 
     lines, ok = [], True
-    major = driver_major() if accelerator.is_available() else ""
-    lib, where = find_nvrtc(major)
-    if lib is None:
-        lines.append(f"- nvrtc: not run: no libnvrtc ({where})")
-    elif not accelerator.is_available():
-        lines.append("- nvrtc: not run: no accelerator")
+    if not accelerator.is_available():
+        lines.append("- cuda-c++: not run: no accelerator")
     else:
         props = accelerator.get_device_properties(0)
         cc = f"{props.major}{props.minor}"
-        lines.append(f"- NVRTC {nvrtc_version(lib)} ({where}), "
-                     f"{props.name} (sm_{cc}, driver CUDA {major})")
-        for output in ("ptx", "cubin"):
-            passed, text = check_form(cc, output, major, args.double)
-            ok &= passed
-            lines.append(f"- nvrtc {output}: {text}")
+        try:
+            _library, ident = _source._compiler_for("cuda-c++", 0)
+        except RuntimeError as exc:
+            ident = None
+            # No NVRTC here: nothing to check.  One that was named and
+            # does not work is a failure.
+            ok = str(exc).startswith("no NVRTC found")
+            lines.append(f"- cuda-c++: {'not run' if ok else 'FAILED'}: "
+                         f"{exc}")
+        if ident is not None:
+            lines.append(f"- Module(code, format=\"cuda-c++\") on "
+                         f"{props.name} (sm_{cc}): {ident}")
+            root = Path(tempfile.mkdtemp(prefix="nvrtc-check-"))
+            checks = [
+                (Form("cold (an empty cache)", kernel_code.CUDA_C),
+                 root / "default", None),
+                (Form("from the cache", kernel_code.CUDA_C), root / "default",
+                 "default"),
+                (Form("ptx", kernel_code.CUDA_C,
+                      options=[f"-arch=compute_{cc}"]), root / "ptx", None),
+                # On the double as PTX, which it loads: so that the
+                # lowered name is looked up and its parameters told.
+                (Form("template", TEMPLATE, TEMPLATE_NAME,
+                      name_expressions=[TEMPLATE_NAME],
+                      **({"options": [f"-arch=compute_{cc}"]}
+                         if args.double else {})),
+                 root / "template", None),
+            ]
+            for form, cache, reuse in checks:
+                reused = entries(cache) if reuse else None
+                passed, text = form.check(args.double, cache, reused)
+                ok &= passed
+                lines.append(f"- cuda-c++ {form.label}: {form.call()}"
+                             f".get_kernel({form.name!r}): {text}")
+            shutil.rmtree(root, ignore_errors=True)
     if args.double:
         try:
             wrong = saxpy_matches(accelerator.Module(kernel_code.native()))
