@@ -2,7 +2,7 @@
 
 import builtins
 import sys
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, NoReturn, Protocol, SupportsIndex, TypedDict, TypeVar, final, overload, type_check_only
 
@@ -297,12 +297,13 @@ class HostBuffer:
 
 # -- Kernels ---------------------------------------------------------------
 
-# The code formats Module() takes (format=None recognises the code).
-_CodeFormat: TypeAlias = Literal["ptx", "cubin", "fatbin", "spirv", "opencl-c", "hsaco", "native"]
+# The code formats Module() takes (format=None recognises the code), and the
+# source formats a backend's compiler turns into one of them.
+_CodeFormat: TypeAlias = Literal["ptx", "cubin", "fatbin", "spirv", "opencl-c", "hsaco", "native", "cuda-c++", "hip-c++"]
 # One module's code, or a dict from device type ("cuda", "xpu", "opencl" ...)
 # to code, whose entry for the selected backend is loaded.
 _Code: TypeAlias = bytes | str | _HostData | dict[str, bytes] | dict[str, str] | dict[str, bytes | str]
-_BuildOptions: TypeAlias = str | list[str] | tuple[str, ...] | None
+_BuildOptions: TypeAlias = str | Sequence[str] | None
 # A grid or block: an int or 1 to 3 ints.
 _Dims: TypeAlias = (
     SupportsIndex
@@ -320,7 +321,13 @@ _KernelArg: TypeAlias = Buffer | HostBuffer | int | float | _HostData
 @final
 class Module:
     def __new__(
-        cls, code: _Code, *, format: _CodeFormat | None = None, options: _BuildOptions = None, device: _DeviceLike | None = None
+        cls,
+        code: _Code,
+        *,
+        format: _CodeFormat | None = None,
+        options: _BuildOptions = None,
+        device: _DeviceLike | None = None,
+        name_expressions: Sequence[str] | None = None,
     ) -> Self: ...
     @classmethod
     def from_file(
@@ -330,6 +337,7 @@ class Module:
         format: _CodeFormat | None = None,
         options: _BuildOptions = None,
         device: _DeviceLike | None = None,
+        name_expressions: Sequence[str] | None = None,
     ) -> Self: ...
     def get_kernel(self, name: str, /) -> Kernel: ...
     @property
@@ -441,6 +449,10 @@ def launch(
 def _noop() -> None: ...
 def _visible_devices() -> list[int] | None: ...
 def _probed() -> bool: ...
+def _compiler_id(format: str, library: str, device: int, /) -> str: ...
+def _compile(
+    format: str, library: str, device: int, source: bytes, options: tuple[str, ...], names: tuple[str, ...], /
+) -> tuple[bytes, str, tuple[str | None, ...], str | None]: ...
 def _memory_stats(device: _DeviceLike | None = None, /) -> dict[str, int]: ...
 def _reset_peak_memory_stats(device: _DeviceLike | None = None, /) -> None: ...
 def _reset_accumulated_memory_stats(device: _DeviceLike | None = None, /) -> None: ...

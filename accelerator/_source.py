@@ -184,6 +184,6 @@ def build(source: bytes, fmt: str, options: object, names: object,
         raise ValueError(f"Module(): the compiler lowered no symbol for the "
                          f"name expressions {missing} (is each a kernel's "
                          "name, with its template arguments?)")
-    lowered = dict(zip(exprs, symbols))
+    lowered = {e: s for e, s in zip(exprs, symbols) if s is not None}
     _kernel_cache.store(key, code, code_format, lowered)
     return code, code_format, lowered

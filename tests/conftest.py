@@ -1,14 +1,23 @@
-"""Shared pytest configuration: make tests/fake_drivers.py importable, and
+"""Shared pytest configuration: make tests/fake_drivers.py importable,
+keep the compile cache of kernels from source out of the user's home, and
 keep the objects of collection out of every later garbage collection."""
 from __future__ import annotations
 
 import gc
+import os
 import pathlib
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+# One folder for the session and its children (the tests of the cache
+# itself set their own); a machine's own cache is never read or written.
+if "ACCELERATOR_KERNEL_CACHE_DIR" not in os.environ:
+    os.environ["ACCELERATOR_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(
+        prefix="accelerator-kernel-cache-")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -141,6 +141,17 @@ class DriverDouble:
     #: build options that make the driver's build of the test kernels
     #: fail with a build log (None: no such options)
     failing_build_options: str | None = None
+    #: the source format the backend compiles (kernel_code.SOURCE_CXX;
+    #: "cuda-c++" with NVRTC, "hip-c++" with hiprtc), the variable that
+    #: names its compiler library, and the compiler's entry point that
+    #: refuses bad source; "" where the backend compiles no source
+    source_format = ""
+    compiler_env = ""
+    compiler_compile = ""
+    #: the driver's error name for a launch of compiled source, which the
+    #: doubles load (names, parameters) but cannot run: their devices run
+    #: host code only
+    no_binary_error = ""
     #: the driver tells each kernel parameter's size (a bare int or float
     #: then passes at that size; a mismatched size is refused)
     kernel_param_sizes = True
@@ -513,6 +524,10 @@ class CudaDouble(DriverDouble):
     env_devices = "FAKE_CUDA_DEVICES"
     kernel_format = "native"
     kernel_param_kinds = False
+    source_format = "cuda-c++"
+    compiler_env = "ACCELERATOR_NVRTC_LIBRARY"
+    compiler_compile = "nvrtcCompileProgram"
+    no_binary_error = "CUDA_ERROR_NO_BINARY_FOR_GPU"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",
                   "graph_exec", "module", "kernel_misuse")
@@ -1010,8 +1025,13 @@ class HipDouble(DriverDouble):
     #: code objects: the double runs host shared objects (the native
     #: format) handed over as an hsaco is
     kernel_format = "native"
+    source_format = "hip-c++"
+    compiler_env = "ACCELERATOR_HIPRTC_LIBRARY"
+    compiler_compile = "hiprtcCompileProgram"
+    no_binary_error = "hipErrorNoBinaryForGpu"
     #: ROCm 5.2 has no call that tells a kernel's parameters: the core
-    #: reads native kernels' parameters from their table (native_table.c)
+    #: reads native kernels' parameters from their table (native_table.c),
+    #: an hsaco's from its metadata (hsaco_table.c)
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }
@@ -1138,6 +1158,8 @@ class HipDouble(DriverDouble):
              refused=(("graph_exec", 1),)),
         Site("hipGraphDestroy", SILENT, "drop a graph", refused=(("graph", 1),)),
         Site("hipModuleLoadData", RAISE, "Module()"),
+        # hiprtc's target: the device's gcnArchName.
+        Site("hipGetDeviceProperties", RAISE, "Module(source)"),
         Site("hipModuleGetFunction", RAISE, "get_kernel()"),
         Site("hipFuncGetAttribute", RAISE, "get_kernel()"),
         # The device's launch limits are read once per process.

@@ -21,6 +21,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -185,6 +186,59 @@ extern "C" __global__ void add_one(unsigned *data, unsigned n)
 }
 """
 
+#: CUDA C++ and HIP C++ alike (NVRTC and hiprtc both take it): saxpy as
+#: the test kernels have it, and a template kernel for name expressions;
+#: SCALE, when defined (-DSCALE=...), is the template's default factor
+SOURCE_CXX = r"""
+extern "C" __global__ void saxpy(float *y, const float *x, float a,
+                                 unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}
+
+#ifndef SCALE
+#define SCALE 1
+#endif
+
+template <typename T>
+__global__ void scale(T *y, T a, unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = y[i] * a * (T)SCALE;
+    }
+}
+"""
+
+#: HIP C++ for hiprtc: the CUDA C++ kernels, and what an AMD code
+#: object's metadata tells of others (launch bounds and static shared
+#: memory; a struct by value; printf's hidden argument)
+HIP_C = CUDA_C + r"""
+struct pair { int a; double b; };
+
+extern "C" __global__ void __launch_bounds__(256)
+bounded(float *out, int n)
+{
+    __shared__ float scratch[64];
+    scratch[threadIdx.x % 64] = (float)n;
+    __syncthreads();
+    out[threadIdx.x] = scratch[(threadIdx.x + 1) % 64];
+}
+
+extern "C" __global__ void by_struct(pair p, int *out)
+{
+    out[0] = p.a + (int)p.b;
+}
+
+extern "C" __global__ void prints(int *x)
+{
+    printf("%d\n", x[0]);
+}
+"""
+
 #: the smallest PTX a CUDA driver loads (recognised as PTX: it starts
 #: with .version, then .target)
 PTX_SAMPLE = """.version 7.0
@@ -245,6 +299,24 @@ def native_path(source: str = NATIVE_C) -> Path:
     return _CACHE / f"{key[:16]}.so"
 
 
+def sanitized_program(out: Path, sources: list[Path], flags: list[str],
+                      libs: list[str]) -> subprocess.CompletedProcess:
+    """Build a C check program of sources into out, with AddressSanitizer
+    (leaks included) and UBSan where the compiler has them: the parsers
+    it runs read untrusted images."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "no C compiler"
+    asan = subprocess.run([compiler, "-print-file-name=libasan.so"],
+                          capture_output=True, text=True).stdout.strip()
+    sanitize = ["-fsanitize=address,undefined",
+                "-fno-sanitize-recover=undefined"] \
+        if Path(asan).is_absolute() and Path(asan).exists() else []
+    return subprocess.run(
+        [compiler, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g",
+         *sanitize, *flags, *map(str, sources), *libs, "-o", str(out)],
+        capture_output=True, text=True)
+
+
 def have(tool: str) -> bool:
     """Whether a compiler the real formats need is on this machine."""
     return shutil.which(tool) is not None or Path(tool).exists()
@@ -288,6 +360,57 @@ def spirv(source: str = OPENCL_C) -> bytes:
                        check=True, capture_output=True, timeout=300,
                        env=_tool_env())
     return out.read_bytes()
+
+
+#: Debian's ROCm 5.2 HIP runtime (libamdhip64-5), which holds hiprtc
+HIPRTC_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5")
+
+#: hiprtc through ctypes, in a process of its own (no braces: the text
+#: passes through str.format): the sanitized stages preload a runtime
+#: that ROCm's LLVM is not built for, and a process that loads the HIP
+#: double is spared ROCm's (loading both in one process works: the
+#: backend opens the double by its path, ACCELERATOR_HIP_LIBRARY)
+_HIPRTC_BUILD = r"""
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+source = open(sys.argv[2], "rb").read()
+options = [o.encode() for o in sys.argv[4:]]
+prog = ctypes.c_void_p()
+rc = lib.hiprtcCreateProgram(ctypes.byref(prog), source, b"kernels.hip", 0,
+                             None, None)
+if rc == 0:
+    rc = lib.hiprtcCompileProgram(
+        prog, len(options), (ctypes.c_char_p * len(options))(*options))
+size = ctypes.c_size_t()
+lib.hiprtcGetProgramLogSize(prog, ctypes.byref(size))
+log = ctypes.create_string_buffer(size.value + 1)
+lib.hiprtcGetProgramLog(prog, log)
+if rc != 0:
+    sys.exit("hiprtc failed (%d): %s" % (rc, log.value.decode("ascii",
+                                                              "replace")))
+lib.hiprtcGetCodeSize(prog, ctypes.byref(size))
+code = ctypes.create_string_buffer(size.value)
+if lib.hiprtcGetCode(prog, code) != 0:
+    sys.exit("hiprtcGetCode failed")
+open(sys.argv[3], "wb").write(code.raw)
+"""
+
+
+def hiprtc_missing() -> str | None:
+    """Why hsaco() cannot build here, or None."""
+    if not HIPRTC_LIBRARY.exists():
+        return (f"no {HIPRTC_LIBRARY} (its hiprtc builds code objects): "
+                "apt-get install libamdhip64-5")
+    return None
+
+
+def hsaco(source: str = CUDA_C, arch: str = "gfx90a") -> bytes:
+    """An AMD GPU code object (ELF, machine EM_AMDGPU) for arch, from HIP
+    C++ built by hiprtc (Debian's ROCm 5.2 runtime, on the CPU)."""
+    return _cached("hip", source, [
+        sys.executable, "-c", _HIPRTC_BUILD,
+        str(HIPRTC_LIBRARY), "{src}", "{out}", f"--offload-arch={arch}"],
+        ".hsaco")
 
 
 @functools.lru_cache(maxsize=None)

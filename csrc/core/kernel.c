@@ -9,6 +9,7 @@
  * (graph.c); nothing in the core calls it.
  */
 #include "core.h"
+#include "hsaco_table.h"
 #include "native_table.h"
 
 #include <limits.h>
@@ -34,6 +35,8 @@ struct acc_module {
     void *native;
     acc_native_table *table; /* a native module's parameters, read where
                               * the driver tells none (native_table.c) */
+    acc_hsaco_table *hsaco;  /* an AMD code object's, from its metadata
+                              * (hsaco_table.c) */
     acc_uses uses;           /* the launches that use it (uses.c) */
     pthread_mutex_t lock;    /* guards kernels */
     acc_kernel *kernels;
@@ -619,6 +622,17 @@ acc_module_load(int device, acc_code_format format, const void *code,
         || format == ACC_FORMAT_HSACO) {   /* ELF images */
         m->table = acc_native_table_read(code, size);
     }
+    if (format == ACC_FORMAT_HSACO && m->table == NULL) {
+        char why[160];
+
+        /* A host object passed as hsaco (the doubles') has a native
+         * table; a GPU's code object has its metadata. */
+        m->hsaco = acc_hsaco_table_read(code, size, why, sizeof(why));
+        if (m->hsaco == NULL) {
+            acc_trace("an hsaco's kernel parameters were not read: %s",
+                      why);
+        }
+    }
     atomic_init(&m->refcount, 1);
     m->backend = b;
     m->device = device;
@@ -663,6 +677,7 @@ module_unload(int device, uintptr_t ptr)
     }
     m->backend->module_unload(device, m->native);
     acc_native_table_free(m->table);
+    acc_hsaco_table_free(m->hsaco);
     acc_uses_clear(&m->uses);
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -747,8 +762,9 @@ acc_kernel_get(acc_module *m, const char *name, acc_kernel **out,
     if (k->info.nparams > ACC_MAX_KERNEL_PARAMS) {
         k->info.nparams = -1;
     }
-    if (k->info.nparams < 0) {   /* the driver tells none */
-        acc_native_table_params(m->table, name, &k->info);
+    if (k->info.nparams < 0   /* the driver tells none */
+        && !acc_native_table_params(m->table, name, &k->info)) {
+        acc_hsaco_table_params(m->hsaco, name, &k->info);
     }
     pthread_mutex_lock(&m->lock);
     found = find_kernel(m, name);

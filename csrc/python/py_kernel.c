@@ -494,7 +494,8 @@ module_get_format(ModuleObject *self, void *closure)
 {
     (void)closure;
     return PyUnicode_FromString(acc_code_format_name(
-        acc_module_format(self->m)));
+        self->source != ACC_FORMAT_NONE ? self->source
+                                        : acc_module_format(self->m)));
 }
 
 static PyObject *

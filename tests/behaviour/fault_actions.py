@@ -296,6 +296,13 @@ def launch_add_one(state: State) -> None:
     state["s"].synchronize()
 
 
+def compile_source(state: State) -> None:
+    """The backend's C++ source, compiled (or taken from the cache: the
+    driver calls that name the target come first either way)."""
+    import kernel_code as kernel_code_module
+    acc.Module(kernel_code_module.SOURCE_CXX)
+
+
 def build_broken(state: State) -> None:
     """Code the driver fails to build: a BuildError, with or without
     its log.  Where the test kernels' format builds nothing to fail, they
@@ -412,6 +419,7 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "launch()": launch_add_one,
     "drop a module": drop_module,
     "Module(broken code)": build_broken,
+    "Module(source)": compile_source,
     "get_kernel(unknown name)": unknown_kernel,
 }
 
@@ -460,6 +468,7 @@ PREPARE: dict[str, Callable[[], State]] = {
     "launch()": with_kernel,
     "drop a module": with_kernel,
     "Module(broken code)": on_device_0,
+    "Module(source)": on_device_0,
     "get_kernel(unknown name)": with_module,
 }
 

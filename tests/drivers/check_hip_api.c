@@ -43,6 +43,12 @@ _Static_assert(sizeof(hipPointerAttribute_t) == 32
                    && offsetof(hipPointerAttribute_t, isManaged) == 24
                    && offsetof(hipPointerAttribute_t, allocationFlags) == 28,
                "hipPointerAttribute_t layout");
+_Static_assert(sizeof(hipDeviceProp_t) == ACC_HIP_DEVICE_PROP_SIZE
+                   && offsetof(hipDeviceProp_t, gcnArchName)
+                          == ACC_HIP_DEVICE_PROP_GCN_ARCH_NAME
+                   && sizeof(((hipDeviceProp_t *)0)->gcnArchName)
+                          == ACC_HIP_GCN_ARCH_NAME_SIZE,
+               "hipDeviceProp_t layout");
 _Static_assert(sizeof(enum hipMemoryType) == sizeof(int), "hipMemoryType");
 _Static_assert(sizeof(hipFunction_attribute) == sizeof(int),
                "hipFunction_attribute");

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "double_memory.h"
+#include "../../csrc/core/hsaco_table.h"
 
 #if defined(__x86_64__)
 #define DK_HOST_MACHINE EM_X86_64
@@ -113,6 +115,24 @@ lay_out(dk_kernel *k, const size_t *aligns)
         k->params[i].offset = at;
         at += size;
     }
+}
+
+/* Kernel i of m (m->kernels holds room for it) named name, of format,
+ * with room for nparams parameters; counted in m->nkernels at once, so
+ * that module_free releases it whatever follows. */
+static enum dk_result
+kernel_init(dk_module *m, int i, const char *name, dk_format format,
+            int nparams)
+{
+    dk_kernel *k = &m->kernels[i];
+
+    k->module = m;
+    k->format = format;
+    k->name = strdup(name);
+    k->nparams = nparams;
+    k->params = calloc(nparams ? (size_t)nparams : 1, sizeof(dk_param));
+    m->nkernels = i + 1;
+    return k->name == NULL || k->params == NULL ? DK_OUT_OF_MEMORY : DK_OK;
 }
 
 /* Native ------------------------------------------------------------ */
@@ -279,17 +299,11 @@ load_native(dk_module *m, const unsigned char *image, size_t size,
         const native_kernel *t = &table[i];
         dk_kernel *k = &m->kernels[i];
 
-        k->module = m;
-        k->format = DK_NATIVE;
-        k->fn = t->fn;
-        k->name = strdup(t->name);
-        k->nparams = t->nparams > 0 ? t->nparams : 0;
-        k->params = calloc(k->nparams ? (size_t)k->nparams : 1,
-                           sizeof(dk_param));
-        m->nkernels = i + 1;
-        if (k->name == NULL || k->params == NULL) {
+        if (kernel_init(m, i, t->name, DK_NATIVE,
+                        t->nparams > 0 ? t->nparams : 0) != DK_OK) {
             return DK_OUT_OF_MEMORY;
         }
+        k->fn = t->fn;
         for (int j = 0; j < k->nparams; j++) {
             k->params[j].kind = (dk_param_kind)t->params[j].kind;
             k->params[j].size = t->params[j].size;
@@ -888,11 +902,189 @@ load_spirv(dk_module *m, const unsigned char *image, size_t size,
     return r;
 }
 
+/* Hsaco -------------------------------------------------------------- */
+
+#define DK_EM_AMDGPU 224
+#define DK_EF_AMDGPU_MACH 0x0ffu
+/* Code object v4 and later (EI_ABIVERSION 2 and up): the settings of
+ * xnack and sramecc in e_flags. */
+#define DK_ABI_V4 2
+#define DK_EF_XNACK 0x300u
+#define DK_EF_XNACK_ON 0x300u
+#define DK_EF_SRAMECC 0xc00u
+#define DK_EF_SRAMECC_OFF 0x800u
+
+/* Section i's header (the caller checked i < e_shnum; elf_extent that
+ * the table lies within the image). */
+static Elf64_Shdr
+hsaco_section(const unsigned char *image, const Elf64_Ehdr *eh, unsigned i)
+{
+    Elf64_Shdr sh;
+
+    memcpy(&sh, image + eh->e_shoff + (size_t)i * sizeof(sh), sizeof(sh));
+    return sh;
+}
+
+/* Whether a symbol table of image (.symtab or .dynsym) defines name as
+ * an object, as a kernel descriptor is.  elf_extent checked that every
+ * section with bytes lies within the image; names are read within their
+ * string table only. */
+static bool
+hsaco_defines(const unsigned char *image, const char *name)
+{
+    Elf64_Ehdr eh;
+    size_t len = strlen(name);
+
+    memcpy(&eh, image, sizeof(eh));
+    for (unsigned i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh = hsaco_section(image, &eh, i), strtab;
+
+        if ((sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM)
+            || sh.sh_entsize != sizeof(Elf64_Sym)
+            || sh.sh_link >= eh.e_shnum) {
+            continue;
+        }
+        strtab = hsaco_section(image, &eh, sh.sh_link);
+        if (strtab.sh_type != SHT_STRTAB) {
+            continue;
+        }
+        for (size_t j = 0; j < sh.sh_size / sizeof(Elf64_Sym); j++) {
+            Elf64_Sym sym;
+            const char *s;
+
+            memcpy(&sym, image + sh.sh_offset + j * sizeof(sym),
+                   sizeof(sym));
+            if (sym.st_shndx == SHN_UNDEF
+                || ELF64_ST_TYPE(sym.st_info) != STT_OBJECT
+                || sym.st_name >= strtab.sh_size) {
+                continue;
+            }
+            s = (const char *)image + strtab.sh_offset + sym.st_name;
+            if (strnlen(s, strtab.sh_size - sym.st_name) == len
+                && memcmp(s, name, len) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* Whether the code object's target (its e_flags) is the device's: mach,
+ * xnack off, sramecc on; "any" is either. */
+static bool
+hsaco_for_device(const unsigned char *image, const Elf64_Ehdr *eh,
+                 unsigned mach, dk_log *log)
+{
+    unsigned flags = eh->e_flags;
+
+    if ((flags & DK_EF_AMDGPU_MACH) != mach) {
+        log_add(log, "code object for AMD architecture 0x%02x "
+                "(EF_AMDGPU_MACH); this device is 0x%02x",
+                flags & DK_EF_AMDGPU_MACH, mach);
+        return false;
+    }
+    if (image[EI_ABIVERSION] >= DK_ABI_V4
+        && ((flags & DK_EF_XNACK) == DK_EF_XNACK_ON
+            || (flags & DK_EF_SRAMECC) == DK_EF_SRAMECC_OFF)) {
+        log_add(log, "code object for xnack+ or sramecc-; this device "
+                "runs xnack- and sramecc+");
+        return false;
+    }
+    return true;
+}
+
+/* The kernels of the code object's metadata, each with its descriptor
+ * in a symbol table. */
+static enum dk_result
+hsaco_kernels(dk_module *m, const unsigned char *image,
+              const acc_hsaco_table *t, dk_log *log)
+{
+    int n = acc_hsaco_table_count(t);
+
+    m->kernels = calloc(n ? (size_t)n : 1, sizeof(dk_kernel));
+    if (m->kernels == NULL) {
+        return DK_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < n; i++) {
+        const acc_hsaco_kernel *h = acc_hsaco_table_at(t, i);
+        dk_kernel *k = &m->kernels[i];
+
+        if (!hsaco_defines(image, h->symbol)) {
+            log_add(log, "kernel %s: no kernel descriptor %s in the "
+                    "symbol table", h->name, h->symbol);
+            return DK_NOT_IMAGE;
+        }
+        if (h->nparams < 0) {
+            log_add(log, "kernel %s has more than %d parameters", h->name,
+                    DK_MAX_PARAMS);
+            return DK_NOT_IMAGE;
+        }
+        if (kernel_init(m, i, h->name, DK_HSACO, h->nparams) != DK_OK) {
+            return DK_OUT_OF_MEMORY;
+        }
+        for (int j = 0; j < k->nparams; j++) {
+            k->params[j].kind = h->params[j].kind == ACC_PARAM_POINTER
+                                    ? DK_PARAM_POINTER : DK_PARAM_OTHER;
+            k->params[j].size = h->params[j].size;
+            k->params[j].offset = h->params[j].offset;
+        }
+        k->max_threads = h->max_threads > 0
+                                 && h->max_threads < DK_MAX_THREADS
+                             ? (int)h->max_threads : DK_MAX_THREADS;
+        k->static_shared = h->group_bytes > 0 ? (size_t)h->group_bytes : 0;
+        k->private_bytes = h->private_bytes > 0 ? (size_t)h->private_bytes
+                                                : 0;
+        k->registers = h->vgprs > 0 && h->vgprs < INT_MAX ? (int)h->vgprs
+                                                           : 0;
+    }
+    return DK_OK;
+}
+
+static enum dk_result
+load_hsaco(dk_module *m, const unsigned char *image, size_t size,
+           unsigned mach, dk_log *log)
+{
+    Elf64_Ehdr eh;
+    acc_hsaco_table *t;
+    char why[160];
+    enum dk_result r;
+    size_t end;
+
+    if (size < sizeof(Elf64_Ehdr) && size != 0) {
+        return DK_NOT_IMAGE;
+    }
+    if (image[EI_CLASS] != ELFCLASS64 || image[EI_DATA] != ELFDATA2LSB) {
+        log_add(log, "an AMD GPU code object is a 64-bit little-endian "
+                "ELF image");
+        return DK_NOT_IMAGE;
+    }
+    memcpy(&eh, image, sizeof(eh));
+    if (!hsaco_for_device(image, &eh, mach, log)) {
+        return DK_OTHER_MACHINE;
+    }
+    end = elf_extent(image, size);
+    if (eh.e_type != ET_DYN || end == 0) {
+        log_add(log, "%s", eh.e_type != ET_DYN
+                               ? "the code object is not a shared object"
+                               : "truncated or damaged ELF image");
+        return DK_NOT_IMAGE;
+    }
+    t = acc_hsaco_table_read(image, end, why, sizeof(why));
+    if (t == NULL) {
+        log_add(log, "the code object's metadata: %s", why);
+        return DK_NOT_IMAGE;
+    }
+    r = hsaco_kernels(m, image, t, log);
+    acc_hsaco_table_free(t);
+    return r;
+}
+
 /* The module --------------------------------------------------------- */
 
-enum dk_result
-dk_module_load(const void *image, size_t size, dk_module **out, char *log,
-               size_t log_size)
+/* dk_module_load, and AMD code objects for architecture mach (0: none). */
+static enum dk_result
+module_load(const void *image, size_t size, unsigned mach, dk_module **out,
+            char *log, size_t log_size)
 {
     const unsigned char *b = image;
     dk_log lg = {log, log_size, 0};
@@ -914,7 +1106,15 @@ dk_module_load(const void *image, size_t size, dk_module **out, char *log,
     if (size == 0 || size >= 4) {
         memcpy(&magic, b, 4);
     }
-    if ((size == 0 || size >= SELFMAG) && memcmp(b, ELFMAG, SELFMAG) == 0) {
+    if ((size == 0 || size >= sizeof(Elf64_Ehdr)) && mach != 0
+        && memcmp(b, ELFMAG, SELFMAG) == 0
+        && (b[EI_DATA] == ELFDATA2MSB ? b[18] << 8 | b[19]
+                                      : b[19] << 8 | b[18]) == DK_EM_AMDGPU) {
+        m->format = DK_HSACO;
+        r = load_hsaco(m, b, size, mach, &lg);
+    }
+    else if ((size == 0 || size >= SELFMAG)
+             && memcmp(b, ELFMAG, SELFMAG) == 0) {
         m->format = DK_NATIVE;
         r = load_native(m, b, size, &lg);
     }
@@ -938,6 +1138,20 @@ dk_module_load(const void *image, size_t size, dk_module **out, char *log,
     atomic_fetch_add(&dk_modules, 1);
     *out = m;
     return DK_OK;
+}
+
+enum dk_result
+dk_module_load(const void *image, size_t size, dk_module **out, char *log,
+               size_t log_size)
+{
+    return module_load(image, size, 0, out, log, log_size);
+}
+
+enum dk_result
+dk_module_load_amdgpu(const void *image, size_t size, unsigned mach,
+                      dk_module **out, char *log, size_t log_size)
+{
+    return module_load(image, size, mach, out, log, log_size);
 }
 
 void

@@ -12,9 +12,17 @@
  *     and `.shared` declarations give attributes).
  *   - SPIR-V: OpEntryPoint Kernel names and each entry's
  *     OpFunctionParameter types (sizes and kinds).
- * A PTX or SPIR-V kernel is known (names, parameters, attributes) but
- * dk_launch_new refuses it with DK_NO_BINARY: the doubles' device runs
- * host code only, as a device without a binary for it would refuse.
+ *   - AMD GPU code objects (hsaco), for a double whose device has an AMD
+ *     architecture (dk_module_load_amdgpu): an ELF64 of machine
+ *     EM_AMDGPU whose e_flags name that architecture (EF_AMDGPU_MACH,
+ *     and for code object v4 and later xnack and sramecc settings the
+ *     device takes); its kernels, their arguments and resources from its
+ *     metadata note (csrc/core/hsaco_table.c, the reader the core uses),
+ *     each kernel's descriptor (.symbol, "<name>.kd") a defined object of
+ *     its symbol table.
+ * A PTX, SPIR-V or hsaco kernel is known (names, parameters, attributes)
+ * but dk_launch_new refuses it with DK_NO_BINARY: the doubles' device
+ * runs host code only, as a device without a binary for it would refuse.
  *
  * Lifetime: a module is reference counted by its launches, so memory is
  * never pulled from under a worker; still, unloading a module while a
@@ -50,12 +58,14 @@ typedef enum dk_format {
     DK_NATIVE = 1,
     DK_PTX,
     DK_SPIRV,
+    DK_HSACO,
 } dk_format;
 
 enum dk_result {
     DK_OK = 0,
     DK_NOT_IMAGE,       /* no format the doubles read (or truncated) */
-    DK_OTHER_MACHINE,   /* an ELF image for another machine */
+    DK_OTHER_MACHINE,   /* an ELF image for another machine (an hsaco:
+                         * for another AMD architecture) */
     DK_INVALID_CODE,    /* PTX or SPIR-V that does not parse (log set) */
     DK_OUT_OF_MEMORY,
     DK_NOT_FOUND,       /* no kernel of that name */
@@ -90,6 +100,8 @@ typedef struct dk_kernel {
     dk_param *params;
     int max_threads;      /* threads per block it allows */
     size_t static_shared; /* static shared memory it declares */
+    size_t private_bytes; /* hsaco: private memory per thread */
+    int registers;        /* hsaco: vector registers per thread */
     native_kernel_fn fn;  /* native only */
 } dk_kernel;
 
@@ -102,6 +114,15 @@ typedef struct dk_launch dk_launch;
  * NULL or 0) receives what a build would print: empty on success. */
 enum dk_result dk_module_load(const void *image, size_t size,
                               dk_module **out, char *log, size_t log_size);
+/* dk_module_load for a device of AMD architecture mach (an
+ * EF_AMDGPU_MACH value, 0x3f: gfx90a) with xnack off and sramecc on (as
+ * an MI200's "gfx90a:sramecc+:xnack-"): an AMD GPU code object for it
+ * is loaded too (DK_HSACO), one for another is DK_OTHER_MACHINE, one
+ * whose metadata or symbols are damaged DK_NOT_IMAGE (log set).  size
+ * 0: read as far as the ELF headers say. */
+enum dk_result dk_module_load_amdgpu(const void *image, size_t size,
+                                     unsigned mach, dk_module **out,
+                                     char *log, size_t log_size);
 /* Unload (api names the call in reports): a misuse (reported, counted)
  * while a launch of it is queued; the memory goes when its last launch
  * does. */

@@ -54,8 +54,11 @@
  * Invalid values are reported on stderr and the default is used.
  *
  * Model, where the runtime leaves a choice:
- *   - Devices are "Fake HIP Device <n>", gfx90a (compute capability 9.0),
- *     110 compute units, at PCI 0000:<0xc1 + n>:00.0.
+ *   - Devices are "Fake HIP Device <n>", gfx90a (compute capability 9.0;
+ *     an MI200's "gfx90a:sramecc+:xnack-", the gcnArchName that
+ *     hipGetDeviceProperties tells, with the name: its other fields read
+ *     zero), 110 compute units, at PCI
+ *     0000:<0xc1 + n>:00.0.
  *   - The null stream synchronises with the blocking streams of its
  *     device (hipStreamDefault), as the legacy default stream does:
  *     its work waits for the work already queued on them, and theirs for
@@ -83,10 +86,15 @@
  *   - Code objects are host shared objects (tests/drivers/
  *     native_kernel.h), loaded and run by the shared kernel layer
  *     (double_kernels.c): each launch runs every block in order on the
- *     stream's worker.  An ELF of another machine (an hsaco for a real
- *     GPU) is hipErrorNoBinaryForGpu at load; PTX and SPIR-V are no code
- *     objects (hipErrorInvalidImage).  A launch on a capturing stream is
- *     a node of the graph: every replay runs it again.  Device limits:
+ *     stream's worker.  An AMD GPU code object (hsaco) for gfx90a loads
+ *     as ROCm loads it: its kernels, their parameters and attributes
+ *     from its metadata, found by name (hipErrorNotFound otherwise); a
+ *     launch of one is hipErrorNoBinaryForGpu, as the device runs host
+ *     code only.  One for another architecture (or xnack+, sramecc-),
+ *     and an ELF of another machine, is hipErrorNoBinaryForGpu at load;
+ *     one with damaged metadata or symbols, PTX and SPIR-V are
+ *     hipErrorInvalidImage.  A launch on a capturing stream is a node of
+ *     the graph: every replay runs it again.  Device limits:
  *     double_kernels.h's (DK_MAX_*); 48 KiB of shared memory per block.
  *   - After fork() in a child of an initialised parent, every function
  *     but hipGetErrorName/String and hipDriverGetVersion returns
@@ -112,6 +120,7 @@
 #define FAKE_EXPORT __attribute__((visibility("default")))
 #define FAKE_MAX_DEVICES 64
 #define FAKE_VERSION 50221153 /* ROCm 5.2.3's HIP_VERSION */
+#define FAKE_GFX90A 0x3f      /* EF_AMDGPU_MACH_AMDGCN_GFX90A */
 
 /* Declarations -------------------------------------------------------- */
 
@@ -615,6 +624,27 @@ hipDeviceGetName(char *name, int len, hipDevice_t device)
         return hipErrorInvalidDevice;
     }
     snprintf(name, (size_t)len, "Fake HIP Device %d", device);
+    return hipSuccess;
+}
+
+/* ROCm 5's hipDeviceProp_t, as bytes (hip_api.h): the name and the
+ * gcnArchName are told; every other field reads zero. */
+hipError_t
+hipGetDeviceProperties(hipDeviceProp_t *prop, int device)
+{
+    unsigned char *bytes = (unsigned char *)prop;
+
+    FAKE_ENTER(hipGetDeviceProperties, true);
+    if (prop == NULL) {
+        return hipErrorInvalidValue;
+    }
+    if (bad_device(device)) {
+        return hipErrorInvalidDevice;
+    }
+    memset(bytes, 0, ACC_HIP_DEVICE_PROP_SIZE);
+    snprintf((char *)bytes, 256, "Fake HIP Device %d", device);
+    snprintf((char *)bytes + ACC_HIP_DEVICE_PROP_GCN_ARCH_NAME,
+             ACC_HIP_GCN_ARCH_NAME_SIZE, "gfx90a:sramecc+:xnack-");
     return hipSuccess;
 }
 
@@ -1384,12 +1414,14 @@ hipMemGetAddressRange(hipDeviceptr_t *pbase, size_t *psize,
 
 /*
  * Code objects go to the shared kernel layer (double_kernels.c), which
- * reads a host shared object (the native format) and runs its kernels;
- * an ELF for another machine (an hsaco for a real GPU) has no code this
- * device runs: hipErrorNoBinaryForGpu, what ROCm answers for a code
- * object without one for the device's ISA.  PTX and SPIR-V, which the
- * layer reads for other doubles, are not code objects: HIP refuses them
- * as invalid images.
+ * reads a host shared object (the native format) and runs its kernels,
+ * and reads an hsaco for this device's gfx90a (whose kernels it knows
+ * but does not run); an ELF for another machine or another AMD
+ * architecture has no code this device runs: hipErrorNoBinaryForGpu,
+ * what ROCm answers for a code object without one for the device's
+ * ISA.  PTX and SPIR-V, which the layer reads for other doubles, are not
+ * code objects: HIP refuses them as invalid images.  The runtime takes
+ * no size: the image is read as far as its ELF headers say.
  */
 hipError_t
 hipModuleLoadData(hipModule_t *module, const void *image)
@@ -1402,7 +1434,7 @@ hipModuleLoadData(hipModule_t *module, const void *image)
     if (module == NULL || image == NULL) {
         return hipErrorInvalidValue;
     }
-    switch (dk_module_load(image, 0, &dk, NULL, 0)) {
+    switch (dk_module_load_amdgpu(image, 0, FAKE_GFX90A, &dk, NULL, 0)) {
     case DK_OK:
         break;
     case DK_OTHER_MACHINE:
@@ -1412,7 +1444,8 @@ hipModuleLoadData(hipModule_t *module, const void *image)
     default:
         return hipErrorInvalidImage;
     }
-    if (dk_module_format(dk) != DK_NATIVE) {
+    if (dk_module_format(dk) != DK_NATIVE
+        && dk_module_format(dk) != DK_HSACO) {
         dk_module_unload(dk, "hipModuleLoadData");
         return hipErrorInvalidImage;
     }
@@ -1526,10 +1559,13 @@ hipFuncGetAttribute(int *value, hipFunction_attribute attrib,
     case HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
         *value = (int)k->static_shared;
         break;
+    /* An hsaco's from its metadata (ROCm: the private segment and the
+     * vector registers); host code's are the host's: 0. */
     case HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+        *value = (int)k->private_bytes;
+        break;
     case HIP_FUNC_ATTRIBUTE_NUM_REGS:
-        /* Host code: its locals and registers are the host's. */
-        *value = 0;
+        *value = k->registers;
         break;
     case HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
         /* As ROCm: the block's shared memory less the static part. */

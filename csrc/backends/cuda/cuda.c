@@ -996,8 +996,9 @@ cuda_compile(int device, void *compiler, const char *source, size_t size,
     if (cuda_capability(device, &major, &minor, err) != ACC_OK) {
         return err->status;
     }
-    return cuda_nvrtc_compile(compiler, major, minor, source, size, options,
-                              noptions, names, nnames, out, err);
+    return cuda_nvrtc_compile(compiler, acc_cuda_backend.name, major, minor,
+                              source, size, options, noptions, names,
+                              nnames, out, err);
 }
 
 /* Graphs ----------------------------------------------------------------- */

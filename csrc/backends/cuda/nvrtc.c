@@ -173,7 +173,8 @@ named_arch(const char *option, const char *next)
 }
 
 acc_status
-cuda_nvrtc_compile(const cuda_nvrtc *c, int major, int minor,
+cuda_nvrtc_compile(const cuda_nvrtc *c, const char *backend, int major,
+                   int minor,
                    const char *source, size_t size,
                    const char *const *options, int noptions,
                    const char *const *names, int nnames, acc_compiled *out,
@@ -184,7 +185,7 @@ cuda_nvrtc_compile(const cuda_nvrtc *c, int major, int minor,
     const char *own[1] = {target};
     int arch, cubin;
     acc_rtc rtc = {
-        .backend = "cuda",
+        .backend = backend,
         .compiler = "NVRTC",
         .file_name = "kernel.cu",
         .create_name = "nvrtcCreateProgram",

@@ -21,8 +21,10 @@ acc_status cuda_nvrtc_describe(const cuda_nvrtc *c, int major, int minor,
                                char *id, size_t size, acc_error *err);
 /* The compile slot's work (backend.h) for that compute capability: a
  * cubin for the device's own architecture where NVRTC has it, else PTX
- * for the newest one below it; an -arch among options wins. */
-acc_status cuda_nvrtc_compile(const cuda_nvrtc *c, int major, int minor,
+ * for the newest one below it; an -arch among options wins.  backend
+ * names the backend in errors. */
+acc_status cuda_nvrtc_compile(const cuda_nvrtc *c, const char *backend,
+                              int major, int minor,
                               const char *source, size_t size,
                               const char *const *options, int noptions,
                               const char *const *names, int nnames,

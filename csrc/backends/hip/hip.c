@@ -43,6 +43,7 @@ extern const acc_backend acc_hip_backend;
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -818,8 +819,9 @@ hip_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
  * ("Options are not used"), so build options are refused rather than
  * dropped.  The module is the runtime's hipModule_t and a kernel its
  * hipFunction_t, which the module owns (nothing to release).  HIP 5.2 has
- * no call that tells a kernel's parameters: nparams stays unknown, and
- * arguments pass by the size the caller gives them.
+ * no call that tells a kernel's parameters: nparams stays unknown here,
+ * and the core reads them from the code object's metadata (hsaco_table.c)
+ * or the doubles' native table instead.
  */
 
 static acc_status
@@ -973,9 +975,10 @@ hip_launch(acc_stream *s, void *kernel, const acc_launch_config *c,
 {
     /* kernelParams: a pointer to each argument's bytes, which the runtime
      * copies before it returns, for as many parameters as the kernel has.
-     * ROCm 5.2 tells no parameter count, so a launch may pass fewer
-     * arguments than the kernel takes: the rest read zero bytes (as many
-     * as a kernel's arguments may fill, 4 KiB), never stale stack. */
+     * ROCm 5.2 tells no parameter count, and where the core could not
+     * read one from the code object a launch may pass fewer arguments
+     * than the kernel takes: the rest read zero bytes (as many as a
+     * kernel's arguments may fill, 4 KiB), never stale stack. */
     static const unsigned char zeros[4096];
     void *params[ACC_MAX_KERNEL_PARAMS];
     int previous;
@@ -1099,42 +1102,37 @@ hip_graph_destroy(int device, void *graph, void *exec)
 /* Kernels from source ------------------------------------------------- */
 
 /*
- * HIP C++ goes to hiprtc (hiprtc.c) for the device's architecture, read
- * without hipGetDeviceProperties (whose layout changes between ROCm
- * versions): gfx<major><minor><stepping>, the stepping from the gcnArch
- * number (major * 100 + minor * 10 + stepping: gfx90a is 9, 0, 910).
- * The target features (sramecc, xnack) stay unnamed: such a code object
- * runs with either setting.
+ * HIP C++ goes to hiprtc (hiprtc.c) for the device's architecture as the
+ * runtime names it in hipDeviceProp_t's gcnArchName
+ * ("gfx90a:sramecc+:xnack-": the features too, so that the code object
+ * matches the device's settings), read as bytes at ROCm 5's offset
+ * (hip_api.h); ROCm 5.2 tells it by no attribute.
  */
 
 static acc_status
 hip_arch(int device, char *arch, size_t size, acc_error *err)
 {
-    int id = hip.ids[device], major = 0, minor = 0, gcn = 0, stepping;
+    _Alignas(max_align_t) unsigned char props[ACC_HIP_DEVICE_PROP_SIZE];
+    const char *name = (const char *)props + ACC_HIP_DEVICE_PROP_GCN_ARCH_NAME;
     acc_status st;
 
-    st = HIP(hipDeviceGetAttribute,
-             (&major, hipDeviceAttributeComputeCapabilityMajor, id));
-    if (st == ACC_OK) {
-        st = HIP(hipDeviceGetAttribute,
-                 (&minor, hipDeviceAttributeComputeCapabilityMinor, id));
-    }
-    if (st == ACC_OK) {
-        st = HIP(hipDeviceGetAttribute, (&gcn, hipDeviceAttributeGcnArch, id));
-    }
+    memset(props, 0, sizeof(props));
+    st = HIP(hipGetDeviceProperties, ((hipDeviceProp_t *)props,
+                                       hip.ids[device]));
     if (st != ACC_OK) {
         return st;
     }
-    stepping = gcn - major * 100 - minor * 10;
-    if (major <= 0 || minor < 0 || minor > 15 || stepping < 0
-        || stepping > 15) {
-        acc_error_set(err, ACC_ERR_DRIVER, "the runtime tells device %d's "
-                      "architecture as %d.%d, gcnArch %d: not a gfx "
-                      "version hiprtc can target", device, major, minor,
-                      gcn);
+    if (strncmp(name, "gfx", 3) != 0
+        || memchr(name, '\0', ACC_HIP_GCN_ARCH_NAME_SIZE) == NULL
+        || strlen(name) >= size) {
+        acc_error_set(err, ACC_ERR_DRIVER, "the runtime names device %d's "
+                      "architecture '%.40s': not a gfx target hiprtc can "
+                      "compile for", device,
+                      memchr(name, '\0', ACC_HIP_GCN_ARCH_NAME_SIZE) != NULL
+                          ? name : "(not text)");
         return ACC_ERR_DRIVER;
     }
-    snprintf(arch, size, "gfx%d%x%x", major, minor, stepping);
+    snprintf(arch, size, "%s", name);
     return ACC_OK;
 }
 
@@ -1143,7 +1141,7 @@ hip_compiler_open(int device, acc_code_format format, const char *library,
                   void **compiler, char *id, size_t size, acc_error *err)
 {
     hip_hiprtc *c = NULL;
-    char arch[32];
+    char arch[ACC_HIP_GCN_ARCH_NAME_SIZE];
 
     (void)format;    /* hip-c++, the only one in source_formats */
     if (hip_arch(device, arch, sizeof(arch), err) != ACC_OK
@@ -1161,13 +1159,14 @@ hip_compile(int device, void *compiler, const char *source, size_t size,
             const char *const *names, int nnames, acc_compiled *out,
             acc_error *err)
 {
-    char arch[32];
+    char arch[ACC_HIP_GCN_ARCH_NAME_SIZE];
 
     if (hip_arch(device, arch, sizeof(arch), err) != ACC_OK) {
         return err->status;
     }
-    return hip_hiprtc_compile(compiler, arch, source, size, options,
-                              noptions, names, nnames, out, err);
+    return hip_hiprtc_compile(compiler, acc_hip_backend.name, arch, source,
+                              size, options, noptions, names, nnames, out,
+                              err);
 }
 
 /* hip_host.c. */

@@ -47,6 +47,14 @@
     X(hipErrorStreamCaptureWrongThread, 908)         \
     X(hipErrorUnknown, 999)
 
+/* ROCm 5's hipDeviceProp_t: its size, and where its gcnArchName (256
+ * chars: "gfx90a:sramecc+:xnack-", the target hiprtc compiles for) is.
+ * ROCm 5.2 answers neither hipDeviceAttributeGcnArch nor
+ * hipDeviceAttributeGcnArchName (hipErrorInvalidValue). */
+#define ACC_HIP_DEVICE_PROP_SIZE 792
+#define ACC_HIP_DEVICE_PROP_GCN_ARCH_NAME 396
+#define ACC_HIP_GCN_ARCH_NAME_SIZE 256
+
 /* Device attributes we read (hipDeviceAttribute_t). */
 #define ACC_HIP_ATTRIBUTES(X)                        \
     X(hipDeviceAttributeIntegrated, 16)              \
@@ -61,8 +69,7 @@
     X(hipDeviceAttributeMultiprocessorCount, 63)     \
     X(hipDeviceAttributePciBusId, 67)                \
     X(hipDeviceAttributePciDeviceId, 68)             \
-    X(hipDeviceAttributePciDomainID, 69)             \
-    X(hipDeviceAttributeGcnArch, 10003)
+    X(hipDeviceAttributePciDomainID, 69)
 
 /* Kernel attributes we read (hipFunction_attribute, hipFuncGetAttribute). */
 #define ACC_HIP_FUNC_ATTRIBUTES(X)                               \
@@ -146,6 +153,11 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 typedef struct ihipGraph *hipGraph_t;
 typedef struct hipGraphNode *hipGraphNode_t;
 typedef struct hipGraphExec *hipGraphExec_t;
+/* Read as bytes: the layout changes between ROCm versions (6 renamed it
+ * hipDeviceProp_tR0600); ROCm 5's size and the one field read are below,
+ * checked against the header. */
+typedef struct hipDeviceProp_t hipDeviceProp_t;
+
 typedef struct hipUUID_t {
     char bytes[16];
 } hipUUID;
@@ -180,6 +192,8 @@ typedef struct hipPointerAttribute_t {
     X(hipDeviceTotalMem, hipError_t, (size_t *bytes, hipDevice_t device)) \
     X(hipDeviceGetAttribute, hipError_t,                                 \
       (int *pi, hipDeviceAttribute_t attr, int deviceId))                \
+    X(hipGetDeviceProperties, hipError_t,                                \
+      (hipDeviceProp_t *prop, int deviceId))                             \
     X(hipDeviceSynchronize, hipError_t, (void))                          \
     X(hipDeviceGetStreamPriorityRange, hipError_t,                       \
       (int *leastPriority, int *greatestPriority))                       \

@@ -82,7 +82,8 @@ hip_hiprtc_describe(const hip_hiprtc *c, const char *arch, char *id,
 }
 
 acc_status
-hip_hiprtc_compile(const hip_hiprtc *c, const char *arch,
+hip_hiprtc_compile(const hip_hiprtc *c, const char *backend,
+                   const char *arch,
                    const char *source, size_t size,
                    const char *const *options, int noptions,
                    const char *const *names, int nnames, acc_compiled *out,
@@ -92,9 +93,9 @@ hip_hiprtc_compile(const hip_hiprtc *c, const char *arch,
     const char *own[1] = {target};
     int chosen = 0;
     acc_rtc rtc = {
-        .backend = "hip",
+        .backend = backend,
         .compiler = "hiprtc",
-        .file_name = "kernel.hip",
+        .file_name = "kernel.cpp",
         .create_name = "hiprtcCreateProgram",
         .compile_name = "hiprtcCompileProgram",
         .add_name_name = "hiprtcAddNameExpression",

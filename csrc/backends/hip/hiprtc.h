@@ -19,8 +19,10 @@ acc_status hip_hiprtc_open(const char *library, hip_hiprtc **out,
 void hip_hiprtc_describe(const hip_hiprtc *c, const char *arch, char *id,
                          size_t size);
 /* The compile slot's work (backend.h): a code object for arch, unless
- * an --offload-arch among options names another. */
-acc_status hip_hiprtc_compile(const hip_hiprtc *c, const char *arch,
+ * an --offload-arch among options names another; backend names the
+ * backend in errors. */
+acc_status hip_hiprtc_compile(const hip_hiprtc *c, const char *backend,
+                              const char *arch,
                               const char *source, size_t size,
                               const char *const *options, int noptions,
                               const char *const *names, int nnames,
