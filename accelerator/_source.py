@@ -108,11 +108,23 @@ def _places(fmt: str) -> list[tuple[str, list[str]]]:
     return _nvrtc_places() if fmt == "cuda-c++" else _hiprtc_places()
 
 
+#: (format, the variable's value, device) -> (library, id): the search
+#: runs once per process for each (a hit then costs no file system walk)
+_found: dict[tuple[str, str, int], tuple[str, str]] = {}
+
+
 def _compiler_for(fmt: str, device: int) -> tuple[str, str]:
     """(library, id): the first library of the search that compiles fmt for
     device, and who it is; RuntimeError naming every place tried."""
+    named = os.environ.get(_COMPILERS[fmt].variable, "")
+    found = _found.get((fmt, named, device))
+    if found is None:
+        found = _found[fmt, named, device] = _search(fmt, named, device)
+    return found
+
+
+def _search(fmt: str, named: str, device: int) -> tuple[str, str]:
     compiler = _COMPILERS[fmt]
-    named = os.environ.get(compiler.variable, "")
     if named:
         try:
             return named, _accelerator._compiler_id(fmt, named, device)

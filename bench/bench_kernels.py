@@ -16,7 +16,8 @@ every library launches the same kernel on the same device, interleaved
   bench_peers.py does) with cuda.core and raw cuda.bindings beside us: the
   double runs its native format (a host shared object), which each
   library loads as it would load a cubin.  Without --double the real
-  driver runs PTX that NVRTC compiled (bench/nvrtc_check.py).
+  driver runs what accelerator's NVRTC compile makes of the kernel's
+  CUDA C++ (a cubin for the device's SM, else PTX).
 
 Rows: the launch call alone (the work queues; each timing drains the
 queues after it), and a launch followed by a wait for it.  Figures are ns
@@ -127,24 +128,25 @@ def opencl_names() -> tuple[dict[str, Any], dict[str, str]]:
     return names, missing
 
 
-def cuda_code(double: bool) -> bytes:
-    """add_one for the CUDA driver: the double's native object, or PTX
-    that NVRTC compiles for the device (nvrtc_check.py's compile)."""
+def cuda_code(double: bool) -> tuple[bytes, str]:
+    """add_one for the CUDA driver, and its format: the double's native
+    object, or what accelerator's NVRTC compile makes of the CUDA C++ for
+    the device (a cubin for its SM, else PTX; the compile cache's)."""
     if double:
-        return kernel_code().native()
+        return kernel_code().native(), "native"
     import accelerator
-    import nvrtc_check
+    from accelerator import _source
 
-    props = accelerator.get_device_properties(0)
-    return nvrtc_check.compile_in_child(
-        f"compute_{props.major}{props.minor}", "ptx",
-        nvrtc_check.driver_major())
+    accelerator.is_available()   # the probe, which Module() makes first
+    code, fmt, _names = _source.build(kernel_code().CUDA_C.encode(),
+                                      "cuda-c++", None, None, 0)
+    return code, fmt
 
 
 def cuda_names(double: bool) -> tuple[dict[str, Any], dict[str, str]]:
     import ctypes
 
-    binary = cuda_code(double)
+    binary, fmt = cuda_code(double)
     missing: dict[str, str] = {}
     names = ours(binary, missing)
     try:
@@ -190,8 +192,8 @@ def cuda_names(double: bool) -> tuple[dict[str, Any], dict[str, str]]:
         names.update(claunch=launch, cs=cs,
                      cfg=LaunchConfig(grid=GRID, block=BLOCK),
                      cbuf=dev.allocate(N * 4, stream=cs))
-        obj = (ObjectCode.from_cubin(binary) if double
-               else ObjectCode.from_ptx(binary))
+        obj = (ObjectCode.from_ptx(binary) if fmt == "ptx"
+               else ObjectCode.from_cubin(binary))
         try:
             names["ck"] = obj.get_kernel("add_one")
         except Exception as exc:
@@ -324,11 +326,7 @@ def main() -> int:
         texts.append(text)
         data[platform] = result
     text = "\n\n".join(texts)
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text + "\n")
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    bench_peers.show(args, text, data)
     return 1 if failed else 0
 
 

@@ -350,6 +350,15 @@ def render(result: dict[str, Any]) -> str:
     return text
 
 
+def show(args: argparse.Namespace, text: str, data: Any) -> None:
+    """Print text, and write it to --markdown and data to --json."""
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def parse_options(parser: argparse.ArgumentParser, peers: str,
                   **worker: Any) -> tuple[argparse.Namespace, float, int]:
     """The side-by-side scripts' options (parser may hold more), and the
@@ -412,11 +421,7 @@ def main() -> int:
     if result["missing"]:
         text += "\n" + "\n".join(f"- {k}: {v}"
                                  for k, v in result["missing"].items())
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text + "\n")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    show(args, text, result)
     return 0
 
 

@@ -9,13 +9,17 @@
 # venv (never into the interpreter the tests use, where an installed copy
 # would shadow the source tree), builds it in place too (the suite runs from
 # the source tree and imports accelerator/ at the root, pytest's pythonpath), runs the behaviour
-# suite on the real driver, then a kernel that NVRTC compiles, launched and
-# checked against numpy (bench/nvrtc_check.py), then the benchmark side by side with
-# torch.accelerator / torch.cuda, cuda.core and CuPy where installed, and
-# accelerator beside cuda.core in one process (bench_peers.py) and a kernel
-# launch beside cuda.core and cuda.bindings (bench_kernels.py), and writes
+# suite on the real driver, then kernels compiled from CUDA C++ by
+# accelerator.Module(code, format="cuda-c++") (cold, from the compile
+# cache, as PTX, a template through name_expressions), launched and
+# checked against numpy (bench/nvrtc_check.py), then the benchmark side by
+# side with torch.accelerator / torch.cuda, cuda.core and CuPy where
+# installed, and accelerator beside cuda.core in one process
+# (bench_peers.py), a kernel launch beside cuda.core and cuda.bindings
+# (bench_kernels.py) and the compile-and-load time of a kernel from source
+# beside cuda.core and CuPy (bench_source.py), and writes
 # bench/results/<date>-<gpu>.md and .json.  It prints a short table last.
-# Exit status: 0, or 1 when the install, the suite or the NVRTC kernel
+# Exit status: 0, or 1 when the install, the suite or a kernel from source
 # failed or the benchmark did not run (the results are written either way).  Without a
 # GPU or driver it says so and exits 0.
 #
@@ -171,12 +175,12 @@ else
 fi
 echo "tests: $tests"
 
-# NVRTC compiles saxpy at run time (PTX, and a cubin for the device's SM);
-# accelerator.Module loads each, and the launch's result is checked against
-# numpy.  On the double: each loads and tells its parameters, its launch is
+# accelerator.Module compiles saxpy from CUDA C++ with NVRTC (cold, from
+# the compile cache, as PTX, and a template through name_expressions), and
+# each launch's result is checked against numpy.  On the double: each is
 # refused as the double refuses code it cannot run, and its native saxpy
 # runs through the same check.
-echo "== NVRTC: compile, load with accelerator.Module, launch, check"
+echo "== kernels from source: Module(code, format=\"cuda-c++\"), launch, check"
 nvrtc_args=(--markdown "$work/nvrtc.md")
 ((double)) && nvrtc_args+=(--double)
 nvrtc_rc=0
@@ -208,6 +212,12 @@ kernels_args=(--only cuda --quick --no-install --markdown "$work/kernels.md")
 budget=$(($(left) - 5))
 ((budget < 30)) && budget=30
 timeout "$budget" "$py" bench/bench_kernels.py "${kernels_args[@]}" || true
+echo "== compile and load from source beside cuda.core and CuPy"
+source_args=(--quick --no-install --markdown "$work/source.md")
+((double)) && source_args+=(--double)
+budget=$(($(left) - 5))
+((budget < 30)) && budget=30
+timeout "$budget" "$py" bench/bench_source.py "${source_args[@]}" || true
 
 host="$(uname -srm)"
 versions="$("$py" - <<'EOF'
@@ -243,6 +253,10 @@ EOF
     if [[ -s "$work/kernels.md" ]]; then
         echo
         cat -- "$work/kernels.md"
+    fi
+    if [[ -s "$work/source.md" ]]; then
+        echo
+        cat -- "$work/source.md"
     fi
 } >"$base.md"
 

@@ -1,31 +1,42 @@
 #!/usr/bin/env python3
-"""The NVRTC step of bench/gpu_check.sh: CUDA C++ compiled at run time.
+"""The NVRTC step of bench/gpu_check.sh: kernels compiled from source by
+accelerator.Module(code, format="cuda-c++").
 
     python bench/nvrtc_check.py [--double] [--markdown OUT.md]
 
-saxpy (tests/kernel_code.py's CUDA C++) is compiled by NVRTC (libnvrtc,
-through ctypes: no Python package needed) twice, to PTX for the device's
-compute capability and to a cubin for its SM, and each is loaded with
-accelerator.Module, launched on 2**20 floats and checked against numpy.
-One line per form; exit status 1 when a form failed.
+saxpy (tests/kernel_code.py's CUDA C++) in four forms, each launched on
+2**20 floats and checked against numpy (within float32 rounding: the
+device may fuse the multiply-add):
+
+- cold: ``Module(code, format="cuda-c++")`` with an empty compile cache
+  (a fresh ACCELERATOR_KERNEL_CACHE_DIR): a cubin for the device's SM
+  where NVRTC has one, else PTX;
+- from the cache: the same call again, which must reuse the entry the
+  cold compile wrote (the same file: a compile replaces it);
+- PTX: ``options=["-arch=compute_XY"]``, which the driver compiles at
+  load;
+- a template: ``saxpy_t<float>`` of TEMPLATE, through
+  ``name_expressions=["saxpy_t<float>"]`` and
+  ``get_kernel("saxpy_t<float>")`` (on the double as PTX, which it
+  loads, so that the lowered name is looked up there too).
+
+One line per form; exit status 1 when a form failed.  Without NVRTC
+(Module() says "no NVRTC found") the step says so and exits 0.
 
 --double (gpu_check.sh's dry run on the CUDA driver double): the double
-reads PTX and cubins for its compute capability but runs only its native
-code, so each NVRTC form must load, tell its 4 parameters, and be refused
-at launch with CUDA_ERROR_NO_BINARY_FOR_GPU; the native saxpy then runs
-through the same launch and numpy check.
-
-libnvrtc is looked for as NVRTC_LIBRARY, then by name (libnvrtc.so.13,
-.so.12, .so), then in /usr/local/cuda*/lib{64,} and in the nvidia-cuda-nvrtc
-wheel (kernel_code.find_nvrtc); without one the step says so and exits 0
-(nothing to check).
+runs only its native code, so each form must compile, then be refused as
+the double refuses code it cannot run (CUDA_ERROR_NO_BINARY_FOR_GPU: a
+cubin at load, PTX at launch, after its four parameters were read); the
+native saxpy then runs through the same launch and numpy check.
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
-import subprocess
+import os
+import shutil
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,47 +44,29 @@ REPO = Path(__file__).resolve().parents[1]
 # The in-place build (gpu_check.sh makes it) and the test kernels.
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import kernel_code  # noqa: E402
-from kernel_code import NvrtcError, find_nvrtc, nvrtc_compile  # noqa: E402
 
 N = 1 << 20
 BLOCK = 256
+TEMPLATE = r"""
+template <typename T>
+__global__ void saxpy_t(T *y, const T *x, T a, unsigned n)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}
+"""
+TEMPLATE_NAME = "saxpy_t<float>"
 
 
-def driver_major() -> str:
-    """The CUDA major version of the selected driver ('' if unknown)."""
-    import accelerator
-
-    version = next((b["driver_version"] for b in accelerator.backends()
-                    if b["selected"]), None) or ""
-    return version.split(".")[0]
-
-
-def nvrtc_version(lib: ctypes.CDLL) -> str:
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    return f"{major.value}.{minor.value}"
-
-
-def compile_in_child(arch: str, output: str, major: str) -> bytes:
-    """nvrtc_compile in a child process (NVRTC opens the libcuda.so.1 the
-    environment gives, the double's in a dry run), so that a crash in it
-    fails the form, not the check."""
-    proc = subprocess.run([sys.executable, __file__, "--compile", arch,
-                           output, major], capture_output=True,
-                          timeout=300)
-    if proc.returncode != 0:
-        raise NvrtcError(proc.stderr.decode(errors="replace").strip()
-                         or f"the NVRTC child exited {proc.returncode}")
-    return proc.stdout
-
-
-def saxpy_matches(module: Any) -> str:
-    """Launch module's saxpy on N floats; '' when out == a*x + y within
-    float32 rounding (the device may fuse the multiply-add), else why."""
+def saxpy_matches(module: Any, name: str = "saxpy") -> str:
+    """Launch module's saxpy (kernel name) on N floats; '' when out ==
+    a*x + y within float32 rounding, else why."""
     import numpy as np
     import accelerator
 
-    saxpy = module.get_kernel("saxpy")
+    saxpy = module.get_kernel(name)
     rng = np.random.default_rng(25)
     x = rng.random(N, dtype=np.float32)
     y = rng.random(N, dtype=np.float32)
@@ -90,36 +83,72 @@ def saxpy_matches(module: Any) -> str:
     return "" if error <= 2 ** -23 else f"relative error {error:.3g}"
 
 
-def check_form(cc: str, output: str, major: str, double: bool
-               ) -> tuple[bool, str]:
-    """(passed, what happened) for one NVRTC form."""
-    import accelerator
+def entries(folder: Path) -> dict[str, int]:
+    """The compile cache's entries in folder: name -> inode."""
+    return {p.name: p.stat().st_ino for p in folder.glob("*.kernel")}
 
-    arch = ("compute_" if output == "ptx" else "sm_") + cc
-    code, params = b"", None
-    try:
-        code = compile_in_child(arch, output, major)
-        module = accelerator.Module(code, format=output)
-        params = module.get_kernel("saxpy").attributes["num_args"]
-        wrong = saxpy_matches(module)
-    except accelerator.AcceleratorError as exc:
-        # The double runs host code only: it reads PTX and a cubin for its
-        # compute capability (their parameters) and refuses the launch.
-        if double and exc.error_name == "CUDA_ERROR_NO_BINARY_FOR_GPU" and (
-                params == 4):
-            return True, (f"{arch}, {len(code):,} bytes: refused at launch, "
-                          f"after loading it and telling its 4 parameters, "
-                          f"as the double refuses code it cannot run "
-                          f"({exc.error_name})")
-        return False, f"{arch}: FAILED: {type(exc).__name__}: {exc}"
-    except (NvrtcError, NotImplementedError, ValueError, TypeError) as exc:
-        return False, f"{arch}: FAILED: {type(exc).__name__}: {exc}"
-    if double:
-        return False, f"{arch}: FAILED: the double launched {output} code"
-    if wrong:
-        return False, f"{arch}: FAILED: saxpy differs from numpy: {wrong}"
-    return True, (f"{arch}, {len(code):,} bytes: saxpy on {N:,} floats "
-                  f"matches numpy")
+
+class Form:
+    """One way of compiling saxpy from source."""
+
+    def __init__(self, label: str, source: str, name: str = "saxpy",
+                 **kwargs: Any) -> None:
+        self.label, self.source, self.name = label, source, name
+        self.kwargs = kwargs
+
+    def call(self) -> str:
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        return f'Module(code, format="cuda-c++"{", " if kwargs else ""}' \
+            f'{kwargs})'
+
+    def check(self, double: bool, cache: Path,
+              reused: dict[str, int] | None = None) -> tuple[bool, str]:
+        """(passed, what happened) for this form, compiled with cache as
+        the compile cache; reused: the entries it must find there."""
+        import accelerator
+
+        os.environ["ACCELERATOR_KERNEL_CACHE_DIR"] = str(cache)
+        params = None
+        start = time.perf_counter()
+        took = None
+        try:
+            module = accelerator.Module(self.source, format="cuda-c++",
+                                        **self.kwargs)
+            took = time.perf_counter() - start
+            params = module.get_kernel(self.name).attributes["num_args"]
+            wrong = saxpy_matches(module, self.name)
+        except accelerator.AcceleratorError as exc:
+            if took is None:
+                took = time.perf_counter() - start
+            # The double runs host code only: it refuses a device binary
+            # when loading it (as a driver refuses a cubin for another
+            # SM), and PTX at launch, having read its parameters.
+            if not (double and exc.error_name == "CUDA_ERROR_NO_BINARY_FOR_GPU"
+                    and params in (None, 4)):
+                return False, f"FAILED: {type(exc).__name__}: {exc}"
+            when = ("at load" if params is None
+                    else "at launch, after loading it and telling its 4 "
+                         "parameters")
+            wrong = ""
+            outcome = (f"refused {when}, as the double refuses code it "
+                       f"cannot run ({exc.error_name})")
+        except (RuntimeError, ValueError, TypeError, KeyError) as exc:
+            return False, f"FAILED: {type(exc).__name__}: {exc}"
+        else:
+            if double:
+                return False, "FAILED: the double launched compiled code"
+            outcome = f"saxpy on {N:,} floats matches numpy"
+        if wrong:
+            return False, f"FAILED: saxpy differs from numpy: {wrong}"
+        found = entries(cache)
+        if reused is not None and found != reused:
+            return False, (f"FAILED: not from the cache: its entries were "
+                           f"{sorted(reused)}, now {sorted(found)} (a "
+                           "compile replaced or added one)")
+        if reused is None and len(found) != 1:
+            return False, (f"FAILED: the compile left {len(found)} cache "
+                           "entries, expected 1")
+        return True, f"{took * 1e3:.1f} ms to Module(): {outcome}"
 
 
 def main() -> int:
@@ -128,37 +157,51 @@ def main() -> int:
                         help="the dry run on the CUDA driver double")
     parser.add_argument("--markdown", type=Path,
                         help="write the lines here too")
-    parser.add_argument("--compile", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.compile:   # the child of compile_in_child: code to stdout
-        arch, output, major = args.compile
-        lib, where = find_nvrtc(major)
-        if lib is None:
-            sys.exit(f"no libnvrtc ({where})")
-        try:
-            sys.stdout.buffer.write(nvrtc_compile(lib, kernel_code.CUDA_C,
-                                                  arch, output))
-        except NvrtcError as exc:
-            sys.exit(str(exc))
-        return 0
     import accelerator
+    from accelerator import _source
 
     lines, ok = [], True
-    major = driver_major() if accelerator.is_available() else ""
-    lib, where = find_nvrtc(major)
-    if lib is None:
-        lines.append(f"- nvrtc: not run: no libnvrtc ({where})")
-    elif not accelerator.is_available():
-        lines.append("- nvrtc: not run: no accelerator")
+    if not accelerator.is_available():
+        lines.append("- cuda-c++: not run: no accelerator")
     else:
         props = accelerator.get_device_properties(0)
         cc = f"{props.major}{props.minor}"
-        lines.append(f"- NVRTC {nvrtc_version(lib)} ({where}), "
-                     f"{props.name} (sm_{cc}, driver CUDA {major})")
-        for output in ("ptx", "cubin"):
-            passed, text = check_form(cc, output, major, args.double)
-            ok &= passed
-            lines.append(f"- nvrtc {output}: {text}")
+        try:
+            _library, ident = _source._compiler_for("cuda-c++", 0)
+        except RuntimeError as exc:
+            ident = None
+            # No NVRTC here: nothing to check.  One that was named and
+            # does not work is a failure.
+            ok = str(exc).startswith("no NVRTC found")
+            lines.append(f"- cuda-c++: {'not run' if ok else 'FAILED'}: "
+                         f"{exc}")
+        if ident is not None:
+            lines.append(f"- Module(code, format=\"cuda-c++\") on "
+                         f"{props.name} (sm_{cc}): {ident}")
+            root = Path(tempfile.mkdtemp(prefix="nvrtc-check-"))
+            checks = [
+                (Form("cold (an empty cache)", kernel_code.CUDA_C),
+                 root / "default", None),
+                (Form("from the cache", kernel_code.CUDA_C), root / "default",
+                 "default"),
+                (Form("ptx", kernel_code.CUDA_C,
+                      options=[f"-arch=compute_{cc}"]), root / "ptx", None),
+                # On the double as PTX, which it loads: so that the
+                # lowered name is looked up and its parameters told.
+                (Form("template", TEMPLATE, TEMPLATE_NAME,
+                      name_expressions=[TEMPLATE_NAME],
+                      **({"options": [f"-arch=compute_{cc}"]}
+                         if args.double else {})),
+                 root / "template", None),
+            ]
+            for form, cache, reuse in checks:
+                reused = entries(cache) if reuse else None
+                passed, text = form.check(args.double, cache, reused)
+                ok &= passed
+                lines.append(f"- cuda-c++ {form.label}: {form.call()}"
+                             f".get_kernel({form.name!r}): {text}")
+            shutil.rmtree(root, ignore_errors=True)
     if args.double:
         try:
             wrong = saxpy_matches(accelerator.Module(kernel_code.native()))

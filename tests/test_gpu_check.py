@@ -52,20 +52,36 @@ def test_gpu_check_runs_through_to_its_results_table(tmp_path: Path) -> None:
     assert "behaviour suite (ACCELERATOR_TEST_BACKEND=real): " in text
     assert " passed" in text and "failed" not in text.split("###")[0]
     assert "| current_stream()" in text      # the benchmark's table
-    # The NVRTC step: PTX and a cubin refused as the double refuses code it
-    # cannot run (or no libnvrtc on this machine), the native saxpy checked.
     # The kernel launch beside cuda.bindings, ours measured (a figure).
     assert re.search(r"^\| launch add_one \(queued, not waited for\)\s*\|"
                      r"\s*[\d,]+\s*\|", text, re.MULTILINE), text[-3000:]
-    nvrtc = [line for line in text.splitlines() if "nvrtc" in line.lower()
-             or line.startswith("- native saxpy")]
-    assert "- native saxpy on the double: matches numpy" in nvrtc, nvrtc
-    if not any(line.startswith("- nvrtc: not run: no libnvrtc")
-               for line in nvrtc):
-        for form in ("ptx: compute_", "cubin: sm_"):
-            [line] = [n for n in nvrtc if n.startswith(f"- nvrtc {form}")]
-            assert "CUDA_ERROR_NO_BINARY_FOR_GPU" in line, nvrtc
-            assert "FAILED" not in line, nvrtc
+    # Kernels from source: Module(code, format="cuda-c++") compiled each
+    # form, and the double refused to run it as it refuses code it cannot
+    # run (a cubin at load; PTX, which it loads, at launch), or there is
+    # no NVRTC on this machine; the native saxpy checked against numpy.
+    lines = [line for line in text.splitlines()
+             if line.startswith(("- cuda-c++", "- native saxpy",
+                                 "- Module(code"))]
+    assert "- native saxpy on the double: matches numpy" in lines, lines
+    if not any(line.startswith("- cuda-c++: not run: no NVRTC found")
+               for line in lines):
+        refused = "as the double refuses code it cannot run " \
+            "(CUDA_ERROR_NO_BINARY_FOR_GPU)"
+        at_launch = "refused at launch, after loading it and telling " \
+            "its 4 parameters"
+        forms = {"cold (an empty cache)": "", "from the cache": "",
+                 "ptx": at_launch, "template": at_launch}
+        for form, when in forms.items():
+            [line] = [n for n in lines
+                      if n.startswith(f"- cuda-c++ {form}: ")]
+            assert "FAILED" not in line and refused in line, lines
+            assert when in line, lines
+        assert "name_expressions=['saxpy_t<float>']" in next(
+            n for n in lines if n.startswith("- cuda-c++ template"))
+    # Compile and load from source beside cuda.core and CuPy: ours cold
+    # and from the cache measured as PTX, which the double loads.
+    assert re.search(r"^ptx for compute_\d+: saxpy compiled from CUDA C\+\+",
+                     text, re.MULTILINE), text[-3000:]
     # The benchmark's C timers build (a missing header once left the
     # driver-call overheads out with only a note on stderr).
     assert "cannot build" not in out, out[-4000:]
@@ -73,8 +89,8 @@ def test_gpu_check_runs_through_to_its_results_table(tmp_path: Path) -> None:
 
 
 def test_nvrtc_check_catches_a_wrong_result() -> None:
-    """The NVRTC step's numpy check fails a saxpy that computes a*x only
-    (a native kernel on the CUDA double, where it runs)."""
+    """The source step's numpy check fails a saxpy that computes a*x
+    only (a native kernel on the CUDA double, where it runs)."""
     import fake_drivers
     import kernel_code
 

@@ -29,6 +29,7 @@ parse_target(acc_state *st, PyObject *format_arg, PyObject *device_arg,
     if (name == NULL) {
         return -1;
     }
+    acc_ensure_probed();
     *format = acc_code_format_named(name);
     if (!acc_code_format_is_source(*format)) {
         PyErr_Format(PyExc_ValueError, "%R is not a source format, "

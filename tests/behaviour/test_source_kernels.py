@@ -237,6 +237,7 @@ def test_no_compiler_found_names_every_place(
         fmt: str, facts: type[fake_drivers.DriverDouble],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(facts.compiler_env, raising=False)
+    monkeypatch.setattr(_source, "_found", {})
     monkeypatch.setattr(_source, "_places", lambda f: [
         ("the first place", []), ("the second place", ["libnothing.so.9"])])
     with pytest.raises(RuntimeError) as e:
