@@ -47,6 +47,8 @@
  *   FAKE_HIP_TOTAL_MEM       bytes per device (64 GiB); hipMalloc fails
  *                            with hipErrorOutOfMemory beyond it
  *   FAKE_HIP_PRIORITY_RANGE  "least,greatest" stream priorities ("0,-1")
+ *   FAKE_HIP_ARCH            the gcnArchName hipGetDeviceProperties tells
+ *                            ("gfx90a:sramecc+:xnack-")
  *   FAKE_HIP_GFX             the gfx version "major.minor" that the
  *                            compute capability attributes report ("9.0")
  *   FAKE_HIP_FAIL            faults installed at load:
@@ -220,7 +222,9 @@ static struct {
     unsigned long long total_mem;
     int prio_least, prio_greatest;
     int gfx_major, gfx_minor;
+    char arch[64];            /* gcnArchName */
 } cfg = {
+    .arch = "gfx90a:sramecc+:xnack-",
     .devices = 2,
     .gfx_major = 9,
     .total_mem = 64ULL << 30,
@@ -644,7 +648,7 @@ hipGetDeviceProperties(hipDeviceProp_t *prop, int device)
     memset(bytes, 0, ACC_HIP_DEVICE_PROP_SIZE);
     snprintf((char *)bytes, 256, "Fake HIP Device %d", device);
     snprintf((char *)bytes + ACC_HIP_DEVICE_PROP_GCN_ARCH_NAME,
-             ACC_HIP_GCN_ARCH_NAME_SIZE, "gfx90a:sramecc+:xnack-");
+             ACC_HIP_GCN_ARCH_NAME_SIZE, "%s", cfg.arch);
     return hipSuccess;
 }
 
@@ -2007,6 +2011,15 @@ config_read(void)
     }
     if (dc_env_ull(&g_ctl, "FAKE_HIP_TOTAL_MEM", &mem)) {
         cfg.total_mem = mem;
+    }
+    value = getenv("FAKE_HIP_ARCH");
+    if (value != NULL) {
+        if (value[0] != '\0' && strlen(value) < sizeof(cfg.arch)) {
+            snprintf(cfg.arch, sizeof(cfg.arch), "%s", value);
+        }
+        else {
+            dc_env_warn(&g_ctl, "FAKE_HIP_ARCH", value);
+        }
     }
     value = getenv("FAKE_HIP_GFX");
     if (value != NULL) {

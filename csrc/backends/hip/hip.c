@@ -1145,10 +1145,10 @@ hip_compiler_open(int device, acc_code_format format, const char *library,
 
     (void)format;    /* hip-c++, the only one in source_formats */
     if (hip_arch(device, arch, sizeof(arch), err) != ACC_OK
-        || hip_hiprtc_open(library, &c, err) != ACC_OK) {
+        || hip_hiprtc_open(library, &c, err) != ACC_OK
+        || hip_hiprtc_describe(c, arch, id, size, err) != ACC_OK) {
         return err->status;
     }
-    hip_hiprtc_describe(c, arch, id, size);
     *compiler = c;
     return ACC_OK;
 }

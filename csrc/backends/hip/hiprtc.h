@@ -16,8 +16,8 @@ typedef struct hip_hiprtc hip_hiprtc;
 acc_status hip_hiprtc_open(const char *library, hip_hiprtc **out,
                            acc_error *err);
 /* "hiprtc 5.2 gfx90a <path>" into id. */
-void hip_hiprtc_describe(const hip_hiprtc *c, const char *arch, char *id,
-                         size_t size);
+acc_status hip_hiprtc_describe(const hip_hiprtc *c, const char *arch,
+                               char *id, size_t size, acc_error *err);
 /* The compile slot's work (backend.h): a code object for arch, unless
  * an --offload-arch among options names another; backend names the
  * backend in errors. */

@@ -10,6 +10,7 @@
 #include <accelerator/rtc.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define ACC_HIPRTC_SUCCESS 0
 
@@ -33,8 +34,22 @@
       (acc_rtc_program prog, const char *name_expression,                 \
        const char **lowered_name))
 
+/*
+ * Optional, from the code object manager that hiprtc links (comgr,
+ * amd_comgr.h; found through hiprtc's library): whether a target ID names
+ * an ISA that this ROCm compiles for.  ROCm 5.2's hiprtcCompileProgram
+ * aborts the process ("munmap_chunk(): invalid pointer") on an
+ * --offload-arch its LLVM does not know, so each target is asked here
+ * first.  A metadata node is a struct of one uint64_t, passed as one.
+ */
+#define ACC_COMGR_FUNCTIONS(X)                                             \
+    X(amd_comgr_get_isa_metadata, int,                                    \
+      (const char *isa_name, uint64_t *metadata))                         \
+    X(amd_comgr_destroy_metadata, int, (uint64_t metadata))
+
 #define ACC_HIPRTC_TYPEDEF(name, ret, params) typedef ret(*acc_pfn_##name) params;
 ACC_HIPRTC_FUNCTIONS(ACC_HIPRTC_TYPEDEF)
+ACC_COMGR_FUNCTIONS(ACC_HIPRTC_TYPEDEF)
 #undef ACC_HIPRTC_TYPEDEF
 
 #endif /* ACC_HIPRTC_API_H */
