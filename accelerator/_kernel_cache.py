@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -34,6 +35,8 @@ _DEFAULT_MAX_BYTES = 1 << 30
 #: folder is pruned.
 _STALE_SECONDS = 3600.0
 _SUFFIX = ".kernel"
+#: What the compilers make (an entry of another format is damaged).
+_CODE_FORMATS = ("ptx", "cubin", "hsaco")
 
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -105,13 +108,34 @@ def _decode(data: bytes) -> tuple[bytes, str, dict[str, str]] | None:
         ok = (isinstance(header, dict)
               and header.get("size") == len(code)
               and header.get("sha256") == hashlib.sha256(code).hexdigest()
-              and isinstance(header.get("format"), str)
+              and header.get("format") in _CODE_FORMATS
               and isinstance(header.get("lowered"), dict)
               and all(isinstance(k, str) and isinstance(v, str)
                       for k, v in header["lowered"].items()))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):    # (UnicodeDecodeError too)
         return None
     return (code, header["format"], header["lowered"]) if ok else None
+
+
+def _read(path: str) -> bytes | None:
+    """What the file at path holds, or None: no such file, or not a
+    regular one (opened without waiting: a FIFO would wait for a writer;
+    read to its size: /dev/zero would never end), which is removed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                return f.read(st.st_size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    _remove(path)
+    return None
 
 
 def load(name: str) -> tuple[bytes, str, dict[str, str]] | None:
@@ -121,10 +145,8 @@ def load(name: str) -> tuple[bytes, str, dict[str, str]] | None:
     if where is None:
         return None
     path = os.path.join(where, name + _SUFFIX)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+    data = _read(path)
+    if data is None:
         return None
     entry = _decode(data)
     try:

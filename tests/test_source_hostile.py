@@ -83,3 +83,41 @@ def test_a_device_hiprtc_does_not_know_is_passed_over(
               tmp_path, FAKE_HIP_ARCH="gfx9999")
     assert out.startswith("raised RuntimeError"), out
     assert "'gfx9999'" in out and "does not compile for" in out, out
+
+
+# The compile cache: an entry that is no regular file (a FIFO, which
+# open() waits on for a writer; a link to /dev/zero, which never ends) is
+# passed over and the kernel compiled, promptly and in bounded memory.
+
+def nvrtc_or_skip(tmp_path: Path) -> None:
+    found = run("cuda", "from accelerator import _source\n"
+                "try:\n    _source._compiler_for('cuda-c++', 0)\n"
+                "except RuntimeError as e:\n    print('none', e)\n",
+                tmp_path)
+    if found.startswith("none"):
+        pytest.skip(f"no NVRTC on this machine: {found}")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "folder"])
+def test_an_entry_that_is_no_file_is_passed_over(tmp_path: Path,
+                                                 kind: str) -> None:
+    nvrtc_or_skip(tmp_path)
+    out = run("cuda", textwrap.dedent(f"""
+        import os, pathlib, resource, warnings
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        cache = pathlib.Path(os.environ["ACCELERATOR_KERNEL_CACHE_DIR"])
+        acc.Module(SRC, format="cuda-c++")
+        [entry] = cache.glob("*.kernel")
+        entry.unlink()
+        kind = {kind!r}
+        if kind == "fifo":
+            os.mkfifo(entry)
+        elif kind == "folder":
+            entry.mkdir()
+        else:
+            entry.symlink_to(kind)
+        warnings.simplefilter("ignore")
+        outcome(lambda: acc.Module(SRC, format="cuda-c++").get_kernel(
+            "saxpy"))
+    """), tmp_path, timeout=30)
+    assert out == "ok\n", out

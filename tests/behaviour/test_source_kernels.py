@@ -10,6 +10,7 @@ The compile cache is checked here too: every test gets its own folder.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -278,8 +279,18 @@ def test_what_changes_the_code_changes_the_key(
     assert counting.calls == 2 and len(entries(cache)) == 2
 
 
+def forged(data: bytes, **header: object) -> bytes:
+    """data, an entry, with its header's fields changed (its code and
+    digest still check)."""
+    magic = _kernel_cache._MAGIC
+    line, _, code = data[len(magic):].partition(b"\n")
+    fields = {**json.loads(line), **header}
+    return magic + json.dumps(fields).encode() + b"\n" + code
+
+
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "garbage",
-                                    "empty"])
+                                    "empty", "deep", "list", "lowered",
+                                    "format"])
 def test_a_damaged_entry_is_ignored_and_rebuilt(
         fmt: str, cache: Path, monkeypatch: pytest.MonkeyPatch,
         damage: str) -> None:
@@ -287,10 +298,18 @@ def test_a_damaged_entry_is_ignored_and_rebuilt(
     acc.Module(SRC, format=fmt)
     [entry] = entries(cache)
     data = entry.read_bytes()
+    magic = _kernel_cache._MAGIC
     entry.write_bytes({"truncated": data[:len(data) // 2],
                        "flipped": data[:-1] + bytes([data[-1] ^ 1]),
                        "garbage": os.urandom(len(data)),
-                       "empty": b""}[damage])
+                       "empty": b"",
+                       # JSON nested past the parser's recursion limit
+                       "deep": magic + b"[" * 100_000 + b"\n",
+                       "list": magic + b"[1, 2]\n",
+                       "lowered": forged(data, lowered=[["saxpy", 1]]),
+                       # a format no compiler makes (the code checks)
+                       "format": forged(data, format="cuda-c++"),
+                       }[damage])
     assert acc.Module(SRC, format=fmt).get_kernel("saxpy")
     assert counting.calls == 2
     assert entry.read_bytes() == data     # rewritten whole
