@@ -46,13 +46,14 @@ def run(backend: str, code: str, tmp_path: Path, timeout: float = 120,
     return child.stdout
 
 
-def hiprtc_or_skip(tmp_path: Path) -> None:
-    found = run("hip", "from accelerator import _source\n"
-                "try:\n    _source._compiler_for('hip-c++', 0)\n"
+def compiler_or_skip(backend: str, tmp_path: Path) -> None:
+    fmt = {"cuda": "cuda-c++", "hip": "hip-c++"}[backend]
+    found = run(backend, "from accelerator import _source\n"
+                f"try:\n    _source._compiler_for({fmt!r}, 0)\n"
                 "except RuntimeError as e:\n    print('none', e)\n",
                 tmp_path)
     if found.startswith("none"):
-        pytest.skip(f"no hiprtc on this machine: {found}")
+        pytest.skip(f"no {fmt} compiler on this machine: {found}")
 
 
 # hiprtc (ROCm 5.2) aborts the process ("munmap_chunk(): invalid pointer")
@@ -64,7 +65,7 @@ def hiprtc_or_skip(tmp_path: Path) -> None:
     "--offload-arch=gfx90a,gfx9999", "--offload-arch=gfx90a:nonsense+"])
 def test_an_offload_arch_hiprtc_does_not_know_is_refused(
         tmp_path: Path, option: str) -> None:
-    hiprtc_or_skip(tmp_path)
+    compiler_or_skip("hip", tmp_path)
     out = run("hip", f"outcome(lambda: acc.Module(SRC, format='hip-c++', "
               f"options=[{option!r}]))\n"
               "outcome(lambda: acc.Module(SRC, format='hip-c++', "
@@ -78,7 +79,7 @@ def test_an_offload_arch_hiprtc_does_not_know_is_refused(
 
 def test_a_device_hiprtc_does_not_know_is_passed_over(
         tmp_path: Path) -> None:
-    hiprtc_or_skip(tmp_path)
+    compiler_or_skip("hip", tmp_path)
     out = run("hip", "outcome(lambda: acc.Module(SRC, format='hip-c++'))\n",
               tmp_path, FAKE_HIP_ARCH="gfx9999")
     assert out.startswith("raised RuntimeError"), out
@@ -89,19 +90,10 @@ def test_a_device_hiprtc_does_not_know_is_passed_over(
 # open() waits on for a writer; a link to /dev/zero, which never ends) is
 # passed over and the kernel compiled, promptly and in bounded memory.
 
-def nvrtc_or_skip(tmp_path: Path) -> None:
-    found = run("cuda", "from accelerator import _source\n"
-                "try:\n    _source._compiler_for('cuda-c++', 0)\n"
-                "except RuntimeError as e:\n    print('none', e)\n",
-                tmp_path)
-    if found.startswith("none"):
-        pytest.skip(f"no NVRTC on this machine: {found}")
-
-
 @pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "folder"])
 def test_an_entry_that_is_no_file_is_passed_over(tmp_path: Path,
                                                  kind: str) -> None:
-    nvrtc_or_skip(tmp_path)
+    compiler_or_skip("cuda", tmp_path)
     out = run("cuda", textwrap.dedent(f"""
         import os, pathlib, resource, warnings
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
