@@ -71,6 +71,7 @@ static int
 parse_format(PyObject *obj, acc_code_format *format)
 {
     const char *name;
+    Py_ssize_t length;
 
     *format = ACC_FORMAT_NONE;
     if (obj == Py_None) {
@@ -81,11 +82,12 @@ parse_format(PyObject *obj, acc_code_format *format)
                      "None, not %.100s", acc_type_name(obj));
         return -1;
     }
-    name = PyUnicode_AsUTF8AndSize(obj, NULL);
+    name = PyUnicode_AsUTF8AndSize(obj, &length);
     if (name == NULL) {
         return -1;
     }
-    *format = acc_code_format_named(name);
+    *format = strlen(name) == (size_t)length ? acc_code_format_named(name)
+                                             : ACC_FORMAT_NONE;
     if (*format == ACC_FORMAT_NONE) {
         PyErr_Format(PyExc_ValueError, "Module(): unknown format %R, "
                      "expected one of 'ptx', 'cubin', 'fatbin', 'spirv', "

@@ -141,6 +141,12 @@ def test_bad_options_are_refused(fmt: str, options: object,
         acc.Module(SRC, format=fmt, options=options)
 
 
+@pytest.mark.parametrize("suffix", ["\0", "\0ptx", "\0 anything"])
+def test_a_format_with_a_nul_is_refused(fmt: str, suffix: str) -> None:
+    with pytest.raises(ValueError, match="format"):
+        acc.Module(SRC, format=fmt + suffix)
+
+
 def test_name_expressions_find_template_kernels(fmt: str) -> None:
     module = acc.Module(SRC, format=fmt,
                         name_expressions=["scale<float>", "scale<double>"])
