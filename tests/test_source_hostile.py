@@ -113,3 +113,79 @@ def test_an_entry_that_is_no_file_is_passed_over(tmp_path: Path,
             "saxpy"))
     """), tmp_path, timeout=30)
     assert out == "ok\n", out
+
+
+# Each NVRTC entry point failing (tests/drivers/nvrtc_shim.c: the real
+# NVRTC behind a library that fails a named call on demand): a clear
+# exception of the right kind, and every program made destroyed.
+
+SHIM = fake_drivers.DRIVERS / "libnvrtc_shim.so"
+#: where the failure shows: raised when the library is opened (the
+#: version and architectures are read once), or at the compile
+AT_OPEN = ("nvrtcVersion", "nvrtcGetNumSupportedArchs",
+           "nvrtcGetSupportedArchs")
+#: (entry point, its failure code, what Module() raises: "ok" where the
+#: call is only ever extra)
+AT_COMPILE = [
+    ("nvrtcCreateProgram", 1, "AcceleratorError"),
+    ("nvrtcAddNameExpression", 3, "ValueError"),
+    ("nvrtcCompileProgram", 6, "BuildError"),        # COMPILATION
+    ("nvrtcCompileProgram", 5, "BuildError"),        # INVALID_OPTION
+    # the compiler failing, not refusing the source: no BuildError
+    ("nvrtcCompileProgram", 7, "AcceleratorError"),  # BUILTIN_OPERATION
+    ("nvrtcCompileProgram", 1, "AcceleratorError"),  # OUT_OF_MEMORY
+    ("nvrtcGetProgramLogSize", 3, "ok"),
+    ("nvrtcGetProgramLog", 3, "ok"),
+    ("nvrtcGetCUBINSize", 3, "AcceleratorError"),
+    ("nvrtcGetCUBIN", 3, "AcceleratorError"),
+    ("nvrtcGetLoweredName", 3, "ValueError"),
+]
+
+
+def test_each_nvrtc_call_failing_is_a_clear_error_and_leaks_nothing(
+        tmp_path: Path) -> None:
+    if not SHIM.exists():
+        pytest.skip("no tests/drivers/build/libnvrtc_shim.so (make -C "
+                    "tests/drivers)")
+    compiler_or_skip("cuda", tmp_path)
+    out = run("cuda", textwrap.dedent(f"""
+        import ctypes, os
+        from accelerator import _source
+        os.environ["NVRTC_SHIM_REAL"] = _source._compiler_for(
+            "cuda-c++", 0)[0]
+        shim = ctypes.CDLL({str(SHIM)!r})
+        shim.nvrtc_shim_fail.argtypes = [ctypes.c_char_p, ctypes.c_long,
+                                         ctypes.c_int]
+        def module():
+            return acc.Module(SRC, format="cuda-c++",
+                              name_expressions=["scale<float>"])
+        def left():
+            made, gone = ctypes.c_long(), ctypes.c_long()
+            shim.nvrtc_shim_counts(ctypes.byref(made), ctypes.byref(gone))
+            return made.value - gone.value
+        # Each spelling of the path is a library opened anew.
+        for i, name in enumerate({AT_OPEN!r}):
+            shim.nvrtc_shim_fail(name.encode(), 1, 3)
+            os.environ["ACCELERATOR_NVRTC_LIBRARY"] = (
+                {str(SHIM.parent)!r} + "/." * (i + 1) + "/" + {SHIM.name!r})
+            outcome(module)
+        os.environ["ACCELERATOR_NVRTC_LIBRARY"] = {str(SHIM)!r}
+        for name, code, _ in {AT_COMPILE!r}:
+            shim.nvrtc_shim_fail(name.encode(), 1, code)
+            outcome(module)
+            print("left", left())
+    """), tmp_path, ACCELERATOR_KERNEL_CACHE_DIR="")
+    lines = out.splitlines()
+    for name, line in zip(AT_OPEN, lines):
+        assert line.startswith("raised RuntimeError"), (name, out)
+        assert "names no usable NVRTC" in line, (name, out)
+    rest = lines[len(AT_OPEN):]
+    assert len(rest) == 2 * len(AT_COMPILE), out
+    for (name, code, expected), line, left in zip(AT_COMPILE, rest[::2],
+                                                  rest[1::2]):
+        if expected == "ok":
+            assert line == "ok", (name, code, out)
+        else:
+            assert line.startswith(f"raised {expected} "), (name, code, out)
+            assert name in line or expected == "ValueError", (name, out)
+        assert left == "left 0", (name, code, out)

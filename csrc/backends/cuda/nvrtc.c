@@ -190,6 +190,8 @@ cuda_nvrtc_compile(const cuda_nvrtc *c, const char *backend, int major,
         .file_name = "kernel.cu",
         .create_name = "nvrtcCreateProgram",
         .compile_name = "nvrtcCompileProgram",
+        .refused_option = ACC_NVRTC_ERROR_INVALID_OPTION,
+        .refused_source = ACC_NVRTC_ERROR_COMPILATION,
         .add_name_name = "nvrtcAddNameExpression",
         .create = c->fn.nvrtcCreateProgram,
         .destroy = c->fn.nvrtcDestroyProgram,
@@ -220,6 +222,7 @@ cuda_nvrtc_compile(const cuda_nvrtc *c, const char *backend, int major,
     rtc.code_size = cubin ? c->fn.nvrtcGetCUBINSize : c->fn.nvrtcGetPTXSize;
     rtc.code = cubin ? c->fn.nvrtcGetCUBIN : c->fn.nvrtcGetPTX;
     rtc.code_name = cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX";
+    rtc.code_size_name = cubin ? "nvrtcGetCUBINSize" : "nvrtcGetPTXSize";
     rtc.code_format = cubin ? ACC_FORMAT_CUBIN : ACC_FORMAT_PTX;
     return acc_rtc_compile(&rtc, source, size, own, chosen != NULL ? 0 : 1,
                            options, noptions, names, nnames, out, err);

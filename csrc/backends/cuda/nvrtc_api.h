@@ -15,6 +15,8 @@
 #include <stddef.h>
 
 #define ACC_NVRTC_SUCCESS 0
+#define ACC_NVRTC_ERROR_INVALID_OPTION 5
+#define ACC_NVRTC_ERROR_COMPILATION 6
 
 #define ACC_NVRTC_FUNCTIONS(X)                                             \
     X(nvrtcGetErrorString, const char *, (int result))                    \

@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #define ACC_HIPRTC_SUCCESS 0
+#define ACC_HIPRTC_ERROR_INVALID_OPTION 5
+#define ACC_HIPRTC_ERROR_COMPILATION 6
 
 #define ACC_HIPRTC_FUNCTIONS(X)                                            \
     X(hiprtcGetErrorString, const char *, (int result))                   \

@@ -51,7 +51,13 @@ typedef struct acc_rtc {
     int (*code_size)(acc_rtc_program prog, size_t *size);
     int (*code)(acc_rtc_program prog, char *code);
     const char *code_name;    /* "nvrtcGetCUBIN", for errors */
+    const char *code_size_name;   /* "nvrtcGetCUBINSize" */
     acc_code_format code_format;
+    /* The compile's results that mean the compiler refused the options
+     * or the source (NVRTC's and hiprtc's INVALID_OPTION, 5, and
+     * COMPILATION, 6): BuildError.  Any other is the compiler failing
+     * (out of memory, a builtin operation): the driver error it is. */
+    int refused_option, refused_source;
     int (*add_name)(acc_rtc_program prog, const char *name);
     int (*lowered)(acc_rtc_program prog, const char *name,
                    const char **lowered);
@@ -227,11 +233,18 @@ acc_rtc_compile(const acc_rtc *rtc, const char *source, size_t size, const char 
     rc = rtc->compile(prog, nown + noptions, all);
     out->log = acc_rtc_log(rtc, prog);
     if (rc != 0) {
-        st = acc_rtc_fail(rtc, rtc->compile_name, rc, ACC_ERR_BUILD, err);
+        st = acc_rtc_fail(rtc, rtc->compile_name, rc,
+                          rc == rtc->refused_option
+                              || rc == rtc->refused_source
+                              ? ACC_ERR_BUILD : ACC_ERR_DRIVER, err);
         goto done;
     }
     rc = rtc->code_size(prog, &code_size);
-    if (rc == 0 && code_size > 0) {
+    if (rc != 0) {
+        st = acc_rtc_fail(rtc, rtc->code_size_name, rc, ACC_ERR_DRIVER, err);
+        goto done;
+    }
+    if (code_size > 0) {
         out->code = malloc(code_size);
         if (out->code == NULL) {
             st = ACC_ERR_HOST_MEMORY;
