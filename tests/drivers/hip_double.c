@@ -48,7 +48,9 @@
  *                            with hipErrorOutOfMemory beyond it
  *   FAKE_HIP_PRIORITY_RANGE  "least,greatest" stream priorities ("0,-1")
  *   FAKE_HIP_ARCH            the gcnArchName hipGetDeviceProperties tells
- *                            ("gfx90a:sramecc+:xnack-")
+ *                            ("gfx90a:sramecc+:xnack-"), for what a
+ *                            compiler is asked to target; the devices
+ *                            still load gfx90a code objects only
  *   FAKE_HIP_GFX             the gfx version "major.minor" that the
  *                            compute capability attributes report ("9.0")
  *   FAKE_HIP_FAIL            faults installed at load:
