@@ -189,3 +189,15 @@ def test_each_nvrtc_call_failing_is_a_clear_error_and_leaks_nothing(
             assert line.startswith(f"raised {expected} "), (name, code, out)
             assert name in line or expected == "ValueError", (name, out)
         assert left == "left 0", (name, code, out)
+
+
+def test_an_option_asking_nvrtc_for_other_output_is_named(
+        tmp_path: Path) -> None:
+    """-dlto makes NVRTC keep LTO IR, no cubin: the error says an option
+    may have asked for it, not only that the target may be wrong."""
+    compiler_or_skip("cuda", tmp_path)
+    out = run("cuda", "outcome(lambda: acc.Module(SRC, format='cuda-c++', "
+              "options=['-dlto']))\n", tmp_path)
+    assert out.startswith("raised AcceleratorError nvrtcGetCUBIN() gave no "
+                          "code"), out
+    assert "an option" in out, out

@@ -257,9 +257,10 @@ acc_rtc_compile(const acc_rtc *rtc, const char *source, size_t size, const char 
         st = acc_rtc_fail(rtc, rtc->code_name, rc, ACC_ERR_DRIVER, err);
         if (rc == 0) {
             acc_format(err->message, sizeof(err->message), "%s() gave no "
-                       "code (is the target an architecture this %s "
-                       "compiles to that format?)", rtc->code_name,
-                       rtc->compiler);
+                       "code (does an option ask for another output, such "
+                       "as NVRTC's -dlto, or is the target an architecture "
+                       "this %s does not compile to that format?)",
+                       rtc->code_name, rtc->compiler);
         }
         goto done;
     }
