@@ -168,9 +168,11 @@ def _strings(value: object, what: str) -> tuple[str, ...]:
             raise ValueError(f"Module(): {what} item {i} holds a NUL "
                              "character, expected text without NUL "
                              "characters")
-        if what == "name_expressions" and not item:
+        if not item.strip():      # the compilers word it badly
             raise ValueError(f"Module(): {what} item {i} is empty, expected "
-                             "a kernel's C++ name ('saxpy<float>')")
+                             + ("a kernel's C++ name ('saxpy<float>')"
+                                if what == "name_expressions"
+                                else "a compiler option ('-DN=4')"))
     if len(set(items)) != len(items) and what == "name_expressions":
         raise ValueError("Module(): name_expressions holds a name twice")
     return items

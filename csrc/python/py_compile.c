@@ -11,6 +11,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A str argument as UTF-8 text without NUL; NULL with an error. */
+static const char *
+plain_text(PyObject *obj, const char *what)
+{
+    const char *text;
+    Py_ssize_t size;
+
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, not %.100s", what,
+                     acc_type_name(obj));
+        return NULL;
+    }
+    text = PyUnicode_AsUTF8AndSize(obj, &size);
+    if (text != NULL && strlen(text) != (size_t)size) {
+        PyErr_Format(PyExc_ValueError, "%s holds a NUL character", what);
+        return NULL;
+    }
+    return text;
+}
+
 /* The format and device arguments: a source format's name and a device
  * index; -1 with an exception set. */
 static int
@@ -20,12 +40,7 @@ parse_target(acc_state *st, PyObject *format_arg, PyObject *device_arg,
     const char *name;
     long long index;
 
-    if (!PyUnicode_Check(format_arg)) {
-        PyErr_Format(PyExc_TypeError, "format must be a str, not %.100s",
-                     acc_type_name(format_arg));
-        return -1;
-    }
-    name = PyUnicode_AsUTF8AndSize(format_arg, NULL);
+    name = plain_text(format_arg, "format");
     if (name == NULL) {
         return -1;
     }
@@ -54,26 +69,6 @@ check_count(const char *name, Py_ssize_t nargs, Py_ssize_t n)
         return -1;
     }
     return 0;
-}
-
-/* A str argument as UTF-8 text without NUL; NULL with an error. */
-static const char *
-plain_text(PyObject *obj, const char *what)
-{
-    const char *text;
-    Py_ssize_t size;
-
-    if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a str, not %.100s", what,
-                     acc_type_name(obj));
-        return NULL;
-    }
-    text = PyUnicode_AsUTF8AndSize(obj, &size);
-    if (text != NULL && strlen(text) != (size_t)size) {
-        PyErr_Format(PyExc_ValueError, "%s holds a NUL character", what);
-        return NULL;
-    }
-    return text;
 }
 
 PyDoc_STRVAR(compiler_id_doc,

@@ -134,6 +134,9 @@ def test_options_reach_the_compiler(fmt: str) -> None:
     (b"-DX", TypeError, "not bytes"),
     (["-DX", 3], TypeError, "must hold only str, not int"),
     (["-DX\0Y"], ValueError, "NUL"),
+    # the compilers' own words for these: "unrecognized option  found"
+    (["-DX", ""], ValueError, "options item 1 is empty"),
+    (["\t"], ValueError, "options item 0 is empty"),
 ])
 def test_bad_options_are_refused(fmt: str, options: object,
                                  error: type[Exception], words: str) -> None:
@@ -145,6 +148,10 @@ def test_bad_options_are_refused(fmt: str, options: object,
 def test_a_format_with_a_nul_is_refused(fmt: str, suffix: str) -> None:
     with pytest.raises(ValueError, match="format"):
         acc.Module(SRC, format=fmt + suffix)
+    library = _source._compiler_for(fmt, 0)[0]
+    with pytest.raises(ValueError, match="format"):
+        _accelerator._compile(fmt + suffix, library, 0, SRC.encode(), (),
+                              ())
 
 
 def test_name_expressions_find_template_kernels(fmt: str) -> None:
@@ -164,6 +171,8 @@ def test_name_expressions_find_template_kernels(fmt: str) -> None:
 
 @pytest.mark.parametrize("names, error, words", [
     ([""], ValueError, "empty"),
+    ([" "], ValueError, "empty"),
+    (["scale<float>", "\t\n"], ValueError, "item 1 is empty"),
     (["scale<float>", "scale<float>"], ValueError, "twice"),
     ([3], TypeError, "only str"),
     (["scale<float>\0"], ValueError, "NUL"),
