@@ -201,3 +201,34 @@ def test_an_option_asking_nvrtc_for_other_output_is_named(
     assert out.startswith("raised AcceleratorError nvrtcGetCUBIN() gave no "
                           "code"), out
     assert "an option" in out, out
+
+
+def test_a_compiler_named_past_the_kept_few_is_not_made_at_each_call(
+        tmp_path: Path) -> None:
+    """Each library name opened keeps its compiler: past the first few
+    names, one was made again (and lost) at every compile."""
+    compiler_or_skip("cuda", tmp_path)
+    out = run("cuda", textwrap.dedent("""
+        import ctypes, os
+        from accelerator import _accelerator, _source
+        class Mallinfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks "
+                "uordblks fordblks keepcost").split()]
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = Mallinfo2
+        def used():
+            info = libc.mallinfo2()
+            return info.uordblks + info.hblkhd
+        real = _source._compiler_for("cuda-c++", 0)[0]
+        folder, name = os.path.split(real)
+        # Twelve names of one library, each opened once.
+        names = [folder + "/." * i + "/" + name for i in range(12)]
+        for library in names:
+            _accelerator._compiler_id("cuda-c++", library, 0)
+        before = used()
+        for _ in range(2000):
+            _accelerator._compiler_id("cuda-c++", names[-1], 0)
+        print((used() - before) / 2000)
+    """), tmp_path)
+    assert float(out) < 16, f"{out} bytes lost per call"

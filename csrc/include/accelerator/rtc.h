@@ -97,19 +97,45 @@ acc_rtc_dlopen(const char *library, char *path, size_t size, acc_error *err)
 
 /* The compilers a backend opened, by the library name they were opened
  * from: each is made once and kept for the process (a backend's own
- * object: its entry points, its version). */
-#define ACC_RTC_MAX_KEPT 8
+ * object: its entry points, its version); the table grows with the names
+ * used, never with the calls. */
 typedef struct acc_rtc_kept {
     pthread_mutex_t lock;
-    int n;
-    char *names[ACC_RTC_MAX_KEPT];
-    void *compilers[ACC_RTC_MAX_KEPT];
+    int n, size;
+    char **names;
+    void **compilers;
 } acc_rtc_kept;
-#define ACC_RTC_KEPT_INIT {PTHREAD_MUTEX_INITIALIZER, 0, {NULL}, {NULL}}
+#define ACC_RTC_KEPT_INIT {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL}
 
-/* The compiler opened from library: kept's, else load(library, err)'s
- * (then kept; past ACC_RTC_MAX_KEPT names it is made again each time).
- * NULL with err from load. */
+/* Room in kept for one more; 0 when out of memory. */
+static inline int
+acc_rtc_kept_grow(acc_rtc_kept *kept)
+{
+    int size = kept->size > 0 ? 2 * kept->size : 8;
+    char **names;
+    void **compilers;
+
+    if (kept->n < kept->size) {
+        return 1;
+    }
+    names = (char **)realloc(kept->names, (size_t)size * sizeof(*names));
+    if (names == NULL) {
+        return 0;
+    }
+    kept->names = names;
+    compilers = (void **)realloc(kept->compilers,
+                                 (size_t)size * sizeof(*compilers));
+    if (compilers == NULL) {
+        return 0;
+    }
+    kept->compilers = compilers;
+    kept->size = size;
+    return 1;
+}
+
+/* The compiler opened from library: kept's, else load(library, err)'s,
+ * then kept.  NULL with err from load (or out of host memory, the
+ * compiler then lost: it is never freed). */
 static inline void *
 acc_rtc_keep(acc_rtc_kept *kept, const char *library,
              void *(*load)(const char *library, acc_error *err),
@@ -126,11 +152,15 @@ acc_rtc_keep(acc_rtc_kept *kept, const char *library,
     }
     if (compiler == NULL) {
         compiler = load(library, err);
-        name = compiler != NULL && kept->n < ACC_RTC_MAX_KEPT
-               ? strdup(library) : NULL;
-        if (name != NULL) {
+        name = compiler != NULL ? strdup(library) : NULL;
+        if (name != NULL && acc_rtc_kept_grow(kept)) {
             kept->names[kept->n] = name;
             kept->compilers[kept->n++] = compiler;
+        }
+        else if (compiler != NULL) {
+            free(name);
+            compiler = NULL;
+            acc_error_set(err, ACC_ERR_HOST_MEMORY, "out of host memory");
         }
     }
     pthread_mutex_unlock(&kept->lock);
