@@ -68,7 +68,8 @@ def key(fmt: str, ident: str, options: Sequence[str],
         names: Sequence[str], source: bytes) -> str:
     """The entry's name: a digest of all that changes the compiled code."""
     h = hashlib.sha256(_MAGIC)
-    library = ident.rsplit(" ", 1)[-1]
+    # Who compiles: "<compiler> <version> <target> <library path>".
+    library = ident.split(" ", 3)[-1]
     try:
         st = os.stat(library)
         stamp = f"{st.st_size} {st.st_mtime_ns}"

@@ -232,3 +232,18 @@ def test_a_compiler_named_past_the_kept_few_is_not_made_at_each_call(
         print((used() - before) / 2000)
     """), tmp_path)
     assert float(out) < 16, f"{out} bytes lost per call"
+
+
+def test_the_key_follows_a_library_whose_path_holds_a_space(
+        tmp_path: Path) -> None:
+    """The key holds the library file's size and time (a compiler
+    replaced in place compiles anew), read from the path at the end of
+    who compiles: all of it, spaces included."""
+    from accelerator import _kernel_cache
+    library = tmp_path / "CUDA 13" / "lib" / "libnvrtc.so.13"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"one build")
+    ident = f"nvrtc 13.0 sm_90 {library}"
+    before = _kernel_cache.key("cuda-c++", ident, (), (), b"source")
+    library.write_bytes(b"another build")
+    assert _kernel_cache.key("cuda-c++", ident, (), (), b"source") != before
