@@ -89,8 +89,15 @@ def _warn_once(where: str, error: OSError) -> None:
         if where in _warned:
             return
         _warned.add(where)
+    what = error.strerror or str(error)
+    # The file that failed (a rename's target first), where it is not
+    # the folder itself.
+    for name in (error.filename2, error.filename):
+        if name and os.path.abspath(name) != os.path.abspath(where):
+            what += f": {name}"
+            break
     warnings.warn(f"accelerator: the kernel cache folder {where!r} cannot "
-                  f"be written ({error.strerror or error}); compiling "
+                  f"be written ({what}); compiling "
                   "without caching (set ACCELERATOR_KERNEL_CACHE_DIR to "
                   "another folder, or to '' for no cache)", RuntimeWarning,
                   stacklevel=4)

@@ -345,6 +345,19 @@ def test_an_unwritable_folder_compiles_without_caching_and_says_so_once(
         assert acc.Module(SRC + "// b\n", format=fmt).format == fmt
 
 
+def test_an_entry_that_cannot_be_written_is_named(
+        fmt: str, cache: Path) -> None:
+    """A folder in an entry's place: the warning names the entry, not
+    only the folder (which can be written)."""
+    acc.Module(SRC, format=fmt)
+    [entry] = entries(cache)
+    entry.unlink()
+    entry.mkdir()
+    with pytest.warns(RuntimeWarning, match=f"Is a directory: .*"
+                      f"{entry.name}"):
+        assert acc.Module(SRC, format=fmt).format == fmt
+
+
 def test_an_empty_folder_setting_caches_nothing(
         fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCELERATOR_KERNEL_CACHE_DIR", "")
