@@ -209,15 +209,47 @@ def test_source_for_a_backend_that_compiles_none_is_refused(
             acc.Module(SRC)
 
 
-def test_opencl_c_where_only_spirv_loads_names_the_offline_compilers(
-        facts: type[fake_drivers.DriverDouble],
-        driver: fake_drivers.DriverDouble) -> None:
-    if facts.kernel_format == "opencl-c" or not facts.kernel_format:
-        pytest.skip("the backend builds OpenCL C, or has no kernels")
-    with pytest.raises(ValueError) as e:
-        acc.Module(kernel_code.OPENCL_C, format="opencl-c")
-    if "spirv" in str(e.value).split("it loads")[1]:
-        assert "ocloc" in str(e.value) and "llvm-spirv" in str(e.value)
+@pytest.fixture
+def through_spirv(facts: type[fake_drivers.DriverDouble],
+                  driver: fake_drivers.DriverDouble) -> None:
+    if not facts.opencl_c_through_spirv:
+        pytest.skip("the backend builds OpenCL C itself, or loads no SPIR-V")
+    if _source.shutil.which("clang-15") is None:
+        pytest.skip("no clang-15 (Debian's clang-15 and llvm-spirv-15)")
+
+
+def test_opencl_c_where_only_spirv_loads_goes_through_clang(
+        through_spirv: None, cache: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    module = acc.Module(kernel_code.OPENCL_C)
+    assert module.format == "opencl-c" and "(spirv)" in repr(module)
+    assert module.get_kernel("saxpy")
+    [entry] = entries(cache)
+    runs: list[object] = []
+    real = _source.subprocess.run
+    monkeypatch.setattr(_source.subprocess, "run",
+                        lambda *a, **k: runs.append(a) or real(*a, **k))
+    acc.Module(kernel_code.OPENCL_C)
+    assert runs == [] and entries(cache) == [entry]
+    acc.Module(kernel_code.OPENCL_C, options="-DUNUSED=1")
+    assert len(runs) == 2 and len(entries(cache)) == 2
+    with pytest.raises(acc.BuildError) as e:
+        acc.Module("__kernel void broken(__global int *x) { x[0] = ; }",
+                   format="opencl-c")
+    assert e.value.api == "clang" and e.value.log
+    assert e.value.log.startswith("kernel.cl:1:"), e.value.log
+
+
+def test_opencl_c_without_an_offline_compiler_names_them(
+        through_spirv: None, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    monkeypatch.setattr(_source, "_offline", {})
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError) as e:
+        acc.Module(kernel_code.OPENCL_C + "// no compiler\n")
+    for word in ("loads SPIR-V, not OpenCL C", "clang-15", "llvm-spirv",
+                 "ocloc", "format='spirv'"):
+        assert word in str(e.value)
 
 
 def test_a_named_compiler_that_does_not_open_says_so(
