@@ -188,17 +188,7 @@ cuda_nvrtc_compile(const cuda_nvrtc *c, const char *backend, int major,
         .backend = backend,
         .compiler = "NVRTC",
         .file_name = "kernel.cu",
-        .create_name = "nvrtcCreateProgram",
-        .compile_name = "nvrtcCompileProgram",
-        .add_name_name = "nvrtcAddNameExpression",
-        .create = c->fn.nvrtcCreateProgram,
-        .destroy = c->fn.nvrtcDestroyProgram,
-        .compile = c->fn.nvrtcCompileProgram,
-        .log_size = c->fn.nvrtcGetProgramLogSize,
-        .log = c->fn.nvrtcGetProgramLog,
-        .add_name = c->fn.nvrtcAddNameExpression,
-        .lowered = c->fn.nvrtcGetLoweredName,
-        .error_string = c->fn.nvrtcGetErrorString,
+        ACC_RTC_ENTRY_POINTS(c->fn, nvrtc),
     };
 
     for (int i = 0; i < noptions && chosen == NULL; i++) {
