@@ -14,7 +14,9 @@ import glob
 import os
 import shutil
 import site
+import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -201,3 +203,77 @@ def build(source: bytes, fmt: str, options: object, names: object,
     lowered = {e: s for e, s in zip(exprs, symbols) if s is not None}
     _kernel_cache.store(key, code, code_format, lowered)
     return code, code_format, lowered
+
+
+# OpenCL C for a backend that loads SPIR-V only (Level Zero) --------------
+
+#: clang and llvm-spirv of one LLVM version make SPIR-V from OpenCL C
+#: (Debian: clang-15, llvm-spirv-15); the newest pair found is used.
+_LLVM_VERSIONS = tuple(range(20, 13, -1))
+_offline: dict[str, tuple[list[str], list[str], str]] = {}
+
+
+def _offline_compiler() -> tuple[list[str], list[str], str]:
+    """(clang command, llvm-spirv command, who they are); RuntimeError
+    naming what was looked for when no pair is installed."""
+    if "found" in _offline:
+        return _offline["found"]
+    pairs = [(f"clang-{v}", f"llvm-spirv-{v}") for v in _LLVM_VERSIONS]
+    pairs.append(("clang", "llvm-spirv"))
+    for clang, spirv in pairs:
+        clang_path, spirv_path = shutil.which(clang), shutil.which(spirv)
+        if clang_path and spirv_path:
+            try:
+                version = subprocess.run(
+                    [clang_path, "--version"], capture_output=True,
+                    text=True, timeout=60).stdout.splitlines()[:1]
+            except (OSError, subprocess.SubprocessError):
+                continue
+            found = ([clang_path], [spirv_path],
+                     f"{' '.join(version)} {clang_path} {spirv_path}")
+            _offline["found"] = found
+            return found
+    raise RuntimeError(
+        "the backend loads SPIR-V, not OpenCL C, and no offline compiler "
+        "was found to make SPIR-V of it: looked for clang and llvm-spirv of "
+        f"one LLVM version ({', '.join(c for c, _ in pairs)} with the "
+        "llvm-spirv of the same suffix) on PATH. Install them (Debian: "
+        "clang-15 llvm-spirv-15), or compile ahead with Intel's ocloc "
+        "(ocloc compile -spv_only) and pass the SPIR-V with format='spirv'")
+
+
+def build_spirv(source: bytes, fmt: str, options: object, names: object,
+                device: int) -> tuple[bytes, str, dict[str, str]]:
+    """SPIR-V for OpenCL C source, from the cache or clang then llvm-spirv;
+    a BuildError with clang's log when it refuses the source."""
+    from . import BuildError
+    opts = _strings(options, "options")
+    clang, spirv, ident = _offline_compiler()
+    key = _kernel_cache.key(fmt, "offline " + ident, opts, (), source)
+    hit = _kernel_cache.load(key)
+    if hit is not None and hit[1] == "spirv":
+        return hit[0], "spirv", {}
+    with tempfile.TemporaryDirectory(prefix="accelerator-ocl-") as work:
+        # Relative names: the log says kernel.cl:3:5, not a temporary path.
+        cl, bc, spv = "kernel.cl", "kernel.bc", "kernel.spv"
+        with open(os.path.join(work, cl), "wb") as f:
+            f.write(source)
+        for command, what in (
+                (clang + ["-c", "-target", "spir64", "-O2", "-emit-llvm",
+                          "-cl-std=CL1.2", *opts, "-o", bc, cl], "clang"),
+                (spirv + [bc, "-o", spv], "llvm-spirv")):
+            done = subprocess.run(command, capture_output=True, text=True,
+                                  errors="replace", cwd=work, timeout=600)
+            if done.returncode != 0:
+                log = (done.stderr + done.stdout).strip() or None
+                error = BuildError(
+                    f"{what} failed to make SPIR-V of the OpenCL C source "
+                    f"(exit status {done.returncode})"
+                    + (f"; its log says:\n{log}" if log else ""))
+                error.log = log
+                error.api = what
+                raise error
+        with open(os.path.join(work, spv), "rb") as f:
+            code = f.read()
+    _kernel_cache.store(key, code, "spirv", {})
+    return code, "spirv", {}

@@ -148,6 +148,9 @@ class DriverDouble:
     source_format = ""
     compiler_env = ""
     compiler_compile = ""
+    #: the backend loads SPIR-V but not OpenCL C: OpenCL C source goes
+    #: through an offline compiler (clang, then llvm-spirv) first
+    opencl_c_through_spirv = False
     #: the driver's error name for a launch of compiled source, which the
     #: doubles load (names, parameters) but cannot run: their devices run
     #: host code only
@@ -807,6 +810,7 @@ class ZeDouble(DriverDouble):
                   "kernel", "build_log", "kernel_misuse")
     pooled_kinds = ("event", "pool")
     kernel_format = "native"
+    opencl_c_through_spirv = True
     # The double knows Intel's documented build flags only.
     failing_build_options = "-no-such-option"
     # Spec 1.4 tells a kernel's argument count, not the sizes: the core

@@ -68,9 +68,11 @@ def test_signatures_read_as_documented() -> None:
     assert str(inspect.signature(accelerator.launch)) == (
         "(kernel, grid, block, /, *args, shared_mem=0, stream=None)")
     assert str(inspect.signature(accelerator.Module)) == (
-        "(code, *, format=None, options=None, device=None)")
+        "(code, *, format=None, options=None, device=None, "
+        "name_expressions=None)")
     assert str(inspect.signature(accelerator.Module.from_file)) == (
-        "(path, *, format=None, options=None, device=None)")
+        "(path, *, format=None, options=None, device=None, "
+        "name_expressions=None)")
 
 
 def test_factory_only_types_cannot_be_made_by_hand() -> None:

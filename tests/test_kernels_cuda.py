@@ -140,7 +140,8 @@ def kinds_cubin(compiler: str, tmp_path, arch: str = "sm_90"
         src.write_text(kernel_code.CUDA_KINDS)
         build = subprocess.run([kernel_code.NVCC, "-cubin", f"-arch={arch}",
                                 "-Xptxas", "-v", "-o", str(out), str(src)],
-                               capture_output=True, text=True, timeout=300)
+                               capture_output=True, text=True, timeout=300,
+                               env=kernel_code._tool_env())
         assert build.returncode == 0, build.stderr
         return out.read_bytes(), ptxas_report(build.stdout + build.stderr)
     lib, where = kernel_code.find_nvrtc()

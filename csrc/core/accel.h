@@ -488,6 +488,8 @@ acc_status acc_check_capture_allows(acc_stream *s, const char *what,
 const char *acc_code_format_name(acc_code_format f);
 /* The format named name, or ACC_FORMAT_NONE when there is none. */
 acc_code_format acc_code_format_named(const char *name);
+/* Nonzero when the selected backend loads code of format f as it is. */
+int acc_code_format_loads(acc_code_format f);
 /* Nonzero for a source format (cuda-c++, hip-c++): compiled, then loaded
  * as what the compiler made. */
 int acc_code_format_is_source(acc_code_format f);
@@ -502,8 +504,10 @@ typedef struct acc_kernel acc_kernel;
 
 /* The format of code (format ACC_FORMAT_NONE: recognised from its
  * bytes), checked against what the selected backend loads or compiles
- * (text, not PTX, is OpenCL C, or the source format of a backend that
- * compiles one and loads no OpenCL C). */
+ * (text with a __global__ function is the C++ source of a backend that
+ * compiles one; other text, not PTX, is OpenCL C, which a backend that
+ * loads SPIR-V but not OpenCL C gets through an offline compiler: the
+ * caller's, acc_code_format_loads). */
 acc_status acc_code_format_resolve(const void *code, size_t size,
                                    acc_code_format *format, acc_error *err);
 /* Load code of format (already resolved) on device with the driver's

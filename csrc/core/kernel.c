@@ -80,6 +80,15 @@ acc_code_format_named(const char *name)
 }
 
 int
+acc_code_format_loads(acc_code_format f)
+{
+    const acc_backend *b = acc_selected_backend();
+
+    return b != NULL && f > ACC_FORMAT_NONE && f < ACC_FORMAT_COUNT
+           && (b->code_formats & ACC_FORMAT_BIT(f)) != 0;
+}
+
+int
 acc_code_format_is_source(acc_code_format f)
 {
     return f > ACC_FORMAT_NONE && f < ACC_FORMAT_COUNT
@@ -469,13 +478,15 @@ acc_code_format_resolve(const void *code, size_t size,
         /* C++ kernel source, for a backend that compiles one kind. */
         f = (acc_code_format)__builtin_ctz(b->source_formats);
     }
-    if (!((b->code_formats | b->source_formats) & ACC_FORMAT_BIT(f))) {
+    if (!((b->code_formats | b->source_formats) & ACC_FORMAT_BIT(f))
+        && !(f == ACC_FORMAT_OPENCL_C
+             && (b->code_formats & ACC_FORMAT_BIT(ACC_FORMAT_SPIRV)))) {
         char compiles[64];
 
         acc_code_format_list(b->source_formats, compiles, sizeof(compiles));
         acc_error_set(err, ACC_ERR_INVALID_ARGUMENT, "backend %s cannot "
                       "%s %s %s (is it %s for another backend?); it loads "
-                      "%s%s%s%s", b->name,
+                      "%s%s%s", b->name,
                       (SOURCE_FORMATS & ACC_FORMAT_BIT(f)) ? "compile"
                                                           : "load",
                       format_names[f],
@@ -484,15 +495,7 @@ acc_code_format_resolve(const void *code, size_t size,
                       (SOURCE_FORMATS & ACC_FORMAT_BIT(f)) ? "a kernel"
                                                           : "a module",
                       takes, compiles[0] != '\0' ? " and compiles " : "",
-                      compiles,
-                      f == ACC_FORMAT_OPENCL_C
-                          && (b->code_formats & ACC_FORMAT_BIT(
-                                 ACC_FORMAT_SPIRV))
-                          ? "; OpenCL C becomes SPIR-V through an offline "
-                            "compiler (Intel's ocloc, or clang -c -target "
-                            "spir64 -emit-llvm then llvm-spirv): pass that "
-                            "with format='spirv'"
-                          : "");
+                      compiles);
         return ACC_ERR_INVALID_ARGUMENT;
     }
     if ((f == ACC_FORMAT_SPIRV && !is_spirv(p, size))

@@ -153,14 +153,18 @@ code_bytes(PyObject *code)
 }
 
 /* Compile source (bytes) of format through accelerator._source, which
- * keeps the cache: *code becomes the compiled code (a new reference),
- * *format its format and *lowered the name expressions' symbols (a dict,
- * new reference).  -1 with an exception set. */
+ * keeps the cache (with the backend's compiler, or for OpenCL C on a
+ * backend that loads SPIR-V, an offline one): *code becomes the compiled
+ * code (a new reference), *format its format and *lowered the name
+ * expressions' symbols (a dict, new reference).  -1 with an exception
+ * set. */
 static int
 compile_source(PyObject *source, acc_code_format *format,
                PyObject *options, PyObject *names, long long device,
                PyObject **code, PyObject **lowered)
 {
+    const char *how = *format == ACC_FORMAT_OPENCL_C ? "build_spirv"
+                                                     : "build";
     PyObject *helper, *result, *name;
     const char *text;
 
@@ -170,7 +174,7 @@ compile_source(PyObject *source, acc_code_format *format,
     if (helper == NULL) {
         return -1;
     }
-    result = PyObject_CallMethod(helper, "build", "OsOOL", source,
+    result = PyObject_CallMethod(helper, how, "OsOOL", source,
                                  acc_code_format_name(*format), options,
                                  names, device);
     Py_DECREF(helper);
@@ -248,7 +252,8 @@ module_make(PyTypeObject *cls, PyObject *code, PyObject *format_arg,
                      "name_expressions=None", acc_code_format_name(format));
         goto fail;
     }
-    if (acc_code_format_is_source(format)) {
+    if (acc_code_format_is_source(format)
+        || (format == ACC_FORMAT_OPENCL_C && !acc_code_format_loads(format))) {
         PyObject *compiled;
 
         source = format;

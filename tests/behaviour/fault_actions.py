@@ -297,9 +297,12 @@ def launch_add_one(state: State) -> None:
 
 
 def compile_source(state: State) -> None:
-    """The backend's C++ source, compiled (or taken from the cache: the
-    driver calls that name the target come first either way)."""
+    """The backend's C++ source, compiled (or taken from the cache), as
+    the first source of the process: the compiler search, which asks the
+    driver for the device's target, runs once per process."""
     import kernel_code as kernel_code_module
+    from accelerator import _source
+    _source._found.clear()
     acc.Module(kernel_code_module.SOURCE_CXX)
 
 

@@ -225,15 +225,47 @@ def test_source_for_a_backend_that_compiles_none_is_refused(
             acc.Module(SRC)
 
 
-def test_opencl_c_where_only_spirv_loads_names_the_offline_compilers(
-        facts: type[fake_drivers.DriverDouble],
-        driver: fake_drivers.DriverDouble) -> None:
-    if facts.kernel_format == "opencl-c" or not facts.kernel_format:
-        pytest.skip("the backend builds OpenCL C, or has no kernels")
-    with pytest.raises(ValueError) as e:
-        acc.Module(kernel_code.OPENCL_C, format="opencl-c")
-    if "spirv" in str(e.value).split("it loads")[1]:
-        assert "ocloc" in str(e.value) and "llvm-spirv" in str(e.value)
+@pytest.fixture
+def through_spirv(facts: type[fake_drivers.DriverDouble],
+                  driver: fake_drivers.DriverDouble) -> None:
+    if not facts.opencl_c_through_spirv:
+        pytest.skip("the backend builds OpenCL C itself, or loads no SPIR-V")
+    if _source.shutil.which("clang-15") is None:
+        pytest.skip("no clang-15 (Debian's clang-15 and llvm-spirv-15)")
+
+
+def test_opencl_c_where_only_spirv_loads_goes_through_clang(
+        through_spirv: None, cache: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    module = acc.Module(kernel_code.OPENCL_C)
+    assert module.format == "opencl-c" and "(spirv)" in repr(module)
+    assert module.get_kernel("saxpy")
+    [entry] = entries(cache)
+    runs: list[object] = []
+    real = _source.subprocess.run
+    monkeypatch.setattr(_source.subprocess, "run",
+                        lambda *a, **k: runs.append(a) or real(*a, **k))
+    acc.Module(kernel_code.OPENCL_C)
+    assert runs == [] and entries(cache) == [entry]
+    acc.Module(kernel_code.OPENCL_C, options="-DUNUSED=1")
+    assert len(runs) == 2 and len(entries(cache)) == 2
+    with pytest.raises(acc.BuildError) as e:
+        acc.Module("__kernel void broken(__global int *x) { x[0] = ; }",
+                   format="opencl-c")
+    assert e.value.api == "clang" and e.value.log
+    assert e.value.log.startswith("kernel.cl:1:"), e.value.log
+
+
+def test_opencl_c_without_an_offline_compiler_names_them(
+        through_spirv: None, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    monkeypatch.setattr(_source, "_offline", {})
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError) as e:
+        acc.Module(kernel_code.OPENCL_C + "// no compiler\n")
+    for word in ("loads SPIR-V, not OpenCL C", "clang-15", "llvm-spirv",
+                 "ocloc", "format='spirv'"):
+        assert word in str(e.value)
 
 
 def test_a_named_compiler_that_does_not_open_says_so(
@@ -434,3 +466,78 @@ def test_processes_compiling_the_same_kernel_share_one_entry(
     assert [c.returncode for c in children] == [0, 0, 0]
     assert outputs == ["4\n"] * 3
     assert len(entries(cache)) == 1
+
+
+# The private functions _source calls: every argument checked ---------------
+
+@pytest.mark.parametrize("args, error, words", [
+    ((), TypeError, "takes 3 positional arguments"),
+    ((1, "lib", 0), TypeError, "format must be a str"),
+    (("ptx", "lib", 0), ValueError, "not a source format"),
+    (("cuda-c++", 5, 0), TypeError, "library must be a str"),
+    (("cuda-c++", "li\0b", 0), ValueError, "library holds a NUL"),
+    (("cuda-c++", "", 0), ValueError, "no compiler library named"),
+    (("cuda-c++", "lib", 99), Exception, "Device index value 99"),
+])
+def test_compiler_id_checks_its_arguments(
+        fmt: str, args: tuple[object, ...], error: type[Exception],
+        words: str) -> None:
+    args = tuple(fmt if a == "cuda-c++" else a for a in args)
+    with pytest.raises(error, match=words):
+        _accelerator._compiler_id(*args)
+
+
+def test_compile_checks_its_arguments(fmt: str) -> None:
+    library, _ = _source._compiler_for(fmt, 0)
+    ok = (fmt, library, 0, SRC.encode(), (), ())
+
+    def call(at: int, value: object) -> None:
+        args = list(ok)
+        args[at] = value
+        _accelerator._compile(*args)
+
+    with pytest.raises(TypeError, match="takes 6 positional arguments"):
+        _accelerator._compile(*ok[:5])
+    with pytest.raises(TypeError, match="source must be bytes"):
+        call(3, SRC)
+    with pytest.raises(ValueError, match="the source is empty"):
+        call(3, b"")
+    with pytest.raises(ValueError, match="holds a NUL byte at byte 3"):
+        call(3, b"int\0x;")
+    with pytest.raises(TypeError, match="options must be a tuple"):
+        call(4, ["-DX"])
+    with pytest.raises(TypeError, match=r"must hold only str, not int "
+                       r"\(item 1\)"):
+        call(4, ("-DX", 1))
+    with pytest.raises(ValueError, match="1025 options, expected at most"):
+        call(4, ("-DX",) * 1025)
+    with pytest.raises(ValueError, match="option 0 holds a NUL"):
+        call(4, ("-D\0X",))
+    with pytest.raises(ValueError, match="name expression 0 is empty"):
+        call(5, ("",))
+    with pytest.raises(ValueError, match="name expression 1 holds a NUL"):
+        call(5, ("scale<float>", "a\0b"))
+    # (KeyError: _source's search takes it as "not here, try the next")
+    with pytest.raises(KeyError, match="does not open"):
+        call(1, "/nonexistent/libnvrtc.so")
+    code, code_format, lowered, log = _accelerator._compile(
+        fmt, library, 0, SRC.encode(), (), ("scale<float>",))
+    assert code and code_format in ("cubin", "ptx", "hsaco")
+    assert len(lowered) == 1 and lowered[0] and log is None or \
+        isinstance(log, str)
+
+
+def test_the_private_functions_refuse_source_the_backend_does_not_compile(
+        facts: type[fake_drivers.DriverDouble],
+        driver: fake_drivers.DriverDouble) -> None:
+    if not facts.kernel_format:
+        pytest.skip("the backend has no kernels")
+    for other in ("cuda-c++", "hip-c++"):
+        if other == facts.source_format:
+            continue
+        with pytest.raises(ValueError, match=re.escape(
+                f"does not compile {other} source")):
+            _accelerator._compiler_id(other, "libnothing.so", 0)
+        with pytest.raises(ValueError, match=re.escape(
+                f"does not compile {other} source")):
+            _accelerator._compile(other, "libnothing.so", 0, b"x", (), ())

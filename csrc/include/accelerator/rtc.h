@@ -64,6 +64,23 @@ typedef struct acc_rtc {
     const char *(*error_string)(int result);
 } acc_rtc;
 
+/* The designated initialisers of an acc_rtc's common entry points and
+ * their names, for a compiler whose entry points are NVRTC's with
+ * another prefix (hiprtcCreateProgram ...), resolved into the fields of
+ * fns named as the entry points: ACC_RTC_ENTRY_POINTS(c->fn, nvrtc). */
+#define ACC_RTC_ENTRY_POINTS(fns, prefix)                                 \
+    .create_name = #prefix "CreateProgram",                               \
+    .compile_name = #prefix "CompileProgram",                             \
+    .add_name_name = #prefix "AddNameExpression",                         \
+    .create = (fns).prefix##CreateProgram,                                \
+    .destroy = (fns).prefix##DestroyProgram,                              \
+    .compile = (fns).prefix##CompileProgram,                              \
+    .log_size = (fns).prefix##GetProgramLogSize,                          \
+    .log = (fns).prefix##GetProgramLog,                                   \
+    .add_name = (fns).prefix##AddNameExpression,                          \
+    .lowered = (fns).prefix##GetLoweredName,                              \
+    .error_string = (fns).prefix##GetErrorString
+
 /* Open a compiler's library (a path, or a name for dlopen's search),
  * never closed: path receives the file the loader opened (the name as
  * given where the loader cannot tell).  NULL with ACC_ERR_NOT_FOUND and
