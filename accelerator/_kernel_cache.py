@@ -36,7 +36,7 @@ _DEFAULT_MAX_BYTES = 1 << 30
 _STALE_SECONDS = 3600.0
 _SUFFIX = ".kernel"
 #: What the compilers make (an entry of another format is damaged).
-_CODE_FORMATS = ("ptx", "cubin", "hsaco")
+_CODE_FORMATS = ("ptx", "cubin", "hsaco", "spirv")
 
 _warned: set[str] = set()
 _lock = threading.Lock()
