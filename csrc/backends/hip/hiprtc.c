@@ -15,6 +15,7 @@
 #include "hiprtc_api.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,11 @@ struct hip_hiprtc {
 };
 
 static acc_rtc_kept kept = ACC_RTC_KEPT_INIT;
+/* ROCm 5.2's hiprtc aborts the process now and then when two threads
+ * compile at once (about 1 run in 12 of four threads compiling one
+ * kernel, tests/behaviour/test_source_kernels.py): one compile at a time,
+ * for every hiprtc library. */
+static pthread_mutex_t compiling = PTHREAD_MUTEX_INITIALIZER;
 
 /* The comgr hiprtc uses: linked (found through its handle), else the one
  * beside it, else the loader's (ROCm 5 opens comgr when it compiles). */
@@ -189,6 +195,7 @@ hip_hiprtc_compile(const hip_hiprtc *c, const char *backend,
                    acc_error *err)
 {
     char target[96];
+    acc_status st;
     const char *own[1] = {target};
     int chosen = 0;
     acc_rtc rtc = {
@@ -213,6 +220,9 @@ hip_hiprtc_compile(const hip_hiprtc *c, const char *backend,
         }
     }
     snprintf(target, sizeof(target), "--offload-arch=%s", arch);
-    return acc_rtc_compile(&rtc, source, size, own, chosen ? 0 : 1, options,
-                           noptions, names, nnames, out, err);
+    pthread_mutex_lock(&compiling);
+    st = acc_rtc_compile(&rtc, source, size, own, chosen ? 0 : 1, options,
+                         noptions, names, nnames, out, err);
+    pthread_mutex_unlock(&compiling);
+    return st;
 }
