@@ -7,6 +7,7 @@ a failed test, not a lost run.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -193,6 +194,34 @@ def test_each_nvrtc_call_failing_is_a_clear_error_and_leaks_nothing(
             assert line.startswith(f"raised {expected} "), (name, code, out)
             assert name in line or expected == "ValueError", (name, out)
         assert left == "left 0", (name, code, out)
+
+
+def test_an_nvrtc_too_old_or_without_the_devices_architecture_is_refused(
+        tmp_path: Path) -> None:
+    """An NVRTC older than 11.2 (the shim tells 11.1) is passed over as
+    too old; one whose architectures all lie above the device's (NVRTC 13
+    starts at sm_75, the double told to be 5.0) says so, and what to do."""
+    if not SHIM.exists():
+        pytest.skip("no tests/drivers/build/libnvrtc_shim.so (make -C "
+                    "tests/drivers)")
+    compiler_or_skip("cuda", tmp_path)
+    real = run("cuda", "from accelerator import _source\n"
+               "print(_source._compiler_for('cuda-c++', 0)[0])\n",
+               tmp_path).strip()
+    script = textwrap.dedent("""
+        outcome(lambda: acc.Module(SRC, format="cuda-c++"))
+    """)
+    old = run("cuda", script, tmp_path, ACCELERATOR_KERNEL_CACHE_DIR="",
+              ACCELERATOR_NVRTC_LIBRARY=str(SHIM), NVRTC_SHIM_REAL=real,
+              NVRTC_SHIM_VERSION="11.1")
+    assert old.startswith("raised RuntimeError"), old
+    assert "is NVRTC 11.1, too old: expected 11.2 or later" in old, old
+    below = run("cuda", script, tmp_path, ACCELERATOR_KERNEL_CACHE_DIR="",
+                ACCELERATOR_NVRTC_LIBRARY=real, FAKE_CUDA_CC="5.0")
+    assert below.startswith("raised RuntimeError"), below
+    assert re.search(r"which compiles for sm_\d+ and later; the device is "
+                     r"sm_50 \(name an older NVRTC in "
+                     r"ACCELERATOR_NVRTC_LIBRARY\)", below), below
 
 
 def test_an_option_asking_nvrtc_for_other_output_is_named(

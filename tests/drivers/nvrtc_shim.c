@@ -11,6 +11,9 @@
  *                     answers code instead of calling the real one
  *   NVRTC_SHIM_COUNTS a file that receives at exit
  *                     "created <n> destroyed <m>"
+ *   NVRTC_SHIM_VERSION "major.minor" that nvrtcVersion answers instead
+ *                     of the real one's (an old NVRTC, for the check of
+ *                     the oldest the backend takes)
  * and, through ctypes in the process that loaded it, nvrtc_shim_fail()
  * and nvrtc_shim_counts() (below).
  */
@@ -121,7 +124,16 @@ nvrtcGetErrorString(int result)
 int
 nvrtcVersion(int *major, int *minor)
 {
-    return SHIM_CALL(nvrtcVersion, major, minor);
+    const char *told = getenv("NVRTC_SHIM_VERSION");
+    int rc = SHIM_CALL(nvrtcVersion, major, minor);
+
+    if (rc == 0 && told != NULL
+        && sscanf(told, "%d.%d", major, minor) != 2) {
+        fprintf(stderr, "nvrtc shim: NVRTC_SHIM_VERSION=%s, expected "
+                "major.minor\n", told);
+        abort();
+    }
+    return rc;
 }
 
 int
