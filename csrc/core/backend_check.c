@@ -29,6 +29,9 @@
     X(module_load) X(module_unload) X(kernel_get) X(kernel_release)        \
     X(launch)
 #define COMPILER_SLOTS(X) X(compiler_open) X(compile)
+#define IPC_SLOTS(X)                                                       \
+    X(ipc_mem_export) X(ipc_mem_open) X(ipc_mem_close)                     \
+    X(ipc_event_export) X(ipc_event_open)
 
 #define MAX_GROUP 5
 
@@ -83,6 +86,7 @@ acc_backend_incomplete(const acc_backend *b, char *why, size_t size)
          {FOREIGN_SLOTS(FILLED)}},
         {"kernel", 5, {KERNEL_SLOTS(NAME)}, {KERNEL_SLOTS(FILLED)}},
         {"compiler", 2, {COMPILER_SLOTS(NAME)}, {COMPILER_SLOTS(FILLED)}},
+        {"interprocess", 5, {IPC_SLOTS(NAME)}, {IPC_SLOTS(FILLED)}},
     };
 #undef NAME
 #undef FILLED
@@ -105,6 +109,10 @@ acc_backend_incomplete(const acc_backend *b, char *why, size_t size)
     }
     if (b->compile != NULL && b->module_load == NULL) {
         snprintf(why, size, "it has compiler slots but no kernels");
+        return why;
+    }
+    if (b->ipc_mem_export != NULL && b->mem_alloc == NULL) {
+        snprintf(why, size, "it has interprocess slots but no device memory");
         return why;
     }
     return NULL;

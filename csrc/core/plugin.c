@@ -285,6 +285,9 @@ abi_size(unsigned minor)
     if (minor == 0) {          /* 1.1 appended the compilers */
         return offsetof(acc_backend, source_formats);
     }
+    if (minor == 1) {          /* 1.2 appended the interprocess slots */
+        return offsetof(acc_backend, ipc_unsupported);
+    }
     return sizeof(acc_backend);
 }
 

@@ -29,7 +29,8 @@
  * that work together form groups, filled all or none: the graph slots,
  * the device memory slots (mem_alloc, mem_free, mem_copy, mem_fill),
  * the page-locked host memory slots (host_alloc, host_free) and the
- * foreign memory slots (pointer_info, pointer_range).
+ * foreign memory slots (pointer_info, pointer_range), the compilers
+ * (compiler_open, compile) and the interprocess slots (ipc_*).
  * Registration checks the groups too (backend_check.c), so the dispatcher
  * tests one slot of a group and calls the others.  It never calls a NULL
  * slot.
@@ -76,7 +77,7 @@ extern "C" {
  * table's struct_size.  New slots are appended, never inserted.
  */
 #define ACCELERATOR_BACKEND_ABI_MAJOR 1
-#define ACCELERATOR_BACKEND_ABI_MINOR 1
+#define ACCELERATOR_BACKEND_ABI_MINOR 2
 
 /*
  * The host services: what the core lends every backend, the same for a
@@ -528,6 +529,57 @@ struct acc_backend {
                           size_t size, const char *const *options,
                           int noptions, const char *const *names,
                           int nnames, acc_compiled *out, acc_error *err);
+
+    /* Interprocess memory and events (ABI 1.2) --------------------------- */
+
+    /* OPTIONAL.  Why the backend cannot share memory or events with other
+     * processes (without the ipc slots: Buffer.ipc_handle() says "backend
+     * X does not support sharing memory with other processes: " and
+     * this).  NULL where it can, or where it has no reason to give. */
+    const char *ipc_unsupported;
+
+    /* OPTIONAL, as a group: the five ipc slots, all or none (a backend
+     * with device memory only).  The core shares whole driver
+     * allocations (a block's segment, with the block's offset beside the
+     * handle), keeps an exported allocation alive while other processes
+     * have it open, and checks every handle it is given (its machine,
+     * boot, backend, device and exporting process) before a slot sees it.
+     *
+     * The handle of the allocation that mem_alloc returned at base, on
+     * device.  *h's fd: a descriptor of this process the handle needs
+     * (owned by the backend or driver, valid while the allocation lives,
+     * never closed by the core), or -1.  Must not block on device work. */
+    acc_status (*ipc_mem_export)(int device, uintptr_t base,
+                                 acc_ipc_handle *h, acc_error *err);
+
+    /* Map the allocation of another process's handle on device (the
+     * device whose UUID the exporter's device has): *base its first byte
+     * here.  h->fd is a descriptor of this process (received from the
+     * exporter) where ipc_mem_export gave one, else -1; the core closes
+     * it after the call.  The driver's refusal (a handle of no live
+     * allocation, of another device): ACC_ERR_DRIVER with its code.  Each
+     * success is undone by one ipc_mem_close; the core opens a handle
+     * once per process and shares the mapping. */
+    acc_status (*ipc_mem_open)(int device, const acc_ipc_handle *h,
+                               uintptr_t *base, acc_error *err);
+
+    /* Unmap what ipc_mem_open mapped at base (no queued work of this
+     * process still uses it: the core waited).  Cannot fail visibly. */
+    void (*ipc_mem_close)(int device, uintptr_t base);
+
+    /* The handle of e (made by event_create with ACC_EVENT_INTERPROCESS,
+     * recorded at least once), fd as for ipc_mem_export. */
+    acc_status (*ipc_event_export)(acc_event *e, acc_ipc_handle *h,
+                                   acc_error *err);
+
+    /* Open another process's event handle on e->device: fill e->handle
+     * and e->native (e->flags: ACC_EVENT_INTERPROCESS |
+     * ACC_EVENT_IMPORTED).  The event then works as one of event_create
+     * made without timing: record, query, synchronize, stream_wait_event;
+     * event_destroy releases it (it is never pooled).  h->fd as for
+     * ipc_mem_open. */
+    acc_status (*ipc_event_open)(const acc_ipc_handle *h, acc_event *e,
+                                 acc_error *err);
 };
 
 /* Fills the version fields that open every table:

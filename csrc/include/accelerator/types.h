@@ -107,7 +107,25 @@ enum {
 enum {
     ACC_EVENT_TIMING = 1u << 0,   /* can measure elapsed time */
     ACC_EVENT_BLOCKING = 1u << 1, /* synchronize() blocks the thread */
+    /* Can be shared with other processes (ipc_event_export); never
+     * timing.  An event opened from another process's handle
+     * (ipc_event_open) has ACC_EVENT_INTERPROCESS | ACC_EVENT_IMPORTED. */
+    ACC_EVENT_INTERPROCESS = 1u << 2,
+    ACC_EVENT_IMPORTED = 1u << 3,
 };
+
+/* The driver's handle to memory or an event that another process of the
+ * machine can open (backend.h's ipc slots): the driver's own bytes (CUDA's
+ * and HIP's 64-byte handles, Level Zero's zeIpcMemHandle_t), and where
+ * the driver's handle rests on a file descriptor (Level Zero on Linux),
+ * that descriptor: fd, -1 where the handle needs none.  The core moves
+ * the descriptor between processes itself (SCM_RIGHTS, pidfd_getfd); the
+ * bytes travel as they are. */
+#define ACC_IPC_HANDLE_SIZE 64
+typedef struct acc_ipc_handle {
+    unsigned char bytes[ACC_IPC_HANDLE_SIZE];
+    int fd;
+} acc_ipc_handle;
 
 /* Static facts about one device, read once and cached by the caller. */
 typedef struct acc_device_properties {
