@@ -3,11 +3,13 @@
 The dispatcher refuses, when it registers a backend, one with a required
 slot left NULL or an optional group filled in part: the five graph slots,
 the four device memory slots, the two page-locked host memory slots, the
-two foreign memory slots (pointer_info, pointer_range), the five kernel slots (all or none each, backend.h), and kernels without the
-formats they load (code_formats) or formats without kernels.  No backend of this build is incomplete, so the
-check is run here on descriptors with slots left out: a small C program
-(tests/drivers/check_backend_slots.c) compiled with the very file the
-extension links.
+two foreign memory slots (pointer_info, pointer_range), the five kernel
+slots, the five interprocess slots (all or none each, backend.h), kernels
+without the formats they load (code_formats) or formats without kernels,
+and interprocess slots without device memory.  No backend of this build
+is incomplete, so the check is run here on descriptors with slots left
+out: a small C program (tests/drivers/check_backend_slots.c) compiled with
+the very file the extension links.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ GROUPS = {
     "foreign memory": ("pointer_info", "pointer_range"),
     "kernel": ("module_load", "module_unload", "kernel_get",
                "kernel_release", "launch"),
+    "interprocess": ("ipc_mem_export", "ipc_mem_open", "ipc_mem_close",
+                     "ipc_event_export", "ipc_event_open"),
 }
 
 
@@ -51,7 +55,8 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_complete_descriptors_and_whole_groups_pass(verdicts) -> None:
     assert verdicts["complete"] == "complete"
     for case in ("without graphs", "without device memory",
-                 "without host memory", "without foreign memory"):
+                 "without host memory", "without foreign memory",
+                 "without interprocess"):
         assert verdicts[case] == "complete", case
 
 
@@ -74,6 +79,11 @@ def test_a_lone_slot_of_a_group_is_refused(verdicts) -> None:
     why = verdicts["only mem_fill"]
     assert why.startswith("its device memory slots are filled in part: "
                           "mem_alloc is NULL"), why
+
+
+def test_interprocess_slots_need_device_memory(verdicts) -> None:
+    assert verdicts["interprocess without device memory"] == \
+        "it has interprocess slots but no device memory"
 
 
 def test_kernels_and_their_formats_come_together(verdicts) -> None:

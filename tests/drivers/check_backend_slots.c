@@ -23,6 +23,9 @@
 #define KERNEL_SLOTS(X)                                                   \
     X(module_load) X(module_unload) X(kernel_get) X(kernel_release)       \
     X(launch)
+#define IPC_SLOTS(X)                                                      \
+    X(ipc_mem_export) X(ipc_mem_open) X(ipc_mem_close)                    \
+    X(ipc_event_export) X(ipc_event_open)
 
 static acc_backend complete;
 
@@ -59,6 +62,7 @@ main(void)
     HOST_SLOTS(WITHOUT)
     FOREIGN_SLOTS(WITHOUT)
     KERNEL_SLOTS(WITHOUT)
+    IPC_SLOTS(WITHOUT)
     {
         acc_backend b = complete;
         GRAPH_SLOTS(CLEAR)
@@ -67,7 +71,18 @@ main(void)
     {
         acc_backend b = complete;
         MEMORY_SLOTS(CLEAR)
+        IPC_SLOTS(CLEAR)
         report("without device memory", &b);
+    }
+    {
+        acc_backend b = complete;
+        IPC_SLOTS(CLEAR)
+        report("without interprocess", &b);
+    }
+    {
+        acc_backend b = complete;
+        MEMORY_SLOTS(CLEAR)
+        report("interprocess without device memory", &b);
     }
     {
         acc_backend b = complete;
