@@ -44,12 +44,14 @@ from ._accelerator import (
     get_device_name,
     get_device_properties,
     get_memory_info,
+    ipc_collect,
     is_available,
     launch,
     set_device_index,
     set_stream,
     synchronize,
 )
+from ._ipc import IpcHandle
 from ._launch import local_device_index
 from . import memory
 from .memory import (
@@ -74,6 +76,7 @@ __all__ = [
     "Event",
     "Graph",
     "HostBuffer",
+    "IpcHandle",
     "Kernel",
     "Module",
     "OutOfMemoryError",
@@ -94,6 +97,7 @@ __all__ = [
     "get_device_properties",
     "get_include",
     "get_memory_info",
+    "ipc_collect",
     "is_available",
     "launch",
     "local_device_index",

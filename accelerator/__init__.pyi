@@ -32,12 +32,14 @@ from ._accelerator import (
     get_device_name as get_device_name,
     get_device_properties as get_device_properties,
     get_memory_info as get_memory_info,
+    ipc_collect as ipc_collect,
     is_available as is_available,
     launch as launch,
     set_device_index as set_device_index,
     set_stream as set_stream,
     synchronize as synchronize,
 )
+from ._ipc import IpcHandle as IpcHandle
 from ._launch import local_device_index as local_device_index
 from . import memory as memory
 from .memory import (
@@ -62,6 +64,7 @@ __all__ = [
     "Event",
     "Graph",
     "HostBuffer",
+    "IpcHandle",
     "Kernel",
     "Module",
     "OutOfMemoryError",
@@ -82,6 +85,7 @@ __all__ = [
     "get_device_properties",
     "get_include",
     "get_memory_info",
+    "ipc_collect",
     "is_available",
     "launch",
     "local_device_index",

@@ -1271,6 +1271,9 @@ class OpenCLDouble(DriverDouble):
         "cuda_stream_protocol": "OpenCL queues are not CUDA streams",
         "blocking_sync": "OpenCL has no blocking-synchronization flag",
         "priorities": "core OpenCL queues have no priorities",
+        "ipc": ("OpenCL has no interprocess memory or events "
+                "(cl_khr_external_memory is an optional extension, which "
+                "PoCL 3.1 lacks)"),
         "pci_bus_id": ("core OpenCL has no PCI address (PoCL's CPU "
                        "devices lack cl_khr_pci_bus_info)"),
         "free_memory": ("OpenCL cannot say how much device memory is free: "

@@ -579,6 +579,60 @@ acc_status acc_compile(int device, acc_code_format format,
 /* Free what *c holds (nnames: the name expressions it was asked for). */
 void acc_compiled_free(acc_compiled *c, int nnames);
 
+/*
+ * Sharing device memory and events with other processes of the machine
+ * (ipc.c; docs/processes.rst).  A handle is ACC_IPC_ENVELOPE_SIZE bytes:
+ * the driver's handle inside an envelope that names its machine boot,
+ * backend, device UUID, exporting process and lease.  What was shared
+ * stays allocated (alive) in the exporter until no other process holds
+ * it, even once its owner let it go.  All of these may make driver
+ * calls: call without the GIL.
+ */
+#define ACC_IPC_ENVELOPE_SIZE 216
+
+/* The handle of [ptr, ptr + nbytes) of block b (a Buffer or a view of
+ * it); out has ACC_IPC_ENVELOPE_SIZE bytes. */
+acc_status acc_ipc_export_memory(acc_block *b, uintptr_t ptr, size_t nbytes,
+                                 unsigned char *out, acc_error *err);
+/* The handle of an interprocess event, recorded at least once. */
+acc_status acc_ipc_export_event(acc_event *e, unsigned char *out,
+                                acc_error *err);
+
+/* Another process's memory, opened here: *ptr and *nbytes on *device
+ * until acc_ipc_import_close (after the work queued on it here has
+ * completed).  fd: the driver's descriptor received with the handle, or
+ * -1 (then taken from the exporter where the handle needs one); the
+ * caller's stays open. */
+typedef struct acc_ipc_import acc_ipc_import;
+acc_status acc_ipc_open_memory(const unsigned char *data, size_t size,
+                               int fd, int *device, uintptr_t *ptr,
+                               size_t *nbytes, acc_ipc_import **out,
+                               acc_error *err);
+void acc_ipc_import_close(acc_ipc_import *imp);
+/* Another process's event, opened into e (initialised; its
+ * ACC_EVENT_BLOCKING flag kept); acc_event_release closes it. */
+acc_status acc_ipc_open_event(const unsigned char *data, size_t size,
+                              int fd, acc_event *e, acc_error *err);
+
+/* What a handle says of itself (no check of its origin). */
+typedef struct acc_ipc_description {
+    int event;                  /* 1 an event, 0 memory */
+    char backend[16];
+    unsigned char uuid[16];
+    int pid;
+    int driver_fd;              /* in the exporter; -1 when none */
+    unsigned long long alloc_size, offset, nbytes, serial;
+} acc_ipc_description;
+acc_status acc_ipc_describe(const unsigned char *data, size_t size,
+                            acc_ipc_description *out, acc_error *err);
+
+/* Free what was shared and let go of, now that no process holds it. */
+void acc_ipc_collect(void);
+/* This process's books: shared blocks and events waiting for consumers
+ * (the limbo), and allocations and events of others opened here. */
+void acc_ipc_held(long long *blocks, long long *bytes, long long *events,
+                  long long *imports);
+
 #ifdef __cplusplus
 }
 #endif

@@ -68,6 +68,7 @@ struct acc_block {
     unsigned char allocated; /* handed out and not given back */
     unsigned char pending;   /* given back, waiting for events */
     unsigned char needs_sync;/* pending until a device synchronization */
+    unsigned char shared;    /* shared with other processes (ipc.c) */
     uintptr_t key;           /* the allocation stream's handle */
     acc_stream *stream;      /* the allocation stream, referenced while
                               * allocated (NULL for an empty block) */
@@ -1126,6 +1127,32 @@ acc_block_device(const acc_block *b)
     return b->device;
 }
 
+void
+acc_block_set_shared(acc_block *b, int shared)
+{
+    b->shared = (unsigned char)shared;
+}
+
+/* The driver allocation holding b: its segment (the block's neighbours
+ * are linked under the device lock), or the block itself when direct. */
+void
+acc_block_segment(acc_block *b, uintptr_t *base, size_t *size)
+{
+    device_state *d = &A.dev[b->device];
+    const acc_block *first = b;
+
+    lock(&d->lock);
+    while (first->prev != NULL) {
+        first = first->prev;
+    }
+    *base = first->ptr;
+    *size = 0;
+    for (const acc_block *x = first; x != NULL; x = x->next) {
+        *size += x->size;
+    }
+    unlock(&d->lock);
+}
+
 acc_status
 acc_block_record_stream(acc_block *b, acc_stream *s, acc_error *err)
 {
@@ -1163,7 +1190,8 @@ acc_free_try(acc_block *b)
     device_state *d;
     acc_stream *stream = b->stream;
 
-    if (stream == NULL || A.direct || A.forked || b->uses.n > 0) {
+    if (stream == NULL || A.direct || A.forked || b->uses.n > 0
+        || b->shared) {
         return ACC_NOT_READY;
     }
     d = &A.dev[b->device];
@@ -1189,6 +1217,9 @@ acc_free(acc_block *b)
     }
     if (A.forked) {
         return;           /* the parent's memory: leave it alone */
+    }
+    if (b->shared && acc_ipc_hold_block(b)) {
+        return;           /* another process may hold it: in the limbo */
     }
     d = &A.dev[b->device];
     if (A.direct

@@ -121,6 +121,9 @@ acc_cache_take_event(acc_event *e)
     event_pool *pool = event_pool_of(e);
     int found = 0;
 
+    if (e->flags & (ACC_EVENT_INTERPROCESS | ACC_EVENT_IMPORTED)) {
+        return 0;   /* never pooled: each is a driver event of its own */
+    }
     pthread_mutex_lock(&C.lock);
     if (pool->n > 0) {
         pool->n--;
@@ -138,7 +141,8 @@ acc_cache_put_event(acc_event *e)
     event_pool *pool = event_pool_of(e);
 
     pthread_mutex_lock(&C.lock);
-    if (pool->n < EVENT_POOL_SIZE) {
+    if (pool->n < EVENT_POOL_SIZE
+        && !(e->flags & (ACC_EVENT_INTERPROCESS | ACC_EVENT_IMPORTED))) {
         pool->items[pool->n].handle = e->handle;
         pool->items[pool->n].native = e->native;
         pool->n++;

@@ -136,6 +136,16 @@ int acc_usable(void);
 /* Backend plugins (plugin.c) -------------------------------------------- */
 
 /* The most plugins a process loads. */
+/* Shared blocks and events (ipc.c, allocator.c, event.c).  A block
+ * marked shared goes to ipc.c's limbo when freed (acc_ipc_hold_block says
+ * it took it) and is freed by acc_ipc_collect once unmarked.  An
+ * interprocess event being released goes there too, or is closed when
+ * opened from another process (acc_ipc_release_event: 1 when done). */
+void acc_block_set_shared(acc_block *b, int shared);
+void acc_block_segment(acc_block *b, uintptr_t *base, size_t *size);
+int acc_ipc_hold_block(acc_block *b);
+int acc_ipc_release_event(acc_event *e);
+
 #define ACC_MAX_PLUGINS 16
 
 /* Open and check every plugin, once, from the probe: those named by

@@ -239,7 +239,8 @@ acc_event_release(acc_event *e)
     if (acc_hooks_events_watched()) {
         acc_hooks_event_released(e);
     }
-    if (acc_event_made(e) && !acc_forked()) {
+    if (acc_event_made(e) && !acc_forked()
+        && !((e->flags & ACC_EVENT_INTERPROCESS) && acc_ipc_release_event(e))) {
         acc_cache_put_event(e);
     }
     e->native = NULL;

@@ -596,6 +596,19 @@ static PyMethodDef module_methods[] = {
     {"_visible_devices", visible_devices, METH_NOARGS, visible_devices_doc},
     {"_probed", probed, METH_NOARGS, probed_doc},
     {"from_dlpack", acc_from_dlpack, METH_O, acc_from_dlpack_doc},
+    {"ipc_collect", acc_ipc_collect_py, METH_NOARGS,
+     PyDoc_STR("ipc_collect($module, /)\n--\n\n"
+               "Free the memory and events this process shared with\n"
+               "others and let go of, that no process holds any more (as\n"
+               "torch.cuda.ipc_collect).  It also happens at each new\n"
+               "share and at empty_cache().")},
+    {"_ipc_describe", acc_ipc_describe_py, METH_O,
+     PyDoc_STR("_ipc_describe($module, handle, /)\n--\n\n"
+               "What a handle's bytes say of it, as a dict.")},
+    {"_ipc_held", acc_ipc_held_py, METH_NOARGS,
+     PyDoc_STR("_ipc_held($module, /)\n--\n\n"
+               "This process's sharing books: shared blocks, bytes and\n"
+               "events waiting for consumers, and imports open here.")},
     {"_noop", noop, METH_NOARGS, noop_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -718,6 +718,7 @@ static PyMethodDef buffer_methods[] = {
     {"__exit__", (PyCFunction)(void (*)(void))buffer_exit_ctx, METH_FASTCALL,
      exit_doc},
     ACC_BUFFER_DLPACK_METHODS
+    ACC_BUFFER_IPC_METHODS
     {NULL},
 };
 

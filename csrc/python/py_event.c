@@ -3,7 +3,7 @@
  * ordering and timing, as torch.Event.  The driver event is created on
  * first record, on the recording stream's device.
  */
-#include "pyobjects.h"
+#include "pybuffer.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -44,12 +44,11 @@ event_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     device = values[0];
-    if (ipc) {
-        /* torch accepts and ignores this flag; a silent no-op has bitten
-         * users who relied on it, so refuse. */
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "Event(interprocess=True) is not supported: events "
-                        "cannot be shared between processes yet");
+    if (ipc && timing) {
+        /* The drivers' rule (CUDA, HIP): a shared event keeps no time. */
+        PyErr_SetString(PyExc_ValueError,
+                        "Event(): an interprocess event cannot measure time "
+                        "(enable_timing=True with interprocess=True)");
         return NULL;
     }
     acc_ensure_probed();
@@ -66,7 +65,8 @@ event_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     acc_event_init(&self->e, (timing ? ACC_EVENT_TIMING : 0)
-                             | (blocking ? ACC_EVENT_BLOCKING : 0));
+                             | (blocking ? ACC_EVENT_BLOCKING : 0)
+                             | (ipc ? ACC_EVENT_INTERPROCESS : 0));
     return (PyObject *)self;
 }
 
@@ -226,16 +226,6 @@ event_wait_async(PyObject *self, PyObject *unused)
     return acc_call_aio("wait_event", self);
 }
 
-static PyObject *
-event_reduce(EventObject *self, PyObject *unused)
-{
-    (void)unused;
-    PyErr_Format(PyExc_TypeError,
-                 "cannot pickle %.100s objects: an event belongs to this "
-                 "process's driver", acc_type_name((PyObject *)self));
-    return NULL;
-}
-
 /* Attributes ------------------------------------------------------------- */
 
 static PyObject *
@@ -339,8 +329,6 @@ PyDoc_STRVAR(elapsed_doc,
 PyDoc_STRVAR(wait_async_doc,
 "wait_async($self, /)\n--\n\nA coroutine that completes when the recorded "
 "work is done,\nwithout blocking the event loop; the same as await event.");
-PyDoc_STRVAR(ereduce_doc,
-"__reduce__($self, /)\n--\n\nEvents cannot be pickled.");
 
 static PyMethodDef event_methods[] = {
     {"record", (PyCFunction)(void (*)(void))event_record,
@@ -352,7 +340,7 @@ static PyMethodDef event_methods[] = {
     {"elapsed_time", (PyCFunction)event_elapsed_time, METH_O, elapsed_doc},
     {"wait_async", (PyCFunction)event_wait_async, METH_NOARGS,
      wait_async_doc},
-    {"__reduce__", (PyCFunction)event_reduce, METH_NOARGS, ereduce_doc},
+    ACC_EVENT_IPC_METHODS
     {NULL},
 };
 

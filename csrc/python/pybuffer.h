@@ -112,6 +112,55 @@ extern const char acc_host_dlpack_device_doc[];
     {"__dlpack_device__", (PyCFunction)acc_host_dlpack_device,           \
      METH_NOARGS, acc_host_dlpack_device_doc},
 
+/* Sharing with other processes (py_ipc.c). */
+PyObject *acc_buffer_ipc_handle(PyObject *self, PyObject *unused);
+PyObject *acc_buffer_from_ipc_handle(PyObject *cls, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames);
+PyObject *acc_buffer_reduce(PyObject *self, PyObject *unused);
+PyObject *acc_event_ipc_handle(PyObject *self, PyObject *unused);
+PyObject *acc_event_from_ipc_handle(PyObject *cls, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames);
+PyObject *acc_event_reduce(PyObject *self, PyObject *unused);
+PyObject *acc_ipc_collect_py(PyObject *module, PyObject *unused);
+PyObject *acc_ipc_describe_py(PyObject *module, PyObject *handle);
+PyObject *acc_ipc_held_py(PyObject *module, PyObject *unused);
+
+#define ACC_BUFFER_IPC_METHODS                                           \
+    {"ipc_handle", (PyCFunction)acc_buffer_ipc_handle, METH_NOARGS,      \
+     PyDoc_STR("ipc_handle($self, /)\n--\n\n"                            \
+               "A handle that another process of this machine opens\n"   \
+               "with Buffer.from_ipc_handle() to use this memory, no\n"  \
+               "copy (docs/processes.rst).  Order the work with an\n"    \
+               "Event(interprocess=True): the handle does not wait.")},  \
+    {"from_ipc_handle",                                                  \
+     (PyCFunction)(void (*)(void))acc_buffer_from_ipc_handle,            \
+     METH_CLASS | METH_FASTCALL | METH_KEYWORDS,                         \
+     PyDoc_STR("from_ipc_handle($cls, handle, *, fd=None)\n--\n\n"        \
+               "The Buffer over another process's memory that handle\n"  \
+               "(an IpcHandle or its bytes) names, on the device of the\n"\
+               "same UUID; fd: the driver's descriptor received with\n"  \
+               "it (Level Zero), else taken from the producer.")},        \
+    {"__reduce__", (PyCFunction)acc_buffer_reduce, METH_NOARGS,          \
+     PyDoc_STR("__reduce__($self, /)\n--\n\nPickling shares the memory "\
+               "with the process that unpickles it\n(after waiting for "  \
+               "the work queued on the Buffer's stream).")},
+#define ACC_EVENT_IPC_METHODS                                            \
+    {"ipc_handle", (PyCFunction)acc_event_ipc_handle, METH_NOARGS,       \
+     PyDoc_STR("ipc_handle($self, /)\n--\n\n"                            \
+               "A handle that another process opens with\n"              \
+               "Event.from_ipc_handle(); the event must be made with\n"  \
+               "interprocess=True and recorded.")},                      \
+    {"from_ipc_handle",                                                  \
+     (PyCFunction)(void (*)(void))acc_event_from_ipc_handle,             \
+     METH_CLASS | METH_FASTCALL | METH_KEYWORDS,                         \
+     PyDoc_STR("from_ipc_handle($cls, handle, *, fd=None, "              \
+               "blocking=False)\n--\n\n"                                  \
+               "The Event of another process that handle names: query,\n"\
+               "synchronize, wait and record work on it here.")},        \
+    {"__reduce__", (PyCFunction)acc_event_reduce, METH_NOARGS,           \
+     PyDoc_STR("__reduce__($self, /)\n--\n\nAn Event(interprocess=True) "\
+               "pickles as its handle; others cannot be pickled.")},
+
 extern PyType_Spec acc_buffer_spec;
 extern PyType_Spec acc_host_buffer_spec;
 

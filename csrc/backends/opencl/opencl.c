@@ -1793,6 +1793,9 @@ const acc_backend acc_opencl_backend = {
         "a cl_mem handle, so an address passed as a number would be "
         "followed as one; this backend passes a Buffer's address with "
         "clSetKernelArgSVMPointer",
+    .ipc_unsupported =
+        "OpenCL has no interprocess memory or events (cl_khr_external_memory "
+        "is an optional extension, which PoCL 3.1 lacks)",
     .graphs_unsupported =
         "an OpenCL graph would be a command buffer (cl_khr_command_buffer), "
         "and the versions of it that this backend is built against and "

@@ -1,0 +1,443 @@
+"""Device memory and events shared with other processes, with real processes.
+
+The other process is tests/behaviour/ipc_peer.py, driven over its stdin
+and stdout, in the backend under test (the doubles keep device memory and
+events in shared memory, so that a process maps another's by handle).
+Backends that cannot share (facts.lacks["ipc"]) are checked to refuse
+with their reason.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pathlib
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+import accelerator
+
+SRC = pathlib.Path(__file__).resolve().parents[2]
+PEER = pathlib.Path(__file__).with_name("ipc_peer.py")
+
+
+@pytest.fixture
+def shares(facts) -> None:
+    """The backend under test shares memory and events (else skip)."""
+    if not facts.has("ipc"):
+        pytest.skip(facts.lacks["ipc"])
+
+
+class PeerError(Exception):
+    pass
+
+
+class Peer:
+    """The other process: call(op, **args) -> its answer."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(SRC)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(PEER)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
+
+    def call(self, op: str, **args: Any) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        line = self.proc.stdout.readline()
+        assert line, f"the peer died (rc {self.proc.wait(30)})"
+        answer = json.loads(line)
+        if "error" in answer:
+            raise PeerError(answer["error"])
+        return answer["ok"]
+
+    def exit(self) -> None:
+        if self.proc.poll() is None:
+            self.call("exit")
+            self.proc.stdin.close()
+        assert self.proc.wait(60) == 0
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def peer() -> Any:
+    p = Peer()
+    yield p
+    if p.proc.poll() is None:
+        p.kill()
+    else:
+        p.proc.stdin.close()
+        p.proc.stdout.close()
+
+
+def host_of(buf: accelerator.Buffer) -> bytes:
+    out = bytearray(buf.nbytes)
+    buf.copy_to(out)
+    return bytes(out)
+
+
+def filled(nbytes: int, value: int) -> accelerator.Buffer:
+    buf = accelerator.Buffer(nbytes)
+    buf.fill(value)
+    buf.stream.synchronize()
+    return buf
+
+
+def held() -> dict[str, int]:
+    return accelerator._accelerator._ipc_held()
+
+
+@pytest.fixture
+def limbo() -> Any:
+    """held()["blocks"] now, less what earlier tests left (a handle never
+    opened holds its memory while this process lives)."""
+    accelerator.ipc_collect()
+    base = held()["blocks"]
+    return lambda: held()["blocks"] - base
+
+
+def wait_until(predicate, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        accelerator.ipc_collect()
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+# The envelope, as ipc.c lays it out: tests forge handles from other
+# boots, backends and devices (the checksum is FNV-1a of the bytes before
+# it).
+ENVELOPE = struct.Struct("=8sII16s16s16siiQQQQQiIQQQ64sQ")
+
+
+def forged(data: bytes, **changes: Any) -> bytes:
+    fields = list(ENVELOPE.unpack(data))
+    names = ("magic", "version", "kind", "backend", "boot", "uuid", "pid",
+             "driver_fd", "start", "base", "alloc_size", "offset", "nbytes",
+             "lease_fd", "slot", "lease_inode", "generation", "serial",
+             "driver", "checksum")
+    for name, value in changes.items():
+        fields[names.index(name)] = value
+    body = ENVELOPE.pack(*fields)[:-8]
+    h = 1469598103934665603
+    for byte in body:
+        h = ((h ^ byte) * 1099511628211) & (2 ** 64 - 1)
+    return body + struct.pack("=Q", h)
+
+
+# Refusal --------------------------------------------------------------------
+
+def test_a_backend_that_cannot_share_says_why(facts) -> None:
+    if facts.has("ipc"):
+        pytest.skip("this backend shares memory")
+    buf = filled(64, 1)
+    with pytest.raises(NotImplementedError) as info:
+        buf.ipc_handle()
+    assert facts.lacks["ipc"] in str(info.value)
+    with pytest.raises(NotImplementedError):
+        pickle.dumps(buf)
+    e = accelerator.Event(interprocess=True)
+    e.record()
+    with pytest.raises(NotImplementedError):
+        e.ipc_handle()
+
+
+def test_interprocess_events_take_no_timing() -> None:
+    with pytest.raises(ValueError, match="cannot measure time"):
+        accelerator.Event(interprocess=True, enable_timing=True)
+    with pytest.raises(TypeError, match="interprocess=True"):
+        pickle.dumps(accelerator.Event())
+
+
+# One buffer, both ways ----------------------------------------------------------
+
+def test_a_consumer_reads_and_writes_the_producers_memory(shares,
+                                                        peer) -> None:
+    buf = filled(4096, 0x5A)
+    handle = buf.ipc_handle()
+    assert isinstance(handle, accelerator.IpcHandle)
+    assert handle.kind == "memory" and handle.nbytes == 4096
+    assert handle.pid == os.getpid()
+    assert handle.backend == accelerator.current_accelerator().type
+    assert handle.allocation_size >= handle.offset + 4096
+    assert peer.call("open", name="b", handle=handle.data.hex()) == 4096
+    assert peer.call("read", name="b") == "5a" * 4096
+    peer.call("fill", name="b", value=0xC3)
+    assert host_of(buf) == b"\xc3" * 4096
+    peer.exit()
+
+
+def test_a_view_shares_its_bytes_only(shares, peer) -> None:
+    buf = accelerator.Buffer(1024)
+    buf.fill(1)
+    buf[256:512].fill(2)
+    buf.stream.synchronize()
+    handle = buf[256:512].ipc_handle()
+    assert handle.nbytes == 256
+    peer.call("open", name="v", handle=handle.data.hex())
+    assert peer.call("read", name="v") == "02" * 256
+    peer.exit()
+
+
+def test_the_memory_outlives_the_producers_buffer(shares, peer,
+                                                 limbo) -> None:
+    """Dropped by the producer while a consumer has it open: kept (still
+    allocated here) until the consumer lets go."""
+    buf = filled(2048, 7)
+    allocated = accelerator.memory_allocated()
+    peer.call("open", name="b", handle=buf.ipc_handle().data.hex())
+    del buf
+    accelerator.ipc_collect()
+    assert limbo() == 1
+    assert accelerator.memory_allocated() == allocated
+    # No reuse: a new Buffer gets other memory, and the consumer reads
+    # what was there.
+    other = filled(2048, 9)
+    assert peer.call("read", name="b") == "07" * 2048
+    peer.call("close", name="b")
+    assert wait_until(lambda: limbo() == 0)
+    assert accelerator.memory_allocated() == allocated
+    other.close()
+    peer.exit()
+
+
+def test_a_consumer_killed_with_sigkill_lets_the_memory_go(shares, peer,
+                                                          limbo) -> None:
+    buf = filled(4096, 3)
+    peer.call("open", name="b", handle=buf.ipc_handle().data.hex())
+    buf.close()
+    accelerator.ipc_collect()
+    assert limbo() == 1
+    peer.kill()
+    # The kernel drops the dead consumer's lease at once; the next
+    # collect frees the memory.
+    assert wait_until(lambda: limbo() == 0, seconds=2.0)
+
+
+def test_a_handle_never_opened_holds_the_memory_while_the_producer_lives(
+        shares, peer) -> None:
+    peer.call("make", name="b", nbytes=512, value=1)
+    peer.call("drop", name="b")
+    assert peer.call("held")["blocks"] == 1
+    peer.exit()
+
+
+def test_the_producer_exiting_first(shares, peer) -> None:
+    """The consumer's mapping stays readable here (the doubles' shared
+    memory lives while mapped; a real driver may not keep it: see
+    docs/processes.rst), closing it is clean, and a handle of the exited
+    producer is refused."""
+    data = bytes.fromhex(peer.call("make", name="p", nbytes=1024, value=0x42))
+    late = bytes.fromhex(peer.call("make", name="q", nbytes=64, value=1))
+    mine = accelerator.Buffer.from_ipc_handle(data)
+    peer.exit()
+    assert host_of(mine) == b"\x42" * 1024
+    mine.close()
+    with pytest.raises(RuntimeError, match="has exited"):
+        accelerator.Buffer.from_ipc_handle(late)
+    assert held()["imports"] == 0
+
+
+def test_eight_consumers_of_one_buffer(shares, limbo) -> None:
+    buf = filled(8 * 512, 0)
+    peers = [Peer() for _ in range(8)]
+    try:
+        for i, p in enumerate(peers):
+            p.call("open", name="all", handle=buf.ipc_handle().data.hex())
+            p.call("open", name="mine",
+                   handle=buf[i * 512:(i + 1) * 512].ipc_handle().data.hex())
+        for i, p in enumerate(peers):
+            p.call("fill", name="mine", value=i + 1)
+        expected = b"".join(bytes([i + 1]) * 512 for i in range(8))
+        assert host_of(buf) == expected
+        for p in peers:
+            assert bytes.fromhex(p.call("read", name="all")) == expected
+        buf.close()
+        for p in peers[:7]:
+            p.exit()
+        accelerator.ipc_collect()
+        assert limbo() == 2      # the last consumer holds both
+        peers[7].exit()
+        assert wait_until(lambda: limbo() == 0)
+    finally:
+        for p in peers:
+            if p.proc.poll() is None:
+                p.kill()
+
+
+# Events ---------------------------------------------------------------------
+
+def test_a_thousand_rounds_of_ping_pong(shares, peer, driver) -> None:
+    """Each side waits for the other's event on its own stream before it
+    reads, checks the value and writes the next: work ordered by an event
+    in one process is ordered in the other.  Nothing leaks."""
+    buf = filled(256, 0)
+    a = accelerator.Event(interprocess=True)
+    b = accelerator.Event(interprocess=True)
+    a.record()
+    b.record()
+    peer.call("open", name="buf", handle=buf.ipc_handle().data.hex())
+    peer.call("open_event", name="a", handle=a.ipc_handle().data.hex())
+    peer.call("open_event", name="b", handle=b.ipc_handle().data.hex())
+    fds = len(os.listdir("/proc/self/fd"))
+    peer_fds = peer.call("fds")
+    live = {kind: driver.live(kind) for kind in ("alloc", "event")}
+    stream = accelerator.current_stream()
+    for i in range(0, 1000):
+        value = (2 * i) % 256
+        buf.fill(value)
+        a.record(stream)
+        peer.call("round", buf="buf", a="a", b="b", value=value)
+        stream.wait_event(b)
+        got = host_of(buf)
+        assert got == bytes([(value + 1) % 256]) * 256, (i, got[:4])
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert peer.call("fds") == peer_fds
+    assert {kind: driver.live(kind) for kind in live} == live
+    peer.exit()
+
+
+def test_an_event_opened_elsewhere_orders_work_here(shares, peer) -> None:
+    mine = accelerator.Event(interprocess=True)
+    with pytest.raises(RuntimeError, match="record the event"):
+        mine.ipc_handle()
+    data = bytes.fromhex(peer.call("make_event", name="e"))
+    theirs = accelerator.Event.from_ipc_handle(data)
+    assert theirs.query()
+    theirs.synchronize()
+    accelerator.current_stream().wait_event(theirs)
+    with pytest.raises(ValueError, match="another process"):
+        theirs.ipc_handle()
+    del theirs
+    peer.exit()
+
+
+# Channels -------------------------------------------------------------------
+
+def _consumer(queue: Any, answers: Any) -> None:
+    buf = queue.get()
+    event = queue.get()
+    event.synchronize()
+    answers.put(host_of(buf))
+    buf.fill(0x77)
+    buf.stream.synchronize()
+    answers.put("done")
+
+
+def test_through_a_multiprocessing_queue(shares) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    queue, answers = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_consumer, args=(queue, answers))
+    child.start()
+    try:
+        buf = filled(1024, 0x31)
+        event = accelerator.Event(interprocess=True)
+        event.record()
+        queue.put(buf)
+        queue.put(event)
+        assert answers.get(timeout=60) == b"\x31" * 1024
+        assert answers.get(timeout=60) == "done"
+        assert host_of(buf) == b"\x77" * 1024
+    finally:
+        child.join(60)
+        if child.exitcode is None:
+            child.kill()
+    assert child.exitcode == 0
+
+
+def test_through_a_pipe_and_a_file(shares, peer, tmp_path) -> None:
+    buf = filled(128, 0x11)
+    read_end, write_end = os.pipe()
+    os.write(write_end, buf.ipc_handle().data)
+    os.close(write_end)
+    through_pipe = os.read(read_end, 4096)
+    os.close(read_end)
+    path = tmp_path / "handle"
+    path.write_bytes(pickle.dumps(buf[0:64]))
+    peer.call("open", name="p", handle=through_pipe.hex())
+    assert peer.call("read", name="p") == "11" * 128
+    # A pickle is a handle too (opened here it would be this process's).
+    with pytest.raises(ValueError, match="this very process"):
+        pickle.loads(path.read_bytes())
+    peer.exit()
+
+
+# Bad handles ----------------------------------------------------------------
+
+def test_bad_handles_are_refused_with_the_reason(shares, peer) -> None:
+    buf = filled(256, 1)
+    good = buf.ipc_handle().data
+    Buffer = accelerator.Buffer
+    with pytest.raises(ValueError, match="216"):
+        Buffer.from_ipc_handle(b"garbage")
+    with pytest.raises(ValueError, match="mark"):
+        Buffer.from_ipc_handle(bytes(216))
+    with pytest.raises(ValueError, match="checksum"):
+        Buffer.from_ipc_handle(good[:100] + bytes([good[100] ^ 1])
+                               + good[101:])
+    with pytest.raises(TypeError, match="IpcHandle"):
+        Buffer.from_ipc_handle(42)
+    with pytest.raises(TypeError, match="fd"):
+        Buffer.from_ipc_handle(good, fd="3")
+    with pytest.raises(ValueError, match="fd"):
+        Buffer.from_ipc_handle(good, fd=-1)
+    with pytest.raises(ValueError, match="this very process"):
+        Buffer.from_ipc_handle(good)
+    with pytest.raises(ValueError, match="Event.from_ipc_handle"):
+        e = accelerator.Event(interprocess=True)
+        e.record()
+        Buffer.from_ipc_handle(e.ipc_handle())
+    # As another process sees them:
+    for changes, error in (
+            ({"boot": bytes(16)}, "another machine"),
+            ({"backend": b"nosuch"}, "backend nosuch"),
+            ({"uuid": b"\xee" * 16}, "UUID"),
+            ({"start": 1}, "has exited"),
+            ({"version": 99}, "version 99"),
+            ({"offset": 1 << 40}, "outside its allocation")):
+        with pytest.raises(PeerError, match=error):
+            peer.call("open", name="x", handle=forged(good, **changes).hex())
+    peer.call("open", name="ok", handle=good.hex())
+    with pytest.raises(PeerError, match="opened in this process already"):
+        peer.call("open", name="again", handle=good.hex())
+    # The failed opens spent nothing and left nothing open.
+    assert peer.call("held")["imports"] == 1
+    peer.exit()
+
+
+def test_a_handle_of_released_memory_is_refused(shares, peer,
+                                               limbo) -> None:
+    buf = filled(256, 1)
+    data = buf.ipc_handle().data
+    peer.call("open", name="b", handle=data.hex())
+    peer.call("close", name="b")
+    buf.close()
+    assert wait_until(lambda: limbo() == 0)
+    again = forged(data, serial=10 ** 9)
+    with pytest.raises(PeerError, match="released"):
+        peer.call("open", name="b2", handle=again.hex())
+    peer.exit()
+
+
+def test_statistics_on_both_sides(shares, peer) -> None:
+    """The producer counts shared memory as allocated until no process
+    holds it; the consumer does not count what it opened."""
+    before = peer.call("allocated")
+    buf = filled(1 << 20, 5)
+    peer.call("open", name="b", handle=buf.ipc_handle().data.hex())
+    assert peer.call("allocated") == before
+    peer.exit()
