@@ -441,3 +441,12 @@ def test_statistics_on_both_sides(shares, peer) -> None:
     peer.call("open", name="b", handle=buf.ipc_handle().data.hex())
     assert peer.call("allocated") == before
     peer.exit()
+
+
+def test_the_example_runs(shares) -> None:
+    example = SRC / "examples" / "share_between_processes.py"
+    result = subprocess.run([sys.executable, str(example)],
+                            env={**os.environ, "PYTHONPATH": str(SRC)},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "10 rounds between two processes" in result.stdout
