@@ -306,6 +306,7 @@ acc_status
 acc_ipc_export_memory(acc_block *b, uintptr_t ptr, size_t nbytes,
                       unsigned char *out, acc_error *err)
 {
+    const acc_device_properties *props;
     const acc_backend *be;
     acc_ipc_handle h;
     envelope v;
@@ -328,6 +329,11 @@ acc_ipc_export_memory(acc_block *b, uintptr_t ptr, size_t nbytes,
     memset(&h, 0, sizeof(h));
     h.fd = -1;
     st = ACC_SLOT(be, ipc_mem_export, err, device, base, &h, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    /* The device's facts are read (once) before the lock is taken. */
+    st = acc_get_device_properties(device, &props, err);
     if (st != ACC_OK) {
         return st;
     }
@@ -355,6 +361,7 @@ acc_ipc_export_memory(acc_block *b, uintptr_t ptr, size_t nbytes,
 acc_status
 acc_ipc_export_event(acc_event *e, unsigned char *out, acc_error *err)
 {
+    const acc_device_properties *props;
     const acc_backend *be;
     acc_ipc_handle h;
     envelope v;
@@ -390,6 +397,10 @@ acc_ipc_export_event(acc_event *e, unsigned char *out, acc_error *err)
     memset(&h, 0, sizeof(h));
     h.fd = -1;
     st = ACC_SLOT(be, ipc_event_export, err, e, &h, err);
+    if (st != ACC_OK) {
+        return st;
+    }
+    st = acc_get_device_properties(e->device, &props, err);
     if (st != ACC_OK) {
         return st;
     }
