@@ -11,6 +11,8 @@ ROCm's codes (tests/drivers/hip_double.c says where the double chooses):
 the exporting process opening its own handles, damaged handles, wrong
 flags, a close of what was not opened, and an exporter that exits first.
 Every interprocess function is counted and failable like the others.
+The backend's slots run the same exchange over the double
+(tests/drivers/check_hip_ipc.c).
 
 Runs in the hip stage (tests/stages.py); a process of its own per side
 keeps the suite's double untouched.
@@ -487,6 +489,22 @@ again = {call}
 out = [failed, again, hip.calls({name!r}) - before]
 """)
         assert seen == [UNKNOWN, INVALID_VALUE, 2], name
+
+
+CHECK_PROGRAM = fake_drivers.DRIVERS / "check_hip_ipc"
+
+
+def test_the_backend_slots_share_memory_and_an_event() -> None:
+    """tests/drivers/check_hip_ipc.c: the backend's five slots, called
+    without the core, between a producer and the consumer it starts."""
+    assert CHECK_PROGRAM.exists(), "run make -C tests/drivers"
+    env = fake_drivers.clean_environment()
+    env.update(ACCELERATOR_HIP_LIBRARY=str(fake_drivers.HIP_DOUBLE),
+               ACCELERATOR_KFD_TOPOLOGY="none", FAKE_HIP_DEVICES="2")
+    result = subprocess.run([str(CHECK_PROGRAM)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
 
 
 def test_the_double_and_the_header_list_the_same_functions() -> None:
