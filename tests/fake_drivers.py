@@ -361,8 +361,13 @@ class DriverDouble:
     @classmethod
     def driver_functions(cls) -> list[str]:
         """The functions in the backend's X-macro lists, in list order."""
+        return cls.listed_functions(cls.symbol_lists)
+
+    @staticmethod
+    def listed_functions(lists: tuple[tuple[str, str], ...]) -> list[str]:
+        """The functions of (header, X-macro list) pairs, in order."""
         names: list[str] = []
-        for header, macro in cls.symbol_lists:
+        for header, macro in lists:
             text = (REPO / header).read_text()
             match = re.search(rf"^#define {macro}\(X\)((?:.*\\\n)*.*)$",
                               text, re.MULTILINE)
@@ -1040,6 +1045,13 @@ class HipDouble(DriverDouble):
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }
     symbol_lists = (("csrc/backends/hip/hip_api.h", "ACC_HIP_FUNCTIONS"),)
+    #: the interprocess functions the backend's ipc slots call (counted
+    #: and failable as every function; tests/test_ipc_hip_double.py):
+    #: they join symbol_lists, with their fault sites, once the Python
+    #: API shares memory and events, through which the fault tests reach
+    #: a function
+    ipc_symbol_lists = (("csrc/backends/hip/hip_api.h",
+                         "ACC_HIP_IPC_FUNCTIONS"),)
     functions = {"stream_create": "hipStreamCreateWithPriority",
                  "event_create": "hipEventCreateWithFlags",
                  "event_record": "hipEventRecord", "query": "hipStreamQuery",
@@ -1054,7 +1066,8 @@ class HipDouble(DriverDouble):
     env_devices = "FAKE_HIP_DEVICES"
     live_kinds = ("stream", "event", "alloc", "host_alloc", "bad_access",
                   "guard_damage", "graph", "graph_exec", "module",
-                  "kernel_misuse")
+                  "kernel_misuse", "ipc_exported", "ipc_opened",
+                  "ipc_event_cells")
     #: kernel_misuse: a module unloaded while a launch of it was queued
     detectors = ("bad_access", "guard_damage", "kernel_misuse")
     capture_errors = {"refused": "hipErrorStreamCaptureUnsupported",
@@ -1172,6 +1185,11 @@ class HipDouble(DriverDouble):
         Site("hipModuleUnload", SILENT, "drop a module",
              refused=(("module", 1),)),
     )
+
+    @classmethod
+    def ipc_functions(cls) -> list[str]:
+        """The functions of ipc_symbol_lists, in list order."""
+        return cls.listed_functions(cls.ipc_symbol_lists)
 
     def __init__(self, path: pathlib.Path = HIP_DOUBLE) -> None:
         super().__init__(path, "hip")

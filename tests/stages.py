@@ -173,6 +173,10 @@ PLAIN_ONLY = ("test_callgrind_gate", "test_gpu_check", "test_first_command",
               "test_pytest_plugin", "test_pytest_xdist", "test_bench_check",
               "test_test_command")
 
+#: the test files outside tests/behaviour that run in the hip stage, not
+#: in cuda-around: the HIP double's own interprocess checks
+HIP_ONLY = ("test_ipc_hip_double",)
+
 #: the CPythons besides the build's that the wheel's behaviour suite runs
 #: under (tests/check_wheel.sh finds them on PATH or under pyenv)
 WHEEL_PYTHONS = ("3.12", "3.13")
@@ -238,7 +242,8 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
     inst("cuda-around", "the rest of the suite on the CUDA double: "
          "configurations, fork, processes, exit, headers, the docs' "
          "examples", ["tests", "--ignore=tests/behaviour",
-                      *(f"--ignore=tests/{name}.py" for name in PLAIN_ONLY),
+                      *(f"--ignore=tests/{name}.py"
+                        for name in PLAIN_ONLY + HIP_ONLY),
                       "--deselect=tests/test_docs.py::"
                       "test_kernels_page_examples_type_check"], budget=480)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
@@ -299,8 +304,10 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
          {**intercept, "FAKE_ZE_DRIVERS": "2"}, budget=90)
     inst("opencl", "the behaviour suite on OpenCL (PoCL, two CPU devices)",
          behaviour, opencl, budget=240)
-    inst("hip", "the behaviour suite on the HIP runtime double", behaviour,
-         hip, budget=260)
+    inst("hip", "the behaviour suite on the HIP runtime double, and its "
+         "interprocess memory and events between two processes",
+         [*behaviour, *(f"tests/{name}.py" for name in HIP_ONLY)], hip,
+         budget=260)
     inst("hip-direct", "the memory tests without caching on HIP", memory,
          {**hip, **direct}, budget=90)
     inst("cuda-direct", "the memory tests without caching on CUDA",

@@ -44,7 +44,8 @@ def run(code: str, **env: str) -> dict:
 
 def test_the_real_runtime_exports_every_function_the_backend_resolves(
 ) -> None:
-    names = fake_drivers.HipDouble.driver_functions()
+    names = (fake_drivers.HipDouble.driver_functions()
+             + fake_drivers.HipDouble.ipc_functions())
     missing = run(f"""
 import ctypes, json
 lib = ctypes.CDLL({str(REAL_RUNTIME)!r})

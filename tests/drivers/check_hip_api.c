@@ -26,6 +26,7 @@ ACC_HIP_CAPTURE_STATUSES(CHECK_VALUE)
                                                 __typeof__(&name)),         \
                    #name " signature differs");
 ACC_HIP_FUNCTIONS(CHECK_FUNCTION)
+ACC_HIP_IPC_FUNCTIONS(CHECK_FUNCTION)
 
 /* The types our header defines when the HIP headers are absent,
  * restated here. */
@@ -35,6 +36,14 @@ _Static_assert(__builtin_types_compatible_p(hipDeviceptr_t, void *),
 _Static_assert(sizeof(hipUUID) == 16 && offsetof(hipUUID, bytes) == 0,
                "hipUUID");
 _Static_assert(sizeof(hipError_t) == sizeof(int), "hipError_t size");
+_Static_assert(ACC_HIP_IPC_HANDLE_SIZE == HIP_IPC_HANDLE_SIZE
+                   && sizeof(hipIpcMemHandle_t) == ACC_HIP_IPC_HANDLE_SIZE
+                   && sizeof(hipIpcEventHandle_t) == ACC_HIP_IPC_HANDLE_SIZE
+                   && sizeof(((hipIpcMemHandle_t *)0)->reserved)
+                          == ACC_HIP_IPC_HANDLE_SIZE
+                   && sizeof(((hipIpcEventHandle_t *)0)->reserved)
+                          == ACC_HIP_IPC_HANDLE_SIZE,
+               "hipIpcMemHandle_t / hipIpcEventHandle_t");
 _Static_assert(sizeof(hipPointerAttribute_t) == 32
                    && offsetof(hipPointerAttribute_t, memoryType) == 0
                    && offsetof(hipPointerAttribute_t, device) == 4

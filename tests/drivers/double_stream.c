@@ -141,11 +141,32 @@ ds_op_new(enum ds_op_kind kind, double ms, ds_mark *mark)
     return op;
 }
 
+ds_op *
+ds_op_call(enum ds_op_kind kind, void (*call)(void *ctx),
+           void (*drop)(void *ctx), void *ctx)
+{
+    ds_op *op = ds_op_new(kind, 0, NULL);
+
+    if (op == NULL) {
+        if (drop != NULL) {
+            drop(ctx);
+        }
+        return NULL;
+    }
+    op->call = call;
+    op->drop = drop;
+    op->ctx = ctx;
+    return op;
+}
+
 void
 ds_op_free(ds_op *op)
 {
     if (op == NULL) {
         return;
+    }
+    if (op->drop != NULL) {
+        op->drop(op->ctx);
     }
     ds_mark_unref(op->mark);
     dm_op_release(&op->mem);
@@ -173,8 +194,12 @@ ds_op_list_copy(const ds_op *list, bool run, bool *ok)
 
     *ok = true;
     for (; list != NULL; list = list->next) {
-        ds_op *op = ds_op_new(list->kind, list->ms, NULL);
+        ds_op *op;
 
+        if (list->kind == DS_SIGNAL || list->kind == DS_BLOCK) {
+            break; /* never captured: see double_stream.h */
+        }
+        op = ds_op_new(list->kind, list->ms, NULL);
         if (op == NULL) {
             break;
         }
@@ -189,7 +214,7 @@ ds_op_list_copy(const ds_op *list, bool run, bool *ok)
             break;
         }
     }
-    if (list != NULL) {   /* out of memory */
+    if (list != NULL) {   /* out of memory (or an op never copied) */
         ds_op_list_free(head);
         *ok = false;
         return NULL;
@@ -251,6 +276,10 @@ op_run(ds_op *op)
     case DS_KERNEL:
         dk_launch_run(op->launch, op->api);
         break;
+    case DS_SIGNAL:
+    case DS_BLOCK:
+        op->call(op->ctx);
+        break;
     }
 }
 
@@ -275,7 +304,7 @@ queue_worker(void *arg)
          * record completes its mark in the critical section that
          * dequeues it, so that a mark seen complete implies a queue seen
          * without it, and the other way round. */
-        if (op->kind != DS_RECORD) {
+        if (op->kind != DS_RECORD && op->kind != DS_SIGNAL) {
             pthread_mutex_unlock(&q->mu);
             op_run(op);
             pthread_mutex_lock(&q->mu);
@@ -285,7 +314,7 @@ queue_worker(void *arg)
             q->tail = NULL;
         }
         q->pending -= 1;
-        if (op->kind == DS_RECORD) {
+        if (op->kind == DS_RECORD || op->kind == DS_SIGNAL) {
             op_run(op);
         }
         ds_op_free(op);

@@ -32,7 +32,8 @@ typedef struct ds_mark {
 } ds_mark;
 
 enum ds_op_kind {
-    DS_SLEEP, DS_GATE, DS_RECORD, DS_WAIT, DS_MEMORY, DS_KERNEL
+    DS_SLEEP, DS_GATE, DS_RECORD, DS_WAIT, DS_MEMORY, DS_KERNEL,
+    DS_SIGNAL, DS_BLOCK
 };
 
 typedef struct ds_op {
@@ -47,6 +48,15 @@ typedef struct ds_op {
      * kernel layer's reports. */
     dk_launch *launch;
     const char *api;
+    /* DS_SIGNAL, DS_BLOCK (ds_op_call): call(ctx) on the worker, a
+     * double's own completion or wait (an interprocess event's shared
+     * cell): DS_SIGNAL where a record completes its mark (it must not
+     * block), DS_BLOCK as a wait does, holding the queue until it
+     * returns.  drop(ctx) when the op is freed.  Never in a graph's
+     * list. */
+    void (*call)(void *ctx);
+    void (*drop)(void *ctx);
+    void *ctx;
 } ds_op;
 
 typedef struct ds_queue ds_queue;
@@ -67,11 +77,17 @@ void ds_mark_wait_spinning(ds_mark *m);
  * NULL when out of memory. */
 ds_op *ds_op_new(enum ds_op_kind kind, double ms, ds_mark *mark);
 void ds_op_free(ds_op *op);
+/* A DS_SIGNAL or DS_BLOCK op running call(ctx); drop (may be NULL) then
+ * releases ctx when the op is freed.  NULL when out of memory, ctx then
+ * dropped already. */
+ds_op *ds_op_call(enum ds_op_kind kind, void (*call)(void *ctx),
+                  void (*drop)(void *ctx), void *ctx);
 
 /* Lists of ops linked by next (a captured graph's work). */
 void ds_op_list_free(ds_op *list);
 /* A copy of list, a graph's (marks and staging are not copied: a
- * captured copy has none).  run: the copy is to be queued (its launches
+ * captured copy has none; DS_SIGNAL and DS_BLOCK ops are never in one,
+ * and cannot be copied: *ok false).  run: the copy is to be queued (its launches
  * queued ones); else it is another graph's list (its launches nodes).
  * NULL and *ok false when out of memory. */
 ds_op *ds_op_list_copy(const ds_op *list, bool run, bool *ok);

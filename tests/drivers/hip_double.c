@@ -103,6 +103,39 @@
  *   - After fork() in a child of an initialised parent, every function
  *     but hipGetErrorName/String and hipDriverGetVersion returns
  *     hipErrorNotInitialized: ROCm cannot be used in such a child.
+ *   - Interprocess memory and events (double_ipc.h): hipIpcGetMemHandle
+ *     exports the whole allocation starting at devPtr (a hipMalloc base
+ *     of this process; else hipErrorInvalidDevicePointer, as ROCr
+ *     refuses), hipIpcOpenMemHandle maps it in another process at a
+ *     fresh address on the current device (flags must be
+ *     hipIpcMemLazyEnablePeerAccess, 0; a handle whose size field, where
+ *     ROCm keeps its psize, is zero is hipErrorInvalidValue; one of no
+ *     live allocation, of an exporter that exited, or damaged,
+ *     hipErrorInvalidDevicePointer, ROCm's answer when the attach fails;
+ *     in the exporting process hipErrorInvalidContext, as ROCm's
+ *     owners_process_id check answers), hipIpcCloseMemHandle unmaps it
+ *     (hipErrorInvalidHandle for an address it did not map; like hipFree
+ *     it does not synchronise here, so that closing memory queued work
+ *     still uses is caught) and hipFree refuses an opened address.
+ *     hipEventInterprocess events (only with hipEventDisableTiming) keep
+ *     their state in a shared cell from their creation: a record takes
+ *     the cell's next sequence number and completes it when the stream
+ *     runs it, a query or synchronize looks at the latest record of
+ *     either process, hipStreamWaitEvent waits for the record current at
+ *     the call.  hipIpcGetEventHandle: hipErrorInvalidConfiguration for
+ *     an event made without hipEventInterprocess (ROCm's answer) or
+ *     opened from a handle (ROCm would hand its name out again; the
+ *     double exports an event from its creator only); it needs no
+ *     record.  hipIpcOpenEventHandle: an event with hipEventDisableTiming
+ *     | hipEventInterprocess on the current device; hipErrorInvalidValue
+ *     for a handle that names no event (ROCm: its shared file cannot be
+ *     mapped) or whose creator exited (ROCm 5.2 maps the file even then,
+ *     re-creating it empty where it was removed, so that every wait on it
+ *     returns at once: the double refuses instead), hipErrorInvalidContext
+ *     in the creating process.  An interprocess event cannot be recorded
+ *     in a stream capture (hipErrorStreamCaptureUnsupported, the capture
+ *     invalidated).  Live kinds: double_ipc.h's "ipc_exported",
+ *     "ipc_opened" and "ipc_event_cells".
  */
 #define _GNU_SOURCE
 
@@ -117,6 +150,7 @@
 
 #include "../../csrc/backends/hip/hip_api.h"
 #include "double_control.h"
+#include "double_ipc.h"
 #include "double_kernels.h"
 #include "double_memory.h"
 #include "double_stream.h"
@@ -132,6 +166,7 @@
  * is checked against the signature the backend calls through. */
 #define FAKE_DECLARE(name, ret, params) FAKE_EXPORT ret name params;
 ACC_HIP_FUNCTIONS(FAKE_DECLARE)
+ACC_HIP_IPC_FUNCTIONS(FAKE_DECLARE)
 #undef FAKE_DECLARE
 
 FAKE_EXPORT int fake_hip_enqueue_sleep(int device, unsigned long long stream,
@@ -145,11 +180,14 @@ FAKE_EXPORT int fake_hip_initialized(void);
 
 /* Functions: the unit of counting and of fault injection. */
 #define FAKE_FN_ID(name, ret, params) FN_##name,
-enum fake_fn { ACC_HIP_FUNCTIONS(FAKE_FN_ID) FN_COUNT };
+enum fake_fn {
+    ACC_HIP_FUNCTIONS(FAKE_FN_ID) ACC_HIP_IPC_FUNCTIONS(FAKE_FN_ID) FN_COUNT
+};
 #undef FAKE_FN_ID
 
 #define FAKE_FN_NAME(name, ret, params) {#name, NULL},
-static const dc_fn fake_fns[FN_COUNT] = {ACC_HIP_FUNCTIONS(FAKE_FN_NAME)};
+static const dc_fn fake_fns[FN_COUNT] = {
+    ACC_HIP_FUNCTIONS(FAKE_FN_NAME) ACC_HIP_IPC_FUNCTIONS(FAKE_FN_NAME)};
 #undef FAKE_FN_NAME
 
 /* State --------------------------------------------------------------- */
@@ -181,10 +219,23 @@ struct ihipStream_t {
     bool cap_joined;
 };
 
+/* An interprocess event's shared cell (double_ipc.h), referenced by the
+ * event and by each op queued for it: a destroyed event never pulls the
+ * cell from under a stream. */
+struct fake_cell {
+    atomic_int refs;
+    dipc_cell *cell;
+};
+
 struct ihipEvent_t {
     int device;
     unsigned int flags;
     ds_mark *last; /* latest record, NULL if never recorded */
+    /* hipEventInterprocess: the shared cell (records, queries and waits
+     * go through it, never through last); imported: opened from another
+     * process's handle. */
+    struct fake_cell *ipc;
+    bool imported;
     /* Latest record made in a capture (a node of the graph, not run):
      * the capture's origin and id, the recording stream and its tip. */
     struct ihipStream_t *cap_origin, *cap_stream;
@@ -513,6 +564,96 @@ event_capture(const struct ihipEvent_t *e)
         return NULL;
     }
     return o;
+}
+
+/* Interprocess event cells ------------------------------------------- */
+
+static struct fake_cell *
+cell_wrap(dipc_cell *cell)
+{
+    struct fake_cell *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        dipc_cell_release(cell);
+        return NULL;
+    }
+    atomic_init(&c->refs, 1);
+    c->cell = cell;
+    return c;
+}
+
+static void
+cell_unref(struct fake_cell *c)
+{
+    if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1) {
+        dipc_cell_release(c->cell);
+        free(c);
+    }
+}
+
+/* What an op queued for a cell does: complete seq, or wait for it. */
+struct cell_op {
+    struct fake_cell *c;
+    uint64_t seq;
+};
+
+static void
+cell_op_complete(void *ctx)
+{
+    struct cell_op *o = ctx;
+
+    dipc_cell_complete(o->c->cell, o->seq);
+}
+
+static void
+cell_op_wait(void *ctx)
+{
+    struct cell_op *o = ctx;
+
+    dipc_cell_wait(o->c->cell, o->seq);
+}
+
+static void
+cell_op_drop(void *ctx)
+{
+    struct cell_op *o = ctx;
+
+    cell_unref(o->c);
+    free(o);
+}
+
+/* An op (DS_SIGNAL: complete, DS_BLOCK: wait) for seq of c, holding a
+ * reference to c; NULL when out of memory. */
+static ds_op *
+cell_op(enum ds_op_kind kind, struct fake_cell *c, uint64_t seq)
+{
+    struct cell_op *o = malloc(sizeof(*o));
+
+    if (o == NULL) {
+        return NULL;
+    }
+    atomic_fetch_add(&c->refs, 1);
+    o->c = c;
+    o->seq = seq;
+    return ds_op_call(kind, kind == DS_SIGNAL ? cell_op_complete
+                                              : cell_op_wait,
+                      cell_op_drop, o);
+}
+
+/* Under g_mu: the live event's cell with a reference for the caller, or
+ * NULL (*rc hipErrorInvalidHandle when the event is not live). */
+static struct fake_cell *
+event_cell(hipEvent_t event, hipError_t *rc)
+{
+    *rc = hipSuccess;
+    if (!dc_handles_has(&g_event_set, event)) {
+        *rc = hipErrorInvalidHandle;
+        return NULL;
+    }
+    if (event->ipc != NULL) {
+        atomic_fetch_add(&event->ipc->refs, 1);
+    }
+    return event->ipc;
 }
 
 /* Runtime API: initialisation and errors ------------------------------ */
@@ -906,6 +1047,16 @@ hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags)
         /* A capturing stream cannot wait on work outside its capture. */
         rc = capture_refuse(s);
     }
+    if (rc == hipSuccess && event->ipc != NULL) {
+        /* The record current now, of whichever process made it. */
+        uint64_t seq = dipc_cell_current(event->ipc->cell);
+
+        if (!dipc_cell_reached(event->ipc->cell, seq)) {
+            rc = stream_enqueue(s, cell_op(DS_BLOCK, event->ipc, seq));
+        }
+        pthread_mutex_unlock(&g_mu);
+        return rc;
+    }
     /* An event never recorded is complete: nothing to wait for. */
     if (rc == hipSuccess && event->last != NULL
         && !ds_mark_done(event->last)) {
@@ -969,9 +1120,19 @@ hipEventCreateWithFlags(hipEvent_t *event, unsigned flags)
     }
     e->device = t_device;
     e->flags = flags;
+    if (flags & hipEventInterprocess) {
+        dipc_cell *cell = dipc_cell_create();
+
+        e->ipc = cell != NULL ? cell_wrap(cell) : NULL;
+        if (e->ipc == NULL) {
+            free(e);
+            return hipErrorOutOfMemory;
+        }
+    }
     pthread_mutex_lock(&g_mu);
     if (!dc_handles_add(&g_event_set, e)) {
         pthread_mutex_unlock(&g_mu);
+        cell_unref(e->ipc);
         free(e);
         return hipErrorOutOfMemory;
     }
@@ -997,6 +1158,29 @@ hipEventRecord(hipEvent_t event, hipStream_t stream)
     if (rc == hipSuccess && s->device != event->device) {
         /* An event records only on a stream of its own device. */
         rc = hipErrorInvalidHandle;
+    }
+    if (rc == hipSuccess && event->ipc != NULL) {
+        ds_op *op;
+
+        /* Another process may wait on it: not a node of a graph. */
+        rc = capture_refuse(s);
+        op = rc == hipSuccess ? cell_op(DS_SIGNAL, event->ipc, 0) : NULL;
+        if (rc == hipSuccess && op == NULL) {
+            rc = hipErrorOutOfMemory;
+        }
+        if (rc == hipSuccess) {
+            uint64_t seq = dipc_cell_record(event->ipc->cell);
+
+            ((struct cell_op *)op->ctx)->seq = seq;
+            rc = stream_enqueue(s, op);
+            if (rc != hipSuccess) {
+                /* Taken, never to run: complete it, so that the event
+                 * does not stay pending for every process. */
+                dipc_cell_complete(event->ipc->cell, seq);
+            }
+        }
+        pthread_mutex_unlock(&g_mu);
+        return rc;
     }
     if (rc == hipSuccess && s->capture != hipStreamCaptureStatusNone) {
         /* A node of the capture: later waits on the event depend on
@@ -1055,13 +1239,19 @@ event_mark(hipEvent_t event, hipError_t *rc)
 hipError_t
 hipEventQuery(hipEvent_t event)
 {
+    struct fake_cell *c;
     hipError_t rc;
     ds_mark *m;
 
     FAKE_ENTER(hipEventQuery, true);
     pthread_mutex_lock(&g_mu);
-    m = event_mark(event, &rc);
+    c = event_cell(event, &rc);
+    m = c == NULL && rc == hipSuccess ? event_mark(event, &rc) : NULL;
     pthread_mutex_unlock(&g_mu);
+    if (c != NULL) {
+        rc = dipc_cell_query(c->cell) ? hipSuccess : hipErrorNotReady;
+        cell_unref(c);
+    }
     if (m != NULL) {
         rc = ds_mark_done(m) ? hipSuccess : hipErrorNotReady;
         ds_mark_unref(m);
@@ -1072,17 +1262,28 @@ hipEventQuery(hipEvent_t event)
 hipError_t
 hipEventSynchronize(hipEvent_t event)
 {
+    struct fake_cell *c;
     unsigned flags = 0;
     hipError_t rc;
     ds_mark *m;
 
     FAKE_ENTER(hipEventSynchronize, true);
     pthread_mutex_lock(&g_mu);
-    m = event_mark(event, &rc);
-    if (m != NULL) {
+    c = event_cell(event, &rc);
+    m = c == NULL && rc == hipSuccess ? event_mark(event, &rc) : NULL;
+    if (m != NULL || c != NULL) {
         flags = event->flags;
     }
     pthread_mutex_unlock(&g_mu);
+    if (c != NULL) {
+        /* The latest record at the call, of either process. */
+        if (flags & hipEventBlockingSync) {
+            atomic_fetch_add(&g_sync_blocked, 1);
+        }
+        dipc_cell_wait(c->cell, dipc_cell_current(c->cell));
+        cell_unref(c);
+        return hipSuccess;
+    }
     if (m == NULL) {
         return rc;
     }
@@ -1145,6 +1346,7 @@ hipEventDestroy(hipEvent_t event)
     dc_live_add(&g_ctl, LIVE_EVENT, -1);
     pthread_mutex_unlock(&g_mu);
     ds_mark_unref(event->last);
+    cell_unref(event->ipc);
     free(event);
     return hipSuccess;
 }
@@ -1886,6 +2088,157 @@ hipGraphDestroy(hipGraph_t graph)
     }
     pthread_mutex_unlock(&g_mu);
     return rc;
+}
+
+/* Runtime API: interprocess memory and events ------------------------- */
+
+/* Where ROCm's ihipIpcMemHandle_t keeps the allocation's size (psize,
+ * after its 32 bytes of ROCr handle), which hipIpcOpenMemHandle checks
+ * first: double_ipc.h's layout has the size there too. */
+#define FAKE_IPC_SIZE_AT 32
+
+hipError_t
+hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *devPtr)
+{
+    unsigned char bytes[DIPC_HANDLE_BYTES];
+
+    FAKE_ENTER(hipIpcGetMemHandle, true);
+    if (handle == NULL || devPtr == NULL) {
+        return hipErrorInvalidValue;
+    }
+    _Static_assert(sizeof(handle->reserved) == DIPC_HANDLE_BYTES,
+                   "a double's handle fills HIP's");
+    switch (dm_ipc_export((uintptr_t)devPtr, bytes, NULL)) {
+    case DIPC_OK:
+        memcpy(handle->reserved, bytes, sizeof(bytes));
+        return hipSuccess;
+    case DIPC_NO_MEMORY:
+        return hipErrorOutOfMemory;
+    default:
+        /* Not the base of a live hipMalloc allocation of this process
+         * (an opened one included): ROCr's IPC create refuses it. */
+        return hipErrorInvalidDevicePointer;
+    }
+}
+
+hipError_t
+hipIpcOpenMemHandle(void **devPtr, hipIpcMemHandle_t handle,
+                    unsigned int flags)
+{
+    unsigned long long addr, size;
+
+    FAKE_ENTER(hipIpcOpenMemHandle, true);
+    if (devPtr == NULL || flags != hipIpcMemLazyEnablePeerAccess) {
+        return hipErrorInvalidValue;
+    }
+    memcpy(&size, handle.reserved + FAKE_IPC_SIZE_AT, sizeof(size));
+    if (size == 0) {
+        return hipErrorInvalidValue;
+    }
+    switch (dm_ipc_open(t_device, (const unsigned char *)handle.reserved,
+                        -1, &addr)) {
+    case DIPC_OK:
+        *devPtr = (void *)(uintptr_t)addr;
+        return hipSuccess;
+    case DIPC_OWN_PROCESS:
+        return hipErrorInvalidContext;
+    case DIPC_NO_MEMORY:
+        return hipErrorOutOfMemory;
+    default:
+        /* Damaged, of no live allocation, or its exporter exited: the
+         * attach fails. */
+        return hipErrorInvalidDevicePointer;
+    }
+}
+
+hipError_t
+hipIpcCloseMemHandle(void *devPtr)
+{
+    FAKE_ENTER(hipIpcCloseMemHandle, true);
+    if (devPtr == NULL) {
+        return hipErrorInvalidValue;
+    }
+    if (!dm_ipc_imported((uintptr_t)devPtr)) {
+        return hipErrorInvalidHandle;
+    }
+    return dm_ipc_close("hipIpcCloseMemHandle", (uintptr_t)devPtr)
+               ? hipSuccess
+               : hipErrorInvalidHandle;
+}
+
+hipError_t
+hipIpcGetEventHandle(hipIpcEventHandle_t *handle, hipEvent_t event)
+{
+    unsigned char bytes[DIPC_HANDLE_BYTES];
+    hipError_t rc = hipSuccess;
+
+    FAKE_ENTER(hipIpcGetEventHandle, true);
+    if (handle == NULL || event == NULL) {
+        return hipErrorInvalidValue;
+    }
+    _Static_assert(sizeof(handle->reserved) == DIPC_HANDLE_BYTES,
+                   "a double's handle fills HIP's");
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_has(&g_event_set, event)) {
+        rc = hipErrorInvalidHandle;
+    }
+    else if (event->ipc == NULL || event->imported
+             || !dipc_cell_export(event->ipc->cell, bytes, NULL)) {
+        rc = hipErrorInvalidConfiguration;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc == hipSuccess) {
+        memcpy(handle->reserved, bytes, sizeof(bytes));
+    }
+    return rc;
+}
+
+hipError_t
+hipIpcOpenEventHandle(hipEvent_t *event, hipIpcEventHandle_t handle)
+{
+    struct ihipEvent_t *e;
+    dipc_cell *cell = NULL;
+
+    FAKE_ENTER(hipIpcOpenEventHandle, true);
+    if (event == NULL) {
+        return hipErrorInvalidValue;
+    }
+    switch (dipc_cell_open((const unsigned char *)handle.reserved, -1,
+                           &cell)) {
+    case DIPC_OK:
+        break;
+    case DIPC_OWN_PROCESS:
+        return hipErrorInvalidContext;
+    case DIPC_NO_MEMORY:
+        return hipErrorOutOfMemory;
+    default:
+        return hipErrorInvalidValue;
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        dipc_cell_release(cell);
+        return hipErrorOutOfMemory;
+    }
+    e->ipc = cell_wrap(cell);
+    if (e->ipc == NULL) {
+        free(e);
+        return hipErrorOutOfMemory;
+    }
+    /* As hipEventCreateWithFlags would make it, on the current device. */
+    e->device = t_device;
+    e->flags = hipEventDisableTiming | hipEventInterprocess;
+    e->imported = true;
+    pthread_mutex_lock(&g_mu);
+    if (!dc_handles_add(&g_event_set, e)) {
+        pthread_mutex_unlock(&g_mu);
+        cell_unref(e->ipc);
+        free(e);
+        return hipErrorOutOfMemory;
+    }
+    dc_live_add(&g_ctl, LIVE_EVENT, 1);
+    pthread_mutex_unlock(&g_mu);
+    *event = e;
+    return hipSuccess;
 }
 
 /* Control API for tests ----------------------------------------------- */

@@ -55,6 +55,7 @@ static struct {
     void *library;
     struct {
         ACC_HIP_FUNCTIONS(HIP_FN_FIELD)
+        ACC_HIP_IPC_FUNCTIONS(HIP_FN_FIELD)
     } fn;
     int count;
     /* Device i is the runtime's device ids[i] (ACCELERATOR_VISIBLE_
@@ -146,6 +147,7 @@ hip_resolve(acc_error *err)
     }                                                                      \
     memcpy(&hip.fn.name, &p, sizeof(p));
     ACC_HIP_FUNCTIONS(HIP_RESOLVE)
+    ACC_HIP_IPC_FUNCTIONS(HIP_RESOLVE)
 #undef HIP_RESOLVE
     return ACC_OK;
 }
@@ -745,6 +747,11 @@ hip_event_create(acc_event *e, acc_error *err)
     if (!(e->flags & ACC_EVENT_TIMING)) {
         flags |= hipEventDisableTiming;
     }
+    /* An event other processes can open: the runtime refuses timing on
+     * one (the core never asks for it). */
+    if (e->flags & ACC_EVENT_INTERPROCESS) {
+        flags |= hipEventInterprocess | hipEventDisableTiming;
+    }
     if (e->flags & ACC_EVENT_BLOCKING) {
         flags |= hipEventBlockingSync;
     }
@@ -809,6 +816,126 @@ hip_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                                                 (hipEvent_t)start->native,
                                                 (hipEvent_t)end->native),
                      err);
+}
+
+/* Interprocess memory and events ---------------------------------------- */
+
+/*
+ * The runtime's own 64-byte handles, which need no descriptor (h->fd -1):
+ * ROCm names the KFD's shared buffer in a memory handle and a shared
+ * memory file of its signals in an event handle.  Each call acts on the
+ * calling thread's current device (the exporting allocation's, the
+ * device to map on), so it runs with the slot's device current.  The
+ * core checks a handle's origin before a slot sees it, opens each once
+ * per process and closes it before the exporter frees the memory.
+ */
+
+static acc_status
+hip_ipc_mem_export(int device, uintptr_t base, acc_ipc_handle *h,
+                   acc_error *err)
+{
+    hipIpcMemHandle_t handle;
+    int previous;
+    acc_status st = hip_enter(device, &previous, err);
+
+    memset(&handle, 0, sizeof(handle));
+    if (st == ACC_OK) {
+        st = HIP(hipIpcGetMemHandle, (&handle, (void *)base));
+    }
+    st = hip_leave(previous, st, err);
+    if (st == ACC_OK) {
+        _Static_assert(sizeof(handle) == sizeof(h->bytes),
+                       "a HIP handle fills acc_ipc_handle's bytes");
+        memcpy(h->bytes, &handle, sizeof(h->bytes));
+        h->fd = -1;
+    }
+    return st;
+}
+
+static acc_status
+hip_ipc_mem_open(int device, const acc_ipc_handle *h, uintptr_t *base,
+                 acc_error *err)
+{
+    hipIpcMemHandle_t handle;
+    void *p = NULL;
+    int previous;
+    acc_status st = hip_enter(device, &previous, err);
+
+    memcpy(&handle, h->bytes, sizeof(handle));
+    /* The only flag ROCm takes (peer access where the memory is another
+     * device's). */
+    if (st == ACC_OK) {
+        st = HIP(hipIpcOpenMemHandle,
+                 (&p, handle, hipIpcMemLazyEnablePeerAccess));
+    }
+    st = hip_leave(previous, st, err);
+    if (st == ACC_OK) {
+        *base = (uintptr_t)p;
+    }
+    else if (p != NULL) {
+        /* Mapped, but restoring the caller's device failed: no leak. */
+        (void)hip.fn.hipIpcCloseMemHandle(p);
+    }
+    return st;
+}
+
+static void
+hip_ipc_mem_close(int device, uintptr_t base)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+    int previous;
+    acc_status st = hip_enter(device, &previous, err);
+
+    if (st == ACC_OK) {
+        st = HIP(hipIpcCloseMemHandle, ((void *)base));
+    }
+    if (hip_leave(previous, st, err) != ACC_OK) {
+        acc_trace("hip: %s", err->message);
+    }
+}
+
+static acc_status
+hip_ipc_event_export(acc_event *e, acc_ipc_handle *h, acc_error *err)
+{
+    hipIpcEventHandle_t handle;
+    acc_status st;
+
+    memset(&handle, 0, sizeof(handle));
+    st = HIP(hipIpcGetEventHandle, (&handle, (hipEvent_t)e->native));
+    if (st == ACC_OK) {
+        _Static_assert(sizeof(handle) == sizeof(h->bytes),
+                       "a HIP handle fills acc_ipc_handle's bytes");
+        memcpy(h->bytes, &handle, sizeof(h->bytes));
+        h->fd = -1;
+    }
+    return st;
+}
+
+static acc_status
+hip_ipc_event_open(const acc_ipc_handle *h, acc_event *e, acc_error *err)
+{
+    hipIpcEventHandle_t handle;
+    hipEvent_t event = NULL;
+    int previous;
+    /* The event is made on the current device, as hipEventCreate's. */
+    acc_status st = hip_enter(e->device, &previous, err);
+
+    memcpy(&handle, h->bytes, sizeof(handle));
+    if (st == ACC_OK) {
+        st = HIP(hipIpcOpenEventHandle, (&event, handle));
+    }
+    st = hip_leave(previous, st, err);
+    if (st == ACC_OK) {
+        e->native = event;
+        e->handle = (uintptr_t)event;
+    }
+    else if (event != NULL) {
+        /* Opened, but restoring the caller's device failed (or ROCm
+         * handed out an event with its refusal): no leak. */
+        (void)hip.fn.hipEventDestroy(event);
+    }
+    return st;
 }
 
 /* Kernels ---------------------------------------------------------------- */
@@ -1239,4 +1366,9 @@ const acc_backend acc_hip_backend = {
     .graph_instantiate = hip_graph_instantiate,
     .graph_launch = hip_graph_launch,
     .graph_destroy = hip_graph_destroy,
+    .ipc_mem_export = hip_ipc_mem_export,
+    .ipc_mem_open = hip_ipc_mem_open,
+    .ipc_mem_close = hip_ipc_mem_close,
+    .ipc_event_export = hip_ipc_event_export,
+    .ipc_event_open = hip_ipc_event_open,
 };

@@ -88,7 +88,8 @@
     X(hipEventDisableTiming, 2)                      \
     X(hipEventInterprocess, 4)                       \
     X(hipHostMallocDefault, 0)                       \
-    X(hipHostMallocPortable, 1)
+    X(hipHostMallocPortable, 1)                      \
+    X(hipIpcMemLazyEnablePeerAccess, 0)
 
 /* hipMemoryType (hipPointerAttribute_t.memoryType). */
 #define ACC_HIP_MEMORY_TYPES(X)                      \
@@ -114,6 +115,9 @@
     X(hipStreamCaptureStatusNone, 0)                 \
     X(hipStreamCaptureStatusActive, 1)               \
     X(hipStreamCaptureStatusInvalidated, 2)
+
+/* HIP_IPC_HANDLE_SIZE: the bytes of an interprocess handle. */
+#define ACC_HIP_IPC_HANDLE_SIZE 64
 
 #ifndef ACC_HIP_API_CHECK
 
@@ -157,6 +161,15 @@ typedef struct hipGraphExec *hipGraphExec_t;
  * hipDeviceProp_tR0600); ROCm 5's size and the one field read are below,
  * checked against the header. */
 typedef struct hipDeviceProp_t hipDeviceProp_t;
+
+/* hipIpcMemHandle_t and hipIpcEventHandle_t: the runtime's own bytes,
+ * passed by value. */
+typedef struct hipIpcMemHandle_st {
+    char reserved[ACC_HIP_IPC_HANDLE_SIZE];
+} hipIpcMemHandle_t;
+typedef struct hipIpcEventHandle_st {
+    char reserved[ACC_HIP_IPC_HANDLE_SIZE];
+} hipIpcEventHandle_t;
 
 typedef struct hipUUID_t {
     char bytes[16];
@@ -258,10 +271,29 @@ typedef struct hipPointerAttribute_t {
        unsigned int sharedMemBytes, hipStream_t stream,                  \
        void **kernelParams, void **extra))
 
+/*
+ * The interprocess functions (backend.h's ipc slots), resolved as the
+ * others are: a list of their own so that the tests of faults, which
+ * reach every function of ACC_HIP_FUNCTIONS through the Python API, take
+ * them up once that API shares memory (tests/fake_drivers.py, HipDouble).
+ * hipIpcOpenMemHandle and hipIpcOpenEventHandle take the handle by value.
+ */
+#define ACC_HIP_IPC_FUNCTIONS(X)                                         \
+    X(hipIpcGetMemHandle, hipError_t,                                    \
+      (hipIpcMemHandle_t *handle, void *devPtr))                         \
+    X(hipIpcOpenMemHandle, hipError_t,                                   \
+      (void **devPtr, hipIpcMemHandle_t handle, unsigned int flags))     \
+    X(hipIpcCloseMemHandle, hipError_t, (void *devPtr))                  \
+    X(hipIpcGetEventHandle, hipError_t,                                  \
+      (hipIpcEventHandle_t *handle, hipEvent_t event))                   \
+    X(hipIpcOpenEventHandle, hipError_t,                                 \
+      (hipEvent_t *event, hipIpcEventHandle_t handle))
+
 /* Function pointer types: acc_pfn_<name>. */
 #define ACC_HIP_PFN_TYPEDEF(name, ret, params) \
     typedef ret (*acc_pfn_##name) params;
 ACC_HIP_FUNCTIONS(ACC_HIP_PFN_TYPEDEF)
+ACC_HIP_IPC_FUNCTIONS(ACC_HIP_PFN_TYPEDEF)
 #undef ACC_HIP_PFN_TYPEDEF
 
 #endif /* ACC_HIP_API_H */
