@@ -152,7 +152,8 @@ start_time(int pid)
         return 0;
     }
     p++;
-    for (int field = 2; field < 22 && p != NULL; field++) {
+    /* p is at the space before field 3; step to the one before 22. */
+    for (int field = 3; field < 22 && p != NULL; field++) {
         p = strchr(p + 1, ' ');
     }
     if (p != NULL) {
@@ -479,6 +480,10 @@ acc_ipc_collect(void)
 
     if (acc_forked()) {
         return;
+    }
+    /* Imports closed here whose work has completed go first. */
+    if (acc_initialized()) {
+        (void)acc_deferred_poll(0);
     }
     pthread_mutex_lock(&I.lock);
     for (p = &I.exports; (r = *p) != NULL;) {
