@@ -43,6 +43,7 @@ def check_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build = kernel_code.sanitized_program(
         program, [DRIVERS / "check_double_kernels.c",
                   DRIVERS / "double_kernels.c", DRIVERS / "double_memory.c",
+                  DRIVERS / "double_ipc.c",
                   REPO / "csrc" / "core" / "hsaco_table.c"],
         ["-pthread", f"-I{REPO / 'csrc' / 'include'}"], ["-ldl"])
     assert build.returncode == 0, build.stderr

@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "double_memory.h"
+#include "double_ipc.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,7 +38,17 @@ typedef struct dm_alloc_rec {
     int device;
     bool host;
     unsigned long long id;  /* unique in the process */
-    unsigned char *storage; /* DM_GUARD + size + DM_GUARD */
+    unsigned char *storage; /* DM_GUARD + size + DM_GUARD: malloc'd (host)
+                               or a MAP_SHARED memfd mapping (device) */
+    int fd;                 /* a device allocation's memfd; -1 for host
+                               memory and imports (mapped, not owned) */
+    bool imported;          /* mapped from another process's handle */
+    bool exported;          /* a handle of it was made */
+    /* An import: what it maps (the exporter's pid and the memfd's inode)
+     * and how many opens it answered (dm_ipc_open). */
+    long long ipc_pid;
+    unsigned long long ipc_inode;
+    int opens;
 } dm_alloc_rec;
 
 static struct {
@@ -50,6 +61,7 @@ static struct {
     dm_chunk *open[DM_MAX_DEVICES]; /* the one each device takes from */
     unsigned long long used[DM_MAX_DEVICES];
     long long allocs, host_allocs;
+    long long exported, opened; /* "ipc_exported", "ipc_opened" */
     unsigned long long ids;
     atomic_llong bad_access, guard_damage;
 } dm = {
@@ -183,6 +195,23 @@ device_range(int device, size_t bytes)
     return c->base + c->used - need;
 }
 
+/* The storage of a (host memory, a device allocation or an import). */
+static void
+release_storage(dm_alloc_rec *a)
+{
+    if (a->host) {
+        free(a->storage);
+    }
+    else if (a->storage != NULL) {
+        munmap(a->storage, a->size + 2 * DM_GUARD);
+    }
+    if (a->fd >= 0) {
+        close(a->fd);
+    }
+    a->storage = NULL;
+    a->fd = -1;
+}
+
 /* Under dm.mu.  Whether addr lies in reserved device address space. */
 static bool
 device_space(unsigned long long addr)
@@ -213,8 +242,22 @@ dm_alloc(int device, size_t bytes, bool host, unsigned long long *addr)
         return DM_OUT_OF_MEMORY;
     }
     a = calloc(1, sizeof(*a));
+    if (a != NULL) {
+        a->fd = -1;
+    }
     if (a != NULL && bytes <= SIZE_MAX - 2 * DM_GUARD) {
-        a->storage = malloc(bytes + 2 * DM_GUARD);
+        if (host) {
+            a->storage = malloc(bytes + 2 * DM_GUARD);
+        }
+        else {
+            /* In a memfd of its own, so that another process can map it
+             * (double_ipc.h). */
+            void *map;
+
+            a->fd = dipc_memfd("double-device-memory", bytes + 2 * DM_GUARD,
+                               &map);
+            a->storage = a->fd >= 0 ? map : NULL;
+        }
     }
     if (a == NULL || a->storage == NULL) {
         pthread_mutex_unlock(&dm.mu);
@@ -237,7 +280,7 @@ dm_alloc(int device, size_t bytes, bool host, unsigned long long *addr)
         a->addr = device_range(device, bytes);
         if (a->addr == 0) {
             pthread_mutex_unlock(&dm.mu);
-            free(a->storage);
+            release_storage(a);
             free(a);
             return DM_OUT_OF_MEMORY;
         }
@@ -259,6 +302,12 @@ dm_free(const char *api, unsigned long long addr, bool host)
     pthread_mutex_lock(&dm.mu);
     for (dm_alloc_rec **p = &dm.live; *p != NULL; p = &(*p)->next) {
         if ((*p)->host == host && (*p)->addr == addr) {
+            if ((*p)->imported) {
+                report(api, "memory opened from an IPC handle (it is "
+                       "closed, not freed)", addr, 0);
+                pthread_mutex_unlock(&dm.mu);
+                return DM_BAD;
+            }
             a = *p;
             *p = a->next;
             break;
@@ -276,8 +325,7 @@ dm_free(const char *api, unsigned long long addr, bool host)
                 "(%zu bytes) were overwritten\n", dm.tag, api, a->addr,
                 a->size);
     }
-    free(a->storage);
-    a->storage = NULL;
+    release_storage(a);
     if (host) {
         dm.host_allocs--;
         free(a);
@@ -285,6 +333,7 @@ dm_free(const char *api, unsigned long long addr, bool host)
     else {
         dm.used[a->device] -= a->size;
         dm.allocs--;
+        dm.exported -= a->exported;
         /* Remembered, so that a later use is named for what it is. */
         a->next = dm.freed;
         dm.freed = a;
@@ -502,6 +551,15 @@ dm_live(const char *kind)
             n += (long long)dm.used[i];
         }
     }
+    else if (strcmp(kind, "ipc_exported") == 0) {
+        n = dm.exported;
+    }
+    else if (strcmp(kind, "ipc_opened") == 0) {
+        n = dm.opened;
+    }
+    else if (strcmp(kind, "ipc_event_cells") == 0) {
+        n = dipc_cells_live();
+    }
     else if (strcmp(kind, "bad_access") == 0) {
         n = atomic_load(&dm.bad_access);
     }
@@ -520,4 +578,145 @@ dm_reset_detectors(void)
 {
     atomic_store(&dm.bad_access, 0);
     atomic_store(&dm.guard_damage, 0);
+}
+
+/* ---- interprocess sharing (double_ipc.h) ---- */
+
+enum dipc_result
+dm_ipc_export(unsigned long long addr, unsigned char out[DIPC_HANDLE_BYTES],
+              int *fd)
+{
+    enum dipc_result r = DIPC_NOT_BASE;
+
+    pthread_mutex_lock(&dm.mu);
+    for (dm_alloc_rec *a = dm.live; a != NULL; a = a->next) {
+        if (!a->host && !a->imported && a->addr == addr) {
+            r = dipc_write_handle(out, DIPC_MEMORY, a->fd, a->device, a->id)
+                    ? DIPC_OK : DIPC_NO_MEMORY;
+            if (r == DIPC_OK && !a->exported) {
+                a->exported = true;
+                dm.exported++;
+            }
+            if (r == DIPC_OK && fd != NULL) {
+                *fd = a->fd;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return r;
+}
+
+enum dipc_result
+dm_ipc_open(int device, const unsigned char h[DIPC_HANDLE_BYTES], int fd,
+            unsigned long long *addr)
+{
+    enum dipc_result r;
+    dm_alloc_rec *a;
+    void *map;
+    size_t bytes;
+
+    if (device < 0 || device >= DM_MAX_DEVICES) {
+        return DIPC_BAD_HANDLE;
+    }
+    /* Opened on this device already: the same address, one open more. */
+    if (dipc_handle_ok(h, DIPC_MEMORY)) {
+        long long pid = dipc_handle_pid(h);
+        unsigned long long inode = dipc_handle_inode(h);
+
+        pthread_mutex_lock(&dm.mu);
+        for (a = dm.live; a != NULL; a = a->next) {
+            if (a->imported && a->device == device && a->ipc_pid == pid
+                && a->ipc_inode == inode) {
+                a->opens++;
+                *addr = a->addr;
+                pthread_mutex_unlock(&dm.mu);
+                return DIPC_OK;
+            }
+        }
+        pthread_mutex_unlock(&dm.mu);
+    }
+    r = dipc_map_handle(h, DIPC_MEMORY, fd, &map, &bytes);
+    if (r != DIPC_OK) {
+        return r;
+    }
+    if (bytes <= 2 * DM_GUARD) {
+        munmap(map, bytes);
+        return DIPC_BAD_HANDLE;
+    }
+    a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        munmap(map, bytes);
+        return DIPC_NO_MEMORY;
+    }
+    a->storage = map;
+    a->size = bytes - 2 * DM_GUARD;
+    a->fd = -1;
+    a->device = device;
+    a->imported = true;
+    a->ipc_pid = dipc_handle_pid(h);
+    a->ipc_inode = dipc_handle_inode(h);
+    a->opens = 1;
+    pthread_mutex_lock(&dm.mu);
+    a->addr = device_range(device, a->size);
+    if (a->addr == 0) {
+        pthread_mutex_unlock(&dm.mu);
+        release_storage(a);
+        free(a);
+        return DIPC_NO_MEMORY;
+    }
+    a->id = ++dm.ids;
+    dm.opened++;
+    a->next = dm.live;
+    dm.live = a;
+    *addr = a->addr;
+    pthread_mutex_unlock(&dm.mu);
+    return DIPC_OK;
+}
+
+bool
+dm_ipc_close(const char *api, unsigned long long addr)
+{
+    dm_alloc_rec *a = NULL;
+
+    pthread_mutex_lock(&dm.mu);
+    for (dm_alloc_rec **p = &dm.live; *p != NULL; p = &(*p)->next) {
+        if ((*p)->imported && (*p)->addr == addr) {
+            a = *p;
+            *p = a->next;
+            break;
+        }
+    }
+    if (a == NULL) {
+        report(api, "not the base of memory opened from an IPC handle", addr,
+               0);
+        pthread_mutex_unlock(&dm.mu);
+        return false;
+    }
+    if (--a->opens > 0) {
+        /* Still open: back in the live list. */
+        a->next = dm.live;
+        dm.live = a;
+        pthread_mutex_unlock(&dm.mu);
+        return true;
+    }
+    release_storage(a);
+    dm.opened--;
+    a->next = dm.freed;
+    dm.freed = a;
+    pthread_mutex_unlock(&dm.mu);
+    return true;
+}
+
+bool
+dm_ipc_imported(unsigned long long addr)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&dm.mu);
+    for (dm_alloc_rec *a = dm.live; a != NULL && !found; a = a->next) {
+        found = a->imported && a->addr == addr;
+    }
+    pthread_mutex_unlock(&dm.mu);
+    return found;
 }
