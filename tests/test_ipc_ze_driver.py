@@ -1,7 +1,8 @@
 """The Level Zero test driver's interprocess memory and events, between two
 real processes through the real loader (libze1), in its direct and its
 intercept mode: no accelerator module, the driver alone at its ABI
-(tests/ze_ipc_peer.py makes the calls with ctypes).
+(tests/ze_ipc_peer.py makes the calls with ctypes), then the backend's
+interprocess slots on it with no core (tests/drivers/check_ze_ipc.c).
 
 What Intel's driver does on Linux and the test driver does too: a
 handle's first bytes hold the exporter's descriptor (a uint64_t for
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import ctypes.util
 import json
-import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -318,3 +319,66 @@ def test_the_interprocess_functions_are_listed_counted_and_failable() -> None:
     print(json.dumps(out))
     """))
     assert out == {name: [0x70000001, 1] for name in header}
+
+
+@pytest.fixture(scope="module")
+def backend_check(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/drivers/check_ze_ipc.c built with the backend's files."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "no C compiler"
+    program = tmp_path_factory.mktemp("ze_ipc") / "check_ze_ipc"
+    sources = sorted((REPO / "csrc/backends/level_zero").glob("*.c"))
+    build = subprocess.run(
+        [compiler, "-std=gnu11", "-Wall", "-Wextra", "-Werror",
+         "-Wno-missing-field-initializers", "-pthread",
+         f"-I{REPO / 'csrc' / 'include'}",
+         str(REPO / "tests/drivers/check_ze_ipc.c"), *map(str, sources),
+         "-ldl", "-o", str(program)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    return str(program)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_backend_slots_between_two_processes(backend_check,
+                                                 mode) -> None:
+    """Memory and an interprocess event exported by the backend in one
+    process and opened in another: read, written back, the event
+    recorded by either and waited for by the other (host and stream);
+    re-recorded while pending and waited on, it stays one event of one
+    pool; nothing is left once both let go."""
+    environment = fake_drivers.clean_environment()
+    environment.update(ZE_ENABLE_ALT_DRIVERS=str(ZE_DRIVER),
+                       FAKE_ZE_DEVICES="2", **mode)
+    result = subprocess.run([backend_check], env=environment,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    got = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
+    assert got == {
+        "mem_fd_is_a_memfd": "1",
+        "own_pool": "1",
+        "cells": "1",
+        "stall": "0",
+        # Recorded three times while its first record waits behind work,
+        # with a wait of another stream between: the same event.
+        "pending": "1",
+        "same_event_after_rerecords": "1",
+        "pools_after_rerecords": "1",
+        "event_fd": "1",
+        "child.opened": "1",
+        # An opened event starts armed: the exporter's record completed.
+        "child.query": "0",
+        "child.read_exporters": "1",
+        "read_back": "1",
+        "child.waited_at_least_80ms": "1",
+        "child.read_second": "1",
+        "child.same_event": "1",
+        "child.left_opened": "0",
+        "child.left_cells": "0",
+        # The pool of ordinary events its copies used; the opened one is
+        # closed.
+        "child.left_pools": "1",
+        "child_exit": "0",
+        "left_pools": "0",
+        "left_cells": "0",
+        "left_exported": "0",
+    }

@@ -126,6 +126,7 @@ lz_shutdown(void)
         }
         drv->pools = NULL;
         drv->free[0] = drv->free[1] = drv->retired = NULL;
+        drv->ipc_retired = 0;
         free(drv->links);
         drv->links = NULL;
         drv->nlinks = drv->caplinks = drv->reserved_links = 0;

@@ -184,6 +184,7 @@ typedef struct lz_driver {
     lz_slot *free[2];      /* by timing; reset slots */
     lz_slot *retired;      /* no owner; reset once safe */
     lz_slot *ipc_slots;    /* interprocess ones, live or retired */
+    int ipc_retired;       /* interprocess ones in retired: reclaim soon */
     lz_link *links;        /* waits not yet known to have run */
     size_t nlinks, caplinks;
     /* Room promised to callers between lz_reserve_link_locked and their
@@ -340,6 +341,7 @@ int lz_pump_bridges_locked(int full);
 acc_status lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err);
 acc_status lz_reserve_link_locked(int d, acc_error *err);
 void lz_link_reserved_locked(int d, const lz_link *link);
+void lz_unwait_locked(lz_slot *s);
 void lz_set_tail_locked(lz_stream *st, lz_slot *s);
 acc_status lz_acquire(int d, int timing, lz_slot **out, acc_error *err);
 void lz_unwait(lz_slot *s);

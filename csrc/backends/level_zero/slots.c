@@ -79,8 +79,12 @@ lz_retire_locked(lz_slot *s)
     lz_driver *drv = &lz.drivers[s->driver];
     if (s->ipc_pool != NULL) {
         if (lz_ipc_slot_destroy_locked(s) != 0) {
+            /* Waits of ours may have run already (their links not yet
+             * resolved): try again at once, then at every acquire. */
             s->next = drv->retired;
             drv->retired = s;
+            drv->ipc_retired++;
+            lz_reclaim_locked(s->driver);
         }
         return;
     }
@@ -160,6 +164,7 @@ lz_reclaim_locked(int d)
             lz_slot *next = s->next;
             if (lz_ipc_slot_destroy_locked(s) == 0) {
                 *p = next;
+                drv->ipc_retired--;
                 continue;
             }
         }
@@ -181,7 +186,7 @@ acc_status
 lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err)
 {
     lz_driver *drv = &lz.drivers[d];
-    if (drv->free[timing] == NULL) {
+    if (drv->free[timing] == NULL || drv->ipc_retired > 0) {
         lz_reclaim_locked(d);
     }
     lz_slot *s = drv->free[timing];
@@ -328,6 +333,19 @@ lz_link_reserved_locked(int d, const lz_link *link)
     }
 }
 
+/* One waiter of s fewer (lz.lock held): a released interprocess slot
+ * that waited for it goes now (s itself, if it was released: the caller
+ * no longer looks at it). */
+void
+lz_unwait_locked(lz_slot *s)
+{
+    s->waiters--;
+    if (s->ipc_pool != NULL && s->waiters == 0
+        && lz.drivers[s->driver].ipc_retired > 0) {
+        lz_reclaim_locked(s->driver);
+    }
+}
+
 /* Make s (just appended on st's list) st's tail (st->lock held). */
 void
 lz_set_tail_locked(lz_stream *st, lz_slot *s)
@@ -336,10 +354,11 @@ lz_set_tail_locked(lz_stream *st, lz_slot *s)
         return;
     }
     s->waiters++;
-    if (st->tail != NULL) {
-        st->tail->waiters--;
-    }
+    lz_slot *old = st->tail;
     st->tail = s;
+    if (old != NULL) {
+        lz_unwait_locked(old);
+    }
 }
 
 acc_status
@@ -355,7 +374,7 @@ void
 lz_unwait(lz_slot *s)
 {
     pthread_mutex_lock(&lz.lock);
-    s->waiters--;
+    lz_unwait_locked(s);
     pthread_mutex_unlock(&lz.lock);
 }
 
