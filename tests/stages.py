@@ -176,6 +176,10 @@ PLAIN_ONLY = ("test_callgrind_gate", "test_gpu_check", "test_first_command",
 #: the test files outside tests/behaviour that run in the hip stage, not
 #: in cuda-around: the HIP double's own interprocess checks
 HIP_ONLY = ("test_ipc_hip_double",)
+#: the test files outside tests/behaviour that the xpu stage runs rather
+#: than cuda-around: the Level Zero test driver at its own ABI between
+#: two processes (both loader modes, each test in fresh processes)
+XPU_ALSO = ("test_ipc_ze_driver",)
 
 #: the CPythons besides the build's that the wheel's behaviour suite runs
 #: under (tests/check_wheel.sh finds them on PATH or under pyenv)
@@ -243,11 +247,13 @@ def builtin_plan(run_dir: pathlib.Path) -> list[Stage]:
          "configurations, fork, processes, exit, headers, the docs' "
          "examples", ["tests", "--ignore=tests/behaviour",
                       *(f"--ignore=tests/{name}.py"
-                        for name in PLAIN_ONLY + HIP_ONLY),
+                        for name in PLAIN_ONLY + HIP_ONLY + XPU_ALSO),
                       "--deselect=tests/test_docs.py::"
                       "test_kernels_page_examples_type_check"], budget=480)
     inst("xpu", "the behaviour suite on Level Zero (real loader, direct "
-         "mode)", behaviour, xpu, budget=240)
+         "mode), and the test driver's interprocess sharing",
+         [*behaviour, *(f"tests/{name}.py" for name in XPU_ALSO)], xpu,
+         budget=240)
     # The loader's modes change what lies between the backend and the
     # driver, so each runs what that can change, not the suite again:
     #  - intercept: the loader wraps every handle the driver returns in an

@@ -88,6 +88,7 @@ ACC_ZE_STRUCTS(CHECK_STRUCT)
                                                 __typeof__(&name)),       \
                    #name " signature differs");
 ACC_ZE_FUNCTIONS(CHECK_FUNCTION)
+ACC_ZE_IPC_FUNCTIONS(CHECK_FUNCTION)
 _Static_assert(__builtin_types_compatible_p(acc_pfn_zelLoaderGetVersions,
                                             __typeof__(&zelLoaderGetVersions)),
                "zelLoaderGetVersions signature differs");

@@ -56,6 +56,27 @@
  * an event destroyed meanwhile makes the execution fail.
  * zeCommandListAppendEventReset resets an event when it reaches the head.
  *
+ * Interprocess sharing (double_ipc.h): zeMemGetIpcHandle exports a
+ * device allocation's memfd, zeMemOpenIpcHandle maps it in another
+ * process (zeMemCloseIpcHandle unmaps; zeMemFree refuses it).  An event
+ * pool made with ZE_EVENT_POOL_FLAG_IPC (of one event: more fail with
+ * ZE_RESULT_ERROR_UNSUPPORTED_SIZE) keeps its event's state in a shared
+ * cell: signal completes the cell's latest record, reset records anew,
+ * so both processes' events of the pool read and set one state;
+ * zeEventPoolGetIpcHandle exports it (a pool without the flag:
+ * ZE_RESULT_ERROR_UNSUPPORTED_FEATURE, as Intel's driver), and
+ * zeEventPoolOpenIpcHandle opens it as a pool whose event of index 0 is
+ * that event (created there without a reset; zeEventPoolCloseIpcHandle
+ * closes it, zeEventPoolDestroy refuses it).  As Intel's driver on
+ * Linux, each handle's first bytes hold the descriptor of the exporter
+ * it rests on (a uint64_t for memory, an int for event pools), which the
+ * open reads as a descriptor of its own process: the importer must write
+ * the copy it received there (a number that is not, in the importer, a
+ * descriptor of that file fails with ZE_RESULT_ERROR_INVALID_ARGUMENT,
+ * as does a damaged handle, one opened in its exporting process, or one
+ * whose exporter freed the allocation).  Waits on an interprocess event
+ * poll it (1 ms), since another process signals it.
+ *
  * Modules and kernels (double_kernels.h loads the images): SPIR-V
  * modules are read (kernel names, parameters) but their launches are
  * refused with ZE_RESULT_ERROR_INVALID_NATIVE_BINARY; malformed SPIR-V
@@ -109,6 +130,7 @@
 #include <unistd.h>
 
 #include "double_control.h"
+#include "double_ipc.h"
 #include "double_kernels.h"
 #include "double_memory.h"
 
@@ -121,6 +143,10 @@
 /* In-order lists need spec 1.7; ZE_COMMAND_QUEUE_FLAG_IN_ORDER is newer
  * than this SDK. */
 #define FAKE_FLAG_IN_ORDER (1u << 1)
+
+/* How often a wait on an interprocess event looks again: another
+ * process signals it without waking this one's waiters. */
+#define FAKE_IPC_POLL_NS 1000000ull
 
 /* Objects ------------------------------------------------------------- */
 
@@ -153,6 +179,8 @@ typedef struct fake_pool {
     uint32_t count;
     int events;             /* live events */
     unsigned char *used;    /* per index */
+    dipc_cell *cell;        /* ZE_EVENT_POOL_FLAG_IPC: its event's state */
+    int imported;           /* opened by zeEventPoolOpenIpcHandle */
 } fake_pool;
 
 typedef struct fake_event {
@@ -270,7 +298,10 @@ typedef struct fake_mem {
     X(zeKernelGetProperties) X(zeKernelSetGroupSize)                    \
     X(zeKernelSetArgumentValue) X(zeCommandListAppendLaunchKernel)      \
     X(zesDeviceEnumMemoryModules) X(zesMemoryGetProperties)             \
-    X(zesMemoryGetState) X(zesDevicePciGetProperties)
+    X(zesMemoryGetState) X(zesDevicePciGetProperties)                   \
+    X(zeMemGetIpcHandle) X(zeMemOpenIpcHandle) X(zeMemCloseIpcHandle)   \
+    X(zeEventPoolGetIpcHandle) X(zeEventPoolOpenIpcHandle)              \
+    X(zeEventPoolCloseIpcHandle)
 
 #define FAKE_ENUM(name) F_##name,
 enum { FAKE_FUNCTIONS(FAKE_ENUM) F_COUNT };
@@ -436,6 +467,30 @@ static void *
 obj_find(const void *h, enum fake_kind kind)
 {
     return dc_handles_has(&g.handles[kind], h) ? (void *)h : NULL;
+}
+
+/* An event's state: its own, or its interprocess pool's shared cell
+ * (signaled: the cell's latest record completed). */
+static int
+ev_signaled(const fake_event *e)
+{
+    return e->pool->cell != NULL ? dipc_cell_query(e->pool->cell)
+                                 : e->signaled;
+}
+
+static void
+ev_set_signaled(fake_event *e, int on)
+{
+    dipc_cell *c = e->pool->cell;
+    if (c == NULL) {
+        e->signaled = on;
+    }
+    else if (on) {
+        dipc_cell_complete(c, dipc_cell_current(c));
+    }
+    else if (dipc_cell_query(c)) {
+        (void)dipc_cell_record(c);
+    }
 }
 
 /* ZE_RESULT_ERROR_INVALID_NULL_HANDLE for NULL, as the validation layer
@@ -813,23 +868,36 @@ static int
 waits_done(const fake_cmd *c)
 {
     for (uint32_t i = 0; i < c->nwait; i++) {
-        if (!c->wait[i]->signaled) {
+        if (!ev_signaled(c->wait[i])) {
             return 0;
         }
     }
     return 1;
 }
 
+/* Whether c waits on an interprocess event that has not signaled:
+ * another process may signal it, waking no one here. */
+static int
+waits_on_ipc(const fake_cmd *c)
+{
+    for (uint32_t i = 0; i < c->nwait; i++) {
+        if (c->wait[i]->pool->cell != NULL && !ev_signaled(c->wait[i])) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void
 cmd_finish(fake_cmd *c, uint64_t now)
 {
     if (c->kind == CMD_RESET) {
-        c->signal->signaled = 0;
+        ev_set_signaled(c->signal, 0);
         c->signal->ts_start = c->signal->ts_end = 0;
         c->signal->refs--;
     }
     else if (c->signal != NULL) {
-        c->signal->signaled = 1;
+        ev_set_signaled(c->signal, 1);
         c->signal->ts_start = to_ticks(c->start);
         c->signal->ts_end = to_ticks(now);
         c->signal->refs--;
@@ -914,6 +982,10 @@ list_worker(void *arg)
                     cmd_finish(c, now);
                 }
                 continue;
+            }
+            if (waits_on_ipc(c)
+                && (next == 0 || now + FAKE_IPC_POLL_NS < next)) {
+                next = now + FAKE_IPC_POLL_NS;
             }
         }
         else if (l->stop && l->running == NULL) {
@@ -1376,11 +1448,20 @@ fake_zeEventPoolCreate(ze_context_handle_t hc,
     if (desc->flags > 0x7) {
         return ZE_RESULT_ERROR_INVALID_ENUMERATION;
     }
+    int ipc = (desc->flags & ZE_EVENT_POOL_FLAG_IPC) != 0;
+    if (ipc && desc->count != 1) {
+        /* One shared cell per pool: this double's limit. */
+        return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+    }
     fake_pool *p = calloc(1, sizeof(*p));
     unsigned char *used = calloc(desc->count, 1);
-    if (p == NULL || used == NULL) {
+    dipc_cell *cell = ipc ? dipc_cell_create() : NULL;
+    if (p == NULL || used == NULL || (ipc && cell == NULL)) {
         free(p);
         free(used);
+        if (cell != NULL) {
+            dipc_cell_release(cell);
+        }
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
     pthread_mutex_lock(&g.lock);
@@ -1400,6 +1481,7 @@ fake_zeEventPoolCreate(ze_context_handle_t hc,
         p->flags = desc->flags;
         p->count = desc->count;
         p->used = used;
+        p->cell = cell;
         obj_add(&p->obj, K_POOL);
         c->children++;
         *out = (ze_event_pool_handle_t)p;
@@ -1408,8 +1490,30 @@ fake_zeEventPoolCreate(ze_context_handle_t hc,
     if (r != ZE_RESULT_SUCCESS) {
         free(p);
         free(used);
+        if (cell != NULL) {
+            dipc_cell_release(cell);
+        }
     }
     return r;
+}
+
+/* Forget pool p (no live events; g.lock held) and free it after the
+ * caller unlocks. */
+static void
+pool_remove_locked(fake_pool *p)
+{
+    obj_remove(&p->obj);
+    p->ctx->children--;
+}
+
+static void
+pool_free(fake_pool *p)
+{
+    if (p->cell != NULL) {
+        dipc_cell_release(p->cell);
+    }
+    free(p->used);
+    free(p);
 }
 
 static ze_result_t
@@ -1422,17 +1526,151 @@ fake_zeEventPoolDestroy(ze_event_pool_handle_t h)
     if (p == NULL) {
         r = bad_handle(h);
     }
+    else if (p->imported) {
+        /* The spec: closed with zeEventPoolCloseIpcHandle instead. */
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
     else if (p->events > 0) {
         r = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
     }
     else {
-        obj_remove(&p->obj);
-        p->ctx->children--;
+        pool_remove_locked(p);
     }
     pthread_mutex_unlock(&g.lock);
     if (r == ZE_RESULT_SUCCESS) {
-        free(p->used);
+        pool_free(p);
+    }
+    return r;
+}
+
+/* The interprocess handle of pool h: its cell's (double_ipc.h), whose
+ * first bytes hold the cell's descriptor here, as an int (Intel's
+ * driver: the event pool's dma-buf). */
+static ze_result_t
+fake_zeEventPoolGetIpcHandle(ze_event_pool_handle_t h,
+                             ze_ipc_event_pool_handle_t *phIpc)
+{
+    ENTER(zeEventPoolGetIpcHandle);
+    if (phIpc == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_pool *p = obj_find(h, K_POOL);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    unsigned char out[DIPC_HANDLE_BYTES];
+    int fd = -1;
+    if (p == NULL) {
+        r = bad_handle(h);
+    }
+    else if (p->cell == NULL || p->imported
+             || !dipc_cell_export(p->cell, out, &fd)) {
+        /* Intel's driver: a pool made without ZE_EVENT_POOL_FLAG_IPC. */
+        r = ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r == ZE_RESULT_SUCCESS) {
+        _Static_assert(sizeof(phIpc->data) == DIPC_HANDLE_BYTES,
+                       "Level Zero's handle holds the double's");
+        memcpy(phIpc->data, out, sizeof(phIpc->data));
+        memcpy(phIpc->data, &fd, sizeof(fd));
+    }
+    return r;
+}
+
+static ze_result_t
+ipc_result(enum dipc_result r)
+{
+    return r == DIPC_OK ? ZE_RESULT_SUCCESS
+           : r == DIPC_NO_MEMORY ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
+                                 : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+}
+
+/* The descriptor an event pool handle holds: an int in its first bytes,
+ * a descriptor of this process (the importer wrote its copy there). */
+static int
+handle_fd_int(const char *data)
+{
+    int fd;
+    memcpy(&fd, data, sizeof(fd));
+    return fd < 0 ? INT32_MAX : fd;
+}
+
+static ze_result_t
+fake_zeEventPoolOpenIpcHandle(ze_context_handle_t hc,
+                              ze_ipc_event_pool_handle_t hIpc,
+                              ze_event_pool_handle_t *phEventPool)
+{
+    ENTER(zeEventPoolOpenIpcHandle);
+    if (phEventPool == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    pthread_mutex_lock(&g.lock);
+    int known = obj_find(hc, K_CONTEXT) != NULL;
+    pthread_mutex_unlock(&g.lock);
+    if (!known) {
+        return bad_handle(hc);
+    }
+    dipc_cell *cell = NULL;
+    ze_result_t r = ipc_result(dipc_cell_open(
+        (const unsigned char *)hIpc.data, handle_fd_int(hIpc.data), &cell));
+    if (r != ZE_RESULT_SUCCESS) {
+        return r;
+    }
+    fake_pool *p = calloc(1, sizeof(*p));
+    unsigned char *used = calloc(1, 1);
+    if (p == NULL || used == NULL) {
         free(p);
+        free(used);
+        dipc_cell_release(cell);
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&g.lock);
+    fake_context *c = obj_find(hc, K_CONTEXT);
+    if (c == NULL) {
+        r = bad_handle(hc);
+    }
+    else {
+        p->ctx = c;
+        p->flags = ZE_EVENT_POOL_FLAG_IPC | ZE_EVENT_POOL_FLAG_HOST_VISIBLE;
+        p->count = 1;
+        p->used = used;
+        p->cell = cell;
+        p->imported = 1;
+        obj_add(&p->obj, K_POOL);
+        c->children++;
+        *phEventPool = (ze_event_pool_handle_t)p;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r != ZE_RESULT_SUCCESS) {
+        p->cell = cell;
+        pool_free(p);
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeEventPoolCloseIpcHandle(ze_event_pool_handle_t h)
+{
+    ENTER(zeEventPoolCloseIpcHandle);
+    pthread_mutex_lock(&g.lock);
+    fake_pool *p = obj_find(h, K_POOL);
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (p == NULL) {
+        r = bad_handle(h);
+    }
+    else if (!p->imported) {
+        /* Not opened from a handle: zeEventPoolDestroy's. */
+        r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    else if (p->events > 0) {
+        r = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+    }
+    else {
+        pool_remove_locked(p);
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (r == ZE_RESULT_SUCCESS) {
+        pool_free(p);
     }
     return r;
 }
@@ -1465,6 +1703,11 @@ fake_zeEventCreate(ze_event_pool_handle_t h, const ze_event_desc_t *desc,
         p->events++;
         obj_add(&e->obj, K_EVENT);
         *out = (ze_event_handle_t)e;
+        /* A new event is reset; one of an opened pool is the exporter's
+         * and keeps its state. */
+        if (!p->imported) {
+            ev_set_signaled(e, 0);
+        }
     }
     pthread_mutex_unlock(&g.lock);
     if (r != ZE_RESULT_SUCCESS) {
@@ -1514,15 +1757,21 @@ fake_zeEventHostSynchronize(ze_event_handle_t h, uint64_t timeout)
             r = bad_handle(h);
             break;
         }
-        if (e->signaled) {
+        if (ev_signaled(e)) {
             r = ZE_RESULT_SUCCESS;
             break;
         }
-        if (deadline != 0 && mono_ns() >= deadline) {
+        uint64_t now = mono_ns();
+        if (deadline != 0 && now >= deadline) {
             r = ZE_RESULT_NOT_READY;
             break;
         }
-        wait_until(deadline);
+        uint64_t until = deadline;
+        if (e->pool->cell != NULL
+            && (until == 0 || now + FAKE_IPC_POLL_NS < until)) {
+            until = now + FAKE_IPC_POLL_NS;
+        }
+        wait_until(until);
     }
     pthread_mutex_unlock(&g.lock);
     return r;
@@ -1535,7 +1784,7 @@ fake_zeEventQueryStatus(ze_event_handle_t h)
     pthread_mutex_lock(&g.lock);
     fake_event *e = obj_find(h, K_EVENT);
     ze_result_t r = e == NULL ? bad_handle(h)
-                    : e->signaled ? ZE_RESULT_SUCCESS
+                    : ev_signaled(e) ? ZE_RESULT_SUCCESS
                                   : ZE_RESULT_NOT_READY;
     pthread_mutex_unlock(&g.lock);
     return r;
@@ -1557,7 +1806,7 @@ fake_zeEventHostReset(ze_event_handle_t h)
         r = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
     }
     else {
-        e->signaled = 0;
+        ev_set_signaled(e, 0);
         e->ts_start = e->ts_end = 0;
     }
     pthread_mutex_unlock(&g.lock);
@@ -1573,7 +1822,7 @@ fake_zeEventHostSignal(ze_event_handle_t h)
     ze_result_t r = e == NULL ? bad_handle(h) : ZE_RESULT_SUCCESS;
     if (e != NULL) {
         uint64_t now = mono_ns();
-        e->signaled = 1;
+        ev_set_signaled(e, 1);
         e->ts_start = e->ts_end = to_ticks(now);
         pthread_cond_broadcast(&g.cond);
     }
@@ -1598,7 +1847,7 @@ fake_zeEventQueryKernelTimestamp(ze_event_handle_t h,
     else if (!(e->pool->flags & ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP)) {
         r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
     }
-    else if (!e->signaled) {
+    else if (!ev_signaled(e)) {
         r = ZE_RESULT_NOT_READY;
     }
     else {
@@ -1772,6 +2021,101 @@ fake_zeMemGetAddressRange(ze_context_handle_t hc, const void *ptr,
         *pSize = (size_t)r.size;
     }
     return ZE_RESULT_SUCCESS;
+}
+
+/* The driver of live context hc, or -1. */
+static int
+context_driver(ze_context_handle_t hc)
+{
+    pthread_mutex_lock(&g.lock);
+    fake_context *c = obj_find(hc, K_CONTEXT);
+    int driver = c != NULL ? c->driver : -1;
+    pthread_mutex_unlock(&g.lock);
+    return driver;
+}
+
+/* The handle of the device allocation at ptr (its base): the double's
+ * (double_ipc.h), whose first 8 bytes hold the allocation's descriptor
+ * here as a uint64_t, where Intel's driver puts its dma-buf's. */
+static ze_result_t
+fake_zeMemGetIpcHandle(ze_context_handle_t hc, const void *ptr,
+                       ze_ipc_mem_handle_t *pIpcHandle)
+{
+    ENTER(zeMemGetIpcHandle);
+    int driver = context_driver(hc);
+    if (driver < 0) {
+        return bad_handle(hc);
+    }
+    if (ptr == NULL || pIpcHandle == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    dm_range range = dm_query((uintptr_t)ptr);
+    if (range.kind != 1 || g.devices[range.device].driver != driver) {
+        /* Intel's driver: memory its context does not know. */
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    unsigned char out[DIPC_HANDLE_BYTES];
+    int fd = -1;
+    ze_result_t r = ipc_result(dm_ipc_export((uintptr_t)ptr, out, &fd));
+    if (r == ZE_RESULT_SUCCESS) {
+        _Static_assert(sizeof(pIpcHandle->data) == DIPC_HANDLE_BYTES,
+                       "Level Zero's handle holds the double's");
+        uint64_t wide = (uint64_t)fd;
+        memcpy(pIpcHandle->data, out, sizeof(pIpcHandle->data));
+        memcpy(pIpcHandle->data, &wide, sizeof(wide));
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeMemOpenIpcHandle(ze_context_handle_t hc, ze_device_handle_t hd,
+                        ze_ipc_mem_handle_t handle,
+                        ze_ipc_memory_flags_t flags, void **pptr)
+{
+    ENTER(zeMemOpenIpcHandle);
+    int driver = context_driver(hc);
+    if (driver < 0) {
+        return bad_handle(hc);
+    }
+    fake_device *d = device_of(hd);
+    if (d == NULL) {
+        return bad_handle(hd);
+    }
+    if (flags > (ZE_IPC_MEMORY_FLAG_BIAS_CACHED
+                 | ZE_IPC_MEMORY_FLAG_BIAS_UNCACHED)) {
+        return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+    }
+    if (pptr == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    if (d->driver != driver) {
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    /* The descriptor is read as one of this process. */
+    uint64_t wide;
+    memcpy(&wide, handle.data, sizeof(wide));
+    int fd = wide <= (uint64_t)INT32_MAX ? (int)wide : INT32_MAX;
+    unsigned long long addr = 0;
+    ze_result_t r = ipc_result(dm_ipc_open(
+        d->index, (const unsigned char *)handle.data, fd, &addr));
+    if (r == ZE_RESULT_SUCCESS) {
+        *pptr = (void *)(uintptr_t)addr;
+    }
+    return r;
+}
+
+static ze_result_t
+fake_zeMemCloseIpcHandle(ze_context_handle_t hc, const void *ptr)
+{
+    ENTER(zeMemCloseIpcHandle);
+    if (context_driver(hc) < 0) {
+        return bad_handle(hc);
+    }
+    if (ptr == NULL) {
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    }
+    return dm_ipc_close("zeMemCloseIpcHandle", (uintptr_t)ptr)
+               ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;
 }
 
 /* Queue a copy or fill on list h (after checking its device sides). */
@@ -2518,6 +2862,9 @@ zeGetEventPoolProcAddrTable(ze_api_version_t version,
     if (r == ZE_RESULT_SUCCESS) {
         t->pfnCreate = fake_zeEventPoolCreate;
         t->pfnDestroy = fake_zeEventPoolDestroy;
+        t->pfnGetIpcHandle = fake_zeEventPoolGetIpcHandle;
+        t->pfnOpenIpcHandle = fake_zeEventPoolOpenIpcHandle;
+        t->pfnCloseIpcHandle = fake_zeEventPoolCloseIpcHandle;
     }
     return r;
 }
@@ -2548,6 +2895,9 @@ zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_dditable_t *t)
         t->pfnFree = fake_zeMemFree;
         t->pfnGetAllocProperties = fake_zeMemGetAllocProperties;
         t->pfnGetAddressRange = fake_zeMemGetAddressRange;
+        t->pfnGetIpcHandle = fake_zeMemGetIpcHandle;
+        t->pfnOpenIpcHandle = fake_zeMemOpenIpcHandle;
+        t->pfnCloseIpcHandle = fake_zeMemCloseIpcHandle;
     }
     return r;
 }

@@ -111,6 +111,7 @@ lz_shutdown(void)
     pthread_mutex_lock(&lz.lock);
     for (int d = 0; d < lz.ndrivers; d++) {
         lz_driver *drv = &lz.drivers[d];
+        lz_ipc_slots_shutdown_locked(d);
         lz_pool *pool = drv->pools;
         while (pool != NULL) {
             lz_pool *next = pool->next;
@@ -125,6 +126,7 @@ lz_shutdown(void)
         }
         drv->pools = NULL;
         drv->free[0] = drv->free[1] = drv->retired = NULL;
+        drv->ipc_retired = 0;
         free(drv->links);
         drv->links = NULL;
         drv->nlinks = drv->caplinks = drv->reserved_links = 0;
@@ -219,4 +221,9 @@ const acc_backend acc_level_zero_backend = {
     .kernel_release = lz_kernel_release,
     .launch = lz_launch,
     .kernel_names = lz_kernel_names,
+    .ipc_mem_export = lz_ipc_mem_export,
+    .ipc_mem_open = lz_ipc_mem_open,
+    .ipc_mem_close = lz_ipc_mem_close,
+    .ipc_event_export = lz_ipc_event_export,
+    .ipc_event_open = lz_ipc_event_open,
 };

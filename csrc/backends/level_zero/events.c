@@ -13,9 +13,14 @@ lz_event_create(acc_event *e, acc_error *err)
         return lz_no_memory(err);
     }
     ev->device = e->device;
-    ev->timing = (e->flags & ACC_EVENT_TIMING) != 0;
-    acc_status status = lz_acquire(lz_driver_of(e->device), ev->timing,
-                                   &ev->slot, err);
+    /* Interprocess events never time (the core asks for none). */
+    ev->timing = (e->flags & ACC_EVENT_TIMING) != 0
+                 && !(e->flags & ACC_EVENT_INTERPROCESS);
+    acc_status status =
+        (e->flags & ACC_EVENT_INTERPROCESS)
+            ? lz_ipc_event_slot(lz_driver_of(e->device), &ev->slot, err)
+            : lz_acquire(lz_driver_of(e->device), ev->timing, &ev->slot,
+                         err);
     if (status != ACC_OK) {
         free(ev);
         return status;
@@ -39,6 +44,54 @@ lz_event_destroy(acc_event *e)
     free(ev);
 }
 
+/*
+ * Record the interprocess slot again while it is armed and in use (t's
+ * lock and lz.lock held): it cannot move to a fresh slot, since other
+ * processes opened this one, so t resets it in order: a barrier that
+ * waits for our last signal of it (where one may be pending) and for the
+ * waits on it appended here (the links: their "done" slots), then the
+ * reset; the caller appends the signal.  What cannot be waited for here:
+ * other processes' waits, host threads blocked on it and waits across
+ * drivers (bridges) that have not yet seen the last signal wait for the
+ * next one instead, as waits that run after a record do.
+ */
+static acc_status
+lz_ipc_rearm_locked(lz_target *t, lz_slot *slot, acc_error *err)
+{
+    lz_driver *drv = &lz.drivers[slot->driver];
+    size_t n = slot->ipc_signal ? 1 : 0;
+    for (size_t i = 0; i < drv->nlinks; i++) {
+        n += drv->links[i].waited == slot;
+    }
+    ze_event_handle_t one = NULL;
+    ze_event_handle_t *waits = n > 1 ? malloc(n * sizeof(*waits)) : &one;
+    if (waits == NULL) {
+        return lz_no_memory(err);
+    }
+    size_t k = 0;
+    if (slot->ipc_signal) {
+        waits[k++] = slot->event;
+    }
+    for (size_t i = 0; i < drv->nlinks; i++) {
+        if (drv->links[i].waited == slot) {
+            waits[k++] = drv->links[i].done->event;
+        }
+    }
+    ze_result_t r = lz_fn.zeCommandListAppendBarrier(
+        t->list, NULL, (uint32_t)n, n > 0 ? waits : NULL);
+    if (waits != &one) {
+        free(waits);
+    }
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeCommandListAppendBarrier", r, t->driver);
+    }
+    r = lz_fn.zeCommandListAppendEventReset(t->list, slot->event);
+    if (r != ZE_RESULT_SUCCESS) {
+        return lz_fail(err, "zeCommandListAppendEventReset", r, t->driver);
+    }
+    return ACC_OK;
+}
+
 static acc_status
 lz_record_target(acc_event *e, lz_target t, acc_error *err)
 {
@@ -51,19 +104,42 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
         pthread_mutex_unlock(t.lock);
         return status;
     }
-    ev->cap_id = 0;
     pthread_mutex_lock(&lz.lock);
     lz_slot *slot = ev->slot;
+    if (slot->ipc_pool != NULL && slot->driver != t.driver) {
+        pthread_mutex_unlock(&lz.lock);
+        pthread_mutex_unlock(t.lock);
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "backend %s cannot record an interprocess event of "
+                      "device %d on a stream of device %d: they belong to "
+                      "different Level Zero drivers", LZ_BACKEND,
+                      ev->device, t.device);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    ev->cap_id = 0;
     if (slot->armed) {
         /* Reuse the slot only if its last signal has landed and nothing
          * can still wait on it; otherwise move to a fresh one.  Being
          * this stream's tail is no obstacle: it stays the tail, and the
-         * stream's lock keeps query() out until it is armed again. */
+         * stream's lock keeps query() out until it is armed again.  An
+         * interprocess slot stays: the waits here that have run let go
+         * of it first, and a signal of another process's (an imported
+         * event) is not ours to wait for. */
         int own_tail = t.st != NULL && t.st->tail == slot;
+        int ipc = slot->ipc_pool != NULL;
+        if (ipc) {
+            lz_reclaim_locked(slot->driver);
+        }
         if (slot->waiters == own_tail
-            && lz_fn.zeEventQueryStatus(slot->event) == ZE_RESULT_SUCCESS
+            && ((ipc && !slot->ipc_signal)
+                || lz_fn.zeEventQueryStatus(slot->event)
+                       == ZE_RESULT_SUCCESS)
             && lz_fn.zeEventHostReset(slot->event) == ZE_RESULT_SUCCESS) {
             slot->armed = 0;
+            slot->ipc_signal = 0;
+        }
+        else if (ipc) {
+            status = lz_ipc_rearm_locked(&t, slot, err);
         }
         else {
             lz_slot *fresh;
@@ -80,6 +156,7 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
          * record on another stream cannot leave it naming a retired
          * slot. */
         slot->armed = 1;
+        slot->ipc_signal = slot->ipc_pool != NULL;
         e->handle = (uintptr_t)slot->event;
     }
     pthread_mutex_unlock(&lz.lock);
@@ -88,6 +165,7 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
         if (status != ACC_OK) {
             pthread_mutex_lock(&lz.lock);
             slot->armed = 0;
+            slot->ipc_signal = 0;
             pthread_mutex_unlock(&lz.lock);
         }
     }

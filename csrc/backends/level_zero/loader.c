@@ -147,6 +147,7 @@ lz_load(acc_error *err)
                               lz.library, #name);                         \
     }
     ACC_ZE_FUNCTIONS(LZ_RESOLVE)
+    ACC_ZE_IPC_FUNCTIONS(LZ_RESOLVE)
 #undef LZ_RESOLVE
 #define LZ_RESOLVE_OPTIONAL(name, version, params)                        \
     *(void **)&lz_fn.name = dlsym(lz.lib, #name);                            \

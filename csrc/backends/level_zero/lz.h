@@ -67,6 +67,8 @@
  *   sysman.c   Sysman: device properties, free memory
  *   slots.c    contexts, event pools, slots, links and bridges (their
  *              lifetime)
+ *   ipc.c      interprocess memory handles, interprocess events' pools
+ *              (their slots' lifetime is slots.c's)
  *   lists.c    appending to a list: targets, ordering barriers, tails,
  *              markers
  *   bridge.c   waits on events of another driver (the bridge thread)
@@ -134,6 +136,17 @@ typedef struct lz_slot {
     int armed;             /* a signal was appended since the last reset */
     int waiters;           /* waits (device or host) that may still look */
     struct lz_slot *next;  /* free or retired list */
+    /* An interprocess event's slot (ipc.c): the only event of a pool of
+     * its own (ZE_EVENT_POOL_FLAG_IPC), made by this process (exported)
+     * or opened from another's handle (imported).  Other processes name
+     * it by its pool's handle, so it never moves: a record resets it in
+     * place (events.c), and once released it is destroyed (retired
+     * until nothing here can still use it), never pooled.  NULL for the
+     * pooled slots. */
+    ze_event_pool_handle_t ipc_pool;
+    int ipc_imported;
+    int ipc_signal;        /* a signal of ours may still be pending */
+    struct lz_slot *ipc_next;  /* the driver's interprocess slots */
 } lz_slot;
 
 typedef struct lz_pool {
@@ -170,6 +183,8 @@ typedef struct lz_driver {
     lz_pool *pools;
     lz_slot *free[2];      /* by timing; reset slots */
     lz_slot *retired;      /* no owner; reset once safe */
+    lz_slot *ipc_slots;    /* interprocess ones, live or retired */
+    int ipc_retired;       /* interprocess ones in retired: reclaim soon */
     lz_link *links;        /* waits not yet known to have run */
     size_t nlinks, caplinks;
     /* Room promised to callers between lz_reserve_link_locked and their
@@ -259,6 +274,7 @@ typedef struct lz_functions {
 #define LZ_FIELD(name, params) acc_pfn_##name name;
 #define LZ_OPTIONAL_FIELD(name, version, params) acc_pfn_##name name;
     ACC_ZE_FUNCTIONS(LZ_FIELD)
+    ACC_ZE_IPC_FUNCTIONS(LZ_FIELD)
     ACC_ZE_OPTIONAL_FUNCTIONS(LZ_OPTIONAL_FIELD)
 #undef LZ_OPTIONAL_FIELD
 #undef LZ_FIELD
@@ -317,10 +333,15 @@ acc_status lz_context_locked(int d, ze_context_handle_t *out, acc_error *err);
 /* The context of device's driver, made on first use (takes lz.lock). */
 acc_status lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err);
 void lz_retire_locked(lz_slot *s);
+void lz_reclaim_locked(int d);
+acc_status lz_ipc_slot_locked(int d, ze_event_pool_handle_t pool,
+                              int imported, lz_slot **out, acc_error *err);
+void lz_ipc_slots_shutdown_locked(int d);
 int lz_pump_bridges_locked(int full);
 acc_status lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err);
 acc_status lz_reserve_link_locked(int d, acc_error *err);
 void lz_link_reserved_locked(int d, const lz_link *link);
+void lz_unwait_locked(lz_slot *s);
 void lz_set_tail_locked(lz_stream *st, lz_slot *s);
 acc_status lz_acquire(int d, int timing, lz_slot **out, acc_error *err);
 void lz_unwait(lz_slot *s);
@@ -328,6 +349,18 @@ void lz_unwait_retire(lz_slot *s);
 void lz_retire(lz_slot *s);
 ze_result_t lz_host_wait(lz_slot *s, uint64_t timeout);
 void lz_await(lz_slot *s, const char *what);
+
+/* ipc.c */
+acc_status lz_ipc_mem_export(int device, uintptr_t base, acc_ipc_handle *h,
+                             acc_error *err);
+acc_status lz_ipc_mem_open(int device, const acc_ipc_handle *h,
+                           uintptr_t *base, acc_error *err);
+void lz_ipc_mem_close(int device, uintptr_t base);
+acc_status lz_ipc_event_slot(int d, lz_slot **out, acc_error *err);
+acc_status lz_ipc_event_export(acc_event *e, acc_ipc_handle *h,
+                               acc_error *err);
+acc_status lz_ipc_event_open(const acc_ipc_handle *h, acc_event *e,
+                             acc_error *err);
 
 /* lists.c */
 lz_target lz_target_of(const acc_stream *s);

@@ -35,11 +35,59 @@ lz_context_of(int device, ze_context_handle_t *ctx, acc_error *err)
     return status;
 }
 
+/* Destroy the interprocess slot s (nothing here uses it any more: no
+ * waiter, no signal of ours pending) and its pool: 0 when done, -1 when
+ * the driver refused the event's destroy (s is kept, to be tried again). */
+static int
+lz_ipc_slot_destroy_locked(lz_slot *s)
+{
+    lz_driver *drv = &lz.drivers[s->driver];
+    if (s->waiters != 0
+        || (s->ipc_signal
+            && lz_fn.zeEventQueryStatus(s->event) != ZE_RESULT_SUCCESS)) {
+        return -1;
+    }
+    ze_result_t r = lz_fn.zeEventDestroy(s->event);
+    if (r != ZE_RESULT_SUCCESS) {
+        acc_trace("xpu: zeEventDestroy of an interprocess event failed "
+                  "(0x%x); trying again later", (unsigned)r);
+        return -1;
+    }
+    const char *api = s->ipc_imported ? "zeEventPoolCloseIpcHandle"
+                                      : "zeEventPoolDestroy";
+    r = s->ipc_imported ? lz_fn.zeEventPoolCloseIpcHandle(s->ipc_pool)
+                        : lz_fn.zeEventPoolDestroy(s->ipc_pool);
+    if (r != ZE_RESULT_SUCCESS) {
+        /* Its only event is gone: nothing is left to retry with. */
+        acc_trace("xpu: %s failed (0x%x); leaving the pool to the driver",
+                  api, (unsigned)r);
+    }
+    for (lz_slot **p = &drv->ipc_slots; *p != NULL; p = &(*p)->ipc_next) {
+        if (*p == s) {
+            *p = s->ipc_next;
+            break;
+        }
+    }
+    free(s);
+    return 0;
+}
+
 /* Give up ownership of s: free now, or retired until it is safe. */
 void
 lz_retire_locked(lz_slot *s)
 {
     lz_driver *drv = &lz.drivers[s->driver];
+    if (s->ipc_pool != NULL) {
+        if (lz_ipc_slot_destroy_locked(s) != 0) {
+            /* Waits of ours may have run already (their links not yet
+             * resolved): try again at once, then at every acquire. */
+            s->next = drv->retired;
+            drv->retired = s;
+            drv->ipc_retired++;
+            lz_reclaim_locked(s->driver);
+        }
+        return;
+    }
     if (!s->armed && s->waiters == 0) {
         s->next = drv->free[s->timing];
         drv->free[s->timing] = s;
@@ -90,8 +138,9 @@ lz_pump_bridges_locked(int full)
 }
 
 /* Resolve the links of driver d whose wait has run, then reset the
- * retired slots that nothing can still use.  Never blocks. */
-static void
+ * retired slots that nothing can still use (and destroy the
+ * interprocess ones).  Never blocks. */
+void
 lz_reclaim_locked(int d)
 {
     lz_driver *drv = &lz.drivers[d];
@@ -111,9 +160,18 @@ lz_reclaim_locked(int d)
     drv->nlinks = keep;
     for (lz_slot **p = &drv->retired; *p != NULL;) {
         lz_slot *s = *p;
-        if (s->waiters == 0
-            && lz_fn.zeEventQueryStatus(s->event) == ZE_RESULT_SUCCESS
-            && lz_fn.zeEventHostReset(s->event) == ZE_RESULT_SUCCESS) {
+        if (s->ipc_pool != NULL) {
+            lz_slot *next = s->next;
+            if (lz_ipc_slot_destroy_locked(s) == 0) {
+                *p = next;
+                drv->ipc_retired--;
+                continue;
+            }
+        }
+        else if (s->waiters == 0
+                 && lz_fn.zeEventQueryStatus(s->event) == ZE_RESULT_SUCCESS
+                 && lz_fn.zeEventHostReset(s->event)
+                        == ZE_RESULT_SUCCESS) {
             *p = s->next;
             s->armed = 0;
             s->next = drv->free[s->timing];
@@ -128,7 +186,7 @@ acc_status
 lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err)
 {
     lz_driver *drv = &lz.drivers[d];
-    if (drv->free[timing] == NULL) {
+    if (drv->free[timing] == NULL || drv->ipc_retired > 0) {
         lz_reclaim_locked(d);
     }
     lz_slot *s = drv->free[timing];
@@ -187,6 +245,62 @@ lz_acquire_locked(int d, int timing, lz_slot **out, acc_error *err)
     return ACC_OK;
 }
 
+/* The slot of an interprocess event of driver d: the event of index 0
+ * of pool, a pool of its own that the caller made with
+ * ZE_EVENT_POOL_FLAG_IPC (imported 0) or opened from another process's
+ * handle (imported 1).  On failure the caller still owns pool. */
+acc_status
+lz_ipc_slot_locked(int d, ze_event_pool_handle_t pool, int imported,
+                   lz_slot **out, acc_error *err)
+{
+    lz_driver *drv = &lz.drivers[d];
+    lz_slot *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return lz_no_memory(err);
+    }
+    ze_event_desc_t desc = {
+        ZE_STRUCTURE_TYPE_EVENT_DESC, NULL, 0,
+        ZE_EVENT_SCOPE_FLAG_HOST, ZE_EVENT_SCOPE_FLAG_HOST,
+    };
+    ze_result_t r = lz_fn.zeEventCreate(pool, &desc, &s->event);
+    if (r != ZE_RESULT_SUCCESS) {
+        free(s);
+        return lz_fail(err, "zeEventCreate", r, d);
+    }
+    s->driver = d;
+    s->ipc_pool = pool;
+    s->ipc_imported = imported;
+    /* Another process's event: treated as recorded, so that waits,
+     * queries and synchronize ask the driver for its state. */
+    s->armed = imported;
+    s->ipc_next = drv->ipc_slots;
+    drv->ipc_slots = s;
+    *out = s;
+    return ACC_OK;
+}
+
+/* At shutdown (the lists drained): destroy driver d's interprocess
+ * slots, live or retired, unless its lists were stuck. */
+void
+lz_ipc_slots_shutdown_locked(int d)
+{
+    lz_driver *drv = &lz.drivers[d];
+    while (drv->ipc_slots != NULL) {
+        lz_slot *s = drv->ipc_slots;
+        drv->ipc_slots = s->ipc_next;
+        if (!drv->stuck) {
+            lz_fn.zeEventDestroy(s->event);
+            if (s->ipc_imported) {
+                lz_fn.zeEventPoolCloseIpcHandle(s->ipc_pool);
+            }
+            else {
+                lz_fn.zeEventPoolDestroy(s->ipc_pool);
+            }
+        }
+        free(s);
+    }
+}
+
 /* Room for one more link of driver d, so that adding it cannot fail
  * after the wait it stands for was appended.  On ACC_OK the caller owes
  * one lz_link_reserved_locked(d, ...), whether it adds the link or not. */
@@ -219,6 +333,19 @@ lz_link_reserved_locked(int d, const lz_link *link)
     }
 }
 
+/* One waiter of s fewer (lz.lock held): a released interprocess slot
+ * that waited for it goes now (s itself, if it was released: the caller
+ * no longer looks at it). */
+void
+lz_unwait_locked(lz_slot *s)
+{
+    s->waiters--;
+    if (s->ipc_pool != NULL && s->waiters == 0
+        && lz.drivers[s->driver].ipc_retired > 0) {
+        lz_reclaim_locked(s->driver);
+    }
+}
+
 /* Make s (just appended on st's list) st's tail (st->lock held). */
 void
 lz_set_tail_locked(lz_stream *st, lz_slot *s)
@@ -227,10 +354,11 @@ lz_set_tail_locked(lz_stream *st, lz_slot *s)
         return;
     }
     s->waiters++;
-    if (st->tail != NULL) {
-        st->tail->waiters--;
-    }
+    lz_slot *old = st->tail;
     st->tail = s;
+    if (old != NULL) {
+        lz_unwait_locked(old);
+    }
 }
 
 acc_status
@@ -246,7 +374,7 @@ void
 lz_unwait(lz_slot *s)
 {
     pthread_mutex_lock(&lz.lock);
-    s->waiters--;
+    lz_unwait_locked(s);
     pthread_mutex_unlock(&lz.lock);
 }
 

@@ -91,7 +91,7 @@ lz_stream_free(lz_stream *st)
 {
     if (st->tail != NULL && !lz.shut) {
         pthread_mutex_lock(&lz.lock);
-        st->tail->waiters--;
+        lz_unwait_locked(st->tail);
         pthread_mutex_unlock(&lz.lock);
     }
     pthread_mutex_destroy(&st->lock);

@@ -164,7 +164,9 @@
     X(ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP, 4)                    \
     X(ZE_EVENT_SCOPE_FLAG_SUBDEVICE, 1)                          \
     X(ZE_EVENT_SCOPE_FLAG_DEVICE, 2)                             \
-    X(ZE_EVENT_SCOPE_FLAG_HOST, 4)
+    X(ZE_EVENT_SCOPE_FLAG_HOST, 4)                               \
+    X(ZE_IPC_MEMORY_FLAG_BIAS_CACHED, 1)                         \
+    X(ZE_IPC_MEMORY_FLAG_BIAS_UNCACHED, 2)
 
 /* Array sizes (macros in the SDK). */
 #define ACC_ZE_SIZES(X)                 \
@@ -175,7 +177,8 @@
     X(ZE_SUBGROUPSIZE_COUNT, 8)         \
     X(ZE_MAX_KERNEL_UUID_SIZE, 16)      \
     X(ZE_MAX_MODULE_UUID_SIZE, 16)      \
-    X(ZEL_COMPONENT_STRING_SIZE, 64)
+    X(ZEL_COMPONENT_STRING_SIZE, 64)    \
+    X(ZE_MAX_IPC_HANDLE_SIZE, 64)
 
 /* The plain integer types: name, C type. */
 #define ACC_ZE_SCALAR_TYPES(X)                               \
@@ -193,7 +196,8 @@
     X(ze_event_scope_flags_t, uint32_t)                      \
     X(ze_device_mem_alloc_flags_t, uint32_t)                 \
     X(ze_host_mem_alloc_flags_t, uint32_t)                   \
-    X(ze_kernel_flags_t, uint32_t)
+    X(ze_kernel_flags_t, uint32_t)                           \
+    X(ze_ipc_memory_flags_t, uint32_t)
 
 /*
  * Structs, each as a list of F(struct, type, name, array suffix), so that
@@ -408,6 +412,17 @@
     F(S, uint32_t, groupCountY, )         \
     F(S, uint32_t, groupCountZ, )
 
+/* Interprocess handles: the driver's opaque bytes.  On Linux Intel's
+ * driver puts the file descriptor the handle rests on (valid in the
+ * exporting process only) in the first bytes of data: memory handles
+ * as a uint64_t, event pool handles as an int followed by the pool's
+ * event count (see csrc/backends/level_zero/ipc.c). */
+#define ACC_ZE_IPC_MEM_HANDLE_FIELDS(F, S) \
+    F(S, char, data, [ZE_MAX_IPC_HANDLE_SIZE])
+
+#define ACC_ZE_IPC_EVENT_POOL_HANDLE_FIELDS(F, S) \
+    F(S, char, data, [ZE_MAX_IPC_HANDLE_SIZE])
+
 /* The loader's own version query (loader/ze_loader.h). */
 #define ACC_ZEL_VERSION_FIELDS(F, S)  \
     F(S, int, major, )                \
@@ -476,7 +491,9 @@
     X(zes_pci_speed_t, ACC_ZES_PCI_SPEED_FIELDS)                          \
     X(zes_pci_properties_t, ACC_ZES_PCI_PROPERTIES_FIELDS)                \
     X(zes_mem_properties_t, ACC_ZES_MEM_PROPERTIES_FIELDS)                \
-    X(zes_mem_state_t, ACC_ZES_MEM_STATE_FIELDS)
+    X(zes_mem_state_t, ACC_ZES_MEM_STATE_FIELDS)                          \
+    X(ze_ipc_mem_handle_t, ACC_ZE_IPC_MEM_HANDLE_FIELDS)                  \
+    X(ze_ipc_event_pool_handle_t, ACC_ZE_IPC_EVENT_POOL_HANDLE_FIELDS)
 
 #ifndef ACC_ZE_API_CHECK
 
@@ -706,6 +723,29 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
       (zes_device_handle_t hDevice, zes_pci_properties_t *pProperties))
 
 /*
+ * The interprocess functions (spec 1.0, so every loader exports them),
+ * required as those above: X(name, parameters).  A list of their own so
+ * that the tests can tell them apart (tests/fake_drivers.py): they are
+ * reached only through the core's interprocess API.
+ */
+#define ACC_ZE_IPC_FUNCTIONS(X)                                            \
+    X(zeMemGetIpcHandle,                                                   \
+      (ze_context_handle_t hContext, const void *ptr,                      \
+       ze_ipc_mem_handle_t *pIpcHandle))                                   \
+    X(zeMemOpenIpcHandle,                                                  \
+      (ze_context_handle_t hContext, ze_device_handle_t hDevice,           \
+       ze_ipc_mem_handle_t handle, ze_ipc_memory_flags_t flags,            \
+       void **pptr))                                                       \
+    X(zeMemCloseIpcHandle, (ze_context_handle_t hContext, const void *ptr)) \
+    X(zeEventPoolGetIpcHandle,                                             \
+      (ze_event_pool_handle_t hEventPool,                                  \
+       ze_ipc_event_pool_handle_t *phIpc))                                 \
+    X(zeEventPoolOpenIpcHandle,                                            \
+      (ze_context_handle_t hContext, ze_ipc_event_pool_handle_t hIpc,      \
+       ze_event_pool_handle_t *phEventPool))                               \
+    X(zeEventPoolCloseIpcHandle, (ze_event_pool_handle_t hEventPool))
+
+/*
  * Optional functions: X(name, spec version, parameters).  Newer than
  * spec 1.4, so loader 1.8.12 does not export them; looked up with dlsym
  * and used only when the driver also reports that spec version.
@@ -722,6 +762,7 @@ ACC_ZE_STRUCTS(ACC_ZE_STRUCT_DEFINE)
 #define ACC_ZE_OPTIONAL_PFN_TYPEDEF(name, version, params) \
     typedef ze_result_t (*acc_pfn_##name) params;
 ACC_ZE_FUNCTIONS(ACC_ZE_PFN_TYPEDEF)
+ACC_ZE_IPC_FUNCTIONS(ACC_ZE_PFN_TYPEDEF)
 ACC_ZE_OPTIONAL_FUNCTIONS(ACC_ZE_OPTIONAL_PFN_TYPEDEF)
 #undef ACC_ZE_OPTIONAL_PFN_TYPEDEF
 #undef ACC_ZE_PFN_TYPEDEF
