@@ -185,6 +185,10 @@ class DriverDouble:
     #: (header, X-macro list) pairs naming every driver function the
     #: backend calls
     symbol_lists: tuple[tuple[str, str], ...] = ()
+    #: the same for the interprocess functions that the backend's ipc
+    #: slots call (counted and failable as every function), kept out of
+    #: symbol_lists until the fault tests can reach them
+    ipc_symbol_lists: tuple[tuple[str, str], ...] = ()
     #: the driver function behind an operation: "stream_create",
     #: "event_create", "event_record" (the first record's driver call that
     #: makes the record), "query" (what Stream.query() and Event.query()
@@ -362,6 +366,11 @@ class DriverDouble:
     def driver_functions(cls) -> list[str]:
         """The functions in the backend's X-macro lists, in list order."""
         return cls.listed_functions(cls.symbol_lists)
+
+    @classmethod
+    def ipc_functions(cls) -> list[str]:
+        """The functions of ipc_symbol_lists, in list order."""
+        return cls.listed_functions(cls.ipc_symbol_lists)
 
     @staticmethod
     def listed_functions(lists: tuple[tuple[str, str], ...]) -> list[str]:
@@ -1204,11 +1213,6 @@ class HipDouble(DriverDouble):
         Site("hipModuleUnload", SILENT, "drop a module",
              refused=(("module", 1),)),
     )
-
-    @classmethod
-    def ipc_functions(cls) -> list[str]:
-        """The functions of ipc_symbol_lists, in list order."""
-        return cls.listed_functions(cls.ipc_symbol_lists)
 
     def __init__(self, path: pathlib.Path = HIP_DOUBLE) -> None:
         super().__init__(path, "hip")
