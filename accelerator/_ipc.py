@@ -77,6 +77,16 @@ class IpcHandle:
         """The size of the whole driver allocation the handle opens."""
         return self._fields()["allocation_size"]
 
+    @property
+    def driver_handle(self) -> bytes:
+        """The driver's own 64-byte handle of the whole allocation (CUDA's
+        ``CUipcMemHandle``, HIP's ``hipIpcMemHandle_t``, Level Zero's
+        ``ze_ipc_mem_handle_t``; an event's for an event): what another
+        library opens (``cuIpcOpenMemHandle``, CuPy's
+        ``runtime.ipcOpenMemHandle``), adding ``offset``.  Opened that way,
+        the memory has no lease: keep the Buffer alive meanwhile."""
+        return self._fields()["driver_handle"]
+
     def __bytes__(self) -> bytes:
         return self.data
 

@@ -609,6 +609,14 @@ acc_status acc_ipc_open_memory(const unsigned char *data, size_t size,
                                size_t *nbytes, acc_ipc_import **out,
                                acc_error *err);
 void acc_ipc_import_close(acc_ipc_import *imp);
+/* Another library's memory by the driver's own handle alone (size bytes:
+ * ACC_IPC_HANDLE_SIZE), [offset, offset + nbytes) of the allocation it
+ * names, on device; the driver's range is checked (pointer_range).  No
+ * envelope and no lease: the producer keeps the memory alive. */
+acc_status acc_ipc_open_driver_memory(int device, const unsigned char *driver,
+                                      size_t size, size_t offset,
+                                      size_t nbytes, int fd, uintptr_t *ptr,
+                                      acc_ipc_import **out, acc_error *err);
 /* Another process's event, opened into e (initialised; its
  * ACC_EVENT_BLOCKING flag kept); acc_event_release closes it. */
 acc_status acc_ipc_open_event(const unsigned char *data, size_t size,
@@ -622,6 +630,7 @@ typedef struct acc_ipc_description {
     int pid;
     int driver_fd;              /* in the exporter; -1 when none */
     unsigned long long alloc_size, offset, nbytes, serial;
+    unsigned char driver[ACC_IPC_HANDLE_SIZE]; /* the driver's handle */
 } acc_ipc_description;
 acc_status acc_ipc_describe(const unsigned char *data, size_t size,
                             acc_ipc_description *out, acc_error *err);

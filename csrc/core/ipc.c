@@ -79,9 +79,10 @@ typedef struct export_rec {
 /* A driver allocation of another process, opened here. */
 typedef struct mapping {
     struct mapping *next;
-    int pid;
+    int pid;                    /* 0: opened from a driver's handle alone */
     unsigned long long start;
     uint64_t base;              /* in the exporter */
+    unsigned char driver[ACC_IPC_HANDLE_SIZE]; /* when pid is 0 */
     int device;
     uintptr_t here;
     int refs;
@@ -792,7 +793,8 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
     }
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
-        if (m->pid == v.pid && m->start == v.start && m->base == v.base) {
+        if (m->pid == v.pid && m->pid != 0 && m->start == v.start
+            && m->base == v.base) {
             m->refs++;
             break;
         }
@@ -862,6 +864,96 @@ acc_ipc_import_close(acc_ipc_import *imp)
     free(gone);
     acc_lease_drop(imp->lease);
     free(imp);
+}
+
+acc_status
+acc_ipc_open_driver_memory(int device, const unsigned char *driver,
+                           size_t size, size_t offset, size_t nbytes, int fd,
+                           uintptr_t *ptr, acc_ipc_import **out,
+                           acc_error *err)
+{
+    const acc_backend *be;
+    acc_ipc_import *imp;
+    acc_ipc_handle h;
+    mapping *m;
+    acc_status st = acc_check_device_ready(device, err);
+
+    if (st != ACC_OK) {
+        return st;
+    }
+    be = acc_selected_backend();
+    if (be->ipc_mem_open == NULL) {
+        return no_ipc(be, err);
+    }
+    if (size != ACC_IPC_HANDLE_SIZE) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "a driver's interprocess memory handle has %d bytes, "
+                      "not %zu", ACC_IPC_HANDLE_SIZE, size);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    if (nbytes == 0 || offset > SIZE_MAX - nbytes) {
+        acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                      "nbytes must be positive and offset + nbytes must "
+                      "fit in the address space (got offset %zu, nbytes "
+                      "%zu)", offset, nbytes);
+        return ACC_ERR_INVALID_ARGUMENT;
+    }
+    imp = calloc(1, sizeof(*imp));
+    if (imp == NULL) {
+        return acc_error_host_memory(err);
+    }
+    pthread_mutex_lock(&I.lock);
+    for (m = I.maps; m != NULL; m = m->next) {
+        if (m->pid == 0 && m->device == device
+            && memcmp(m->driver, driver, sizeof(m->driver)) == 0) {
+            m->refs++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&I.lock);
+    if (m == NULL) {
+        m = calloc(1, sizeof(*m));
+        if (m == NULL) {
+            free(imp);
+            return acc_error_host_memory(err);
+        }
+        memcpy(h.bytes, driver, sizeof(h.bytes));
+        h.fd = -1;
+        if (fd >= 0 && (h.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+            acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
+                          "the descriptor %d passed with the handle is not "
+                          "open here: %s", fd, strerror(errno));
+            st = ACC_ERR_INVALID_ARGUMENT;
+        }
+        else {
+            st = ACC_SLOT(be, ipc_mem_open, err, device, &h, &m->here, err);
+            if (h.fd >= 0) {
+                close(h.fd);
+            }
+        }
+        if (st != ACC_OK) {
+            free(m);
+            free(imp);
+            return st;
+        }
+        memcpy(m->driver, driver, sizeof(m->driver));
+        m->device = device;
+        m->refs = 1;
+        pthread_mutex_lock(&I.lock);
+        m->next = I.maps;
+        I.maps = m;
+        pthread_mutex_unlock(&I.lock);
+    }
+    imp->map = m;
+    st = acc_check_foreign_range(device, m->here + offset, nbytes,
+                                 "Buffer.from_driver_ipc_handle()", err);
+    if (st != ACC_OK) {
+        acc_ipc_import_close(imp);
+        return st;
+    }
+    *ptr = m->here + offset;
+    *out = imp;
+    return ACC_OK;
 }
 
 acc_status
@@ -966,6 +1058,7 @@ acc_ipc_describe(const unsigned char *data, size_t size,
     out->offset = v.offset;
     out->nbytes = v.nbytes;
     out->serial = v.serial;
+    memcpy(out->driver, v.driver, sizeof(out->driver));
     return ACC_OK;
 }
 

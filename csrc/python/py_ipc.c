@@ -118,6 +118,9 @@ fd_arg(PyObject *obj, const char *what, int *fd)
 
 /* Buffer ---------------------------------------------------------------- */
 
+static PyObject *imported_buffer(acc_state *st, acc_ipc_import *imp,
+                                 int device, uintptr_t ptr, size_t nbytes);
+
 /* The handle's envelope of a Buffer (or a view) in data; -1 on error. */
 static int
 buffer_envelope(BufferObject *self, const char *what,
@@ -195,10 +198,7 @@ acc_buffer_from_ipc_handle(PyObject *cls, PyObject *const *args,
     acc_state *st = acc_state_from_type((PyTypeObject *)cls);
     PyObject *values[2] = {NULL, Py_None};
     unsigned char data[ACC_IPC_ENVELOPE_SIZE];
-    PyObject *capsule, *stream_obj, *result;
     acc_ipc_import *imp = NULL;
-    acc_stream *s;
-    acc_uses *uses;
     acc_error err;
     acc_status status;
     uintptr_t ptr;
@@ -222,6 +222,19 @@ acc_buffer_from_ipc_handle(PyObject *cls, PyObject *const *args,
     if (status != ACC_OK) {
         return acc_raise(st, &err);
     }
+    return imported_buffer(st, imp, device, ptr, nbytes);
+}
+
+/* The Buffer of an opened import (steals imp). */
+static PyObject *
+imported_buffer(acc_state *st, acc_ipc_import *imp, int device,
+                uintptr_t ptr, size_t nbytes)
+{
+    PyObject *capsule, *stream_obj, *result;
+    acc_stream *s;
+    acc_uses *uses;
+    acc_error err;
+
     capsule = PyCapsule_New(imp, "accelerator.ipc", import_destructor);
     if (capsule == NULL) {
         Py_BEGIN_ALLOW_THREADS
@@ -253,6 +266,76 @@ acc_buffer_from_ipc_handle(PyObject *cls, PyObject *const *args,
     ((BufferObject *)result)->uses = uses;
     ((BufferObject *)result)->keep = capsule;
     return result;
+}
+
+PyObject *
+acc_buffer_from_driver_ipc_handle(PyObject *cls, PyObject *const *args,
+                                  Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"handle", "nbytes", "offset",
+                                        "device", "fd", NULL};
+    static const acc_params params = {"Buffer.from_driver_ipc_handle()",
+                                      names, 0, 2, 3};
+    acc_state *st = acc_state_from_type((PyTypeObject *)cls);
+    PyObject *values[5] = {NULL, NULL, NULL, Py_None, Py_None};
+    unsigned char data[ACC_IPC_ENVELOPE_SIZE];
+    acc_ipc_import *imp = NULL;
+    acc_error err;
+    acc_status status;
+    uintptr_t ptr;
+    size_t size, nbytes, offset = 0;
+    long long index;
+    int fd;
+
+    if (acc_parse_args(args, nargs, kwnames, &params, values) < 0
+        || handle_bytes(values[0], "Buffer.from_driver_ipc_handle()", data,
+                        &size) < 0
+        || fd_arg(values[4], "Buffer.from_driver_ipc_handle()", &fd) < 0) {
+        return NULL;
+    }
+    if (!PyLong_Check(values[1]) || PyBool_Check(values[1])
+        || (values[2] != NULL
+            && (!PyLong_Check(values[2]) || PyBool_Check(values[2])))) {
+        PyErr_SetString(PyExc_TypeError, "Buffer.from_driver_ipc_handle(): "
+                        "nbytes and offset must be ints");
+        return NULL;
+    }
+    nbytes = PyLong_AsSize_t(values[1]);
+    if (nbytes == (size_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "Buffer.from_driver_ipc_handle(): "
+                     "nbytes must be a size in bytes, got %R", values[1]);
+        return NULL;
+    }
+    if (values[2] != NULL) {
+        offset = PyLong_AsSize_t(values[2]);
+        if (offset == (size_t)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "Buffer.from_driver_ipc_handle()"
+                         ": offset must be a size in bytes, got %R",
+                         values[2]);
+            return NULL;
+        }
+    }
+    acc_ensure_probed();
+    if (acc_require_usable(st) < 0) {
+        return NULL;
+    }
+    if (values[3] == Py_None) {
+        index = acc_current_device();
+    }
+    else if (acc_resolve_device(st, values[3], 1, &index) < 0
+             || acc_check_index(st, index) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = acc_ipc_open_driver_memory((int)index, data, size, offset,
+                                        nbytes, fd, &ptr, &imp, &err);
+    Py_END_ALLOW_THREADS
+    if (status != ACC_OK) {
+        return acc_raise(st, &err);
+    }
+    return imported_buffer(st, imp, (int)index, ptr, nbytes);
 }
 
 PyObject *
@@ -425,11 +508,13 @@ acc_ipc_describe_py(PyObject *module, PyObject *handle)
     for (int i = 0; i < 16; i++) {
         snprintf(uuid + 2 * i, 3, "%02x", d.uuid[i]);
     }
-    return Py_BuildValue("{s:s,s:s,s:s,s:i,s:K,s:K,s:K}",
+    return Py_BuildValue("{s:s,s:s,s:s,s:i,s:K,s:K,s:K,s:y#}",
                          "kind", d.event ? "event" : "memory",
                          "backend", d.backend, "device_uuid", uuid,
                          "pid", d.pid, "allocation_size", d.alloc_size,
-                         "offset", d.offset, "nbytes", d.nbytes);
+                         "offset", d.offset, "nbytes", d.nbytes,
+                         "driver_handle", (const char *)d.driver,
+                         (Py_ssize_t)sizeof(d.driver));
 }
 
 PyObject *

@@ -116,6 +116,10 @@ extern const char acc_host_dlpack_device_doc[];
 PyObject *acc_buffer_ipc_handle(PyObject *self, PyObject *unused);
 PyObject *acc_buffer_from_ipc_handle(PyObject *cls, PyObject *const *args,
                                      Py_ssize_t nargs, PyObject *kwnames);
+PyObject *acc_buffer_from_driver_ipc_handle(PyObject *cls,
+                                            PyObject *const *args,
+                                            Py_ssize_t nargs,
+                                            PyObject *kwnames);
 PyObject *acc_buffer_reduce(PyObject *self, PyObject *unused);
 PyObject *acc_event_ipc_handle(PyObject *self, PyObject *unused);
 PyObject *acc_event_from_ipc_handle(PyObject *cls, PyObject *const *args,
@@ -140,6 +144,15 @@ PyObject *acc_ipc_held_py(PyObject *module, PyObject *unused);
                "(an IpcHandle or its bytes) names, on the device of the\n"\
                "same UUID; fd: the driver's descriptor received with\n"  \
                "it (Level Zero), else taken from the producer.")},        \
+    {"from_driver_ipc_handle",                                           \
+     (PyCFunction)(void (*)(void))acc_buffer_from_driver_ipc_handle,     \
+     METH_CLASS | METH_FASTCALL | METH_KEYWORDS,                         \
+     PyDoc_STR("from_driver_ipc_handle($cls, handle, nbytes, offset=0, "  \
+               "*, device=None, fd=None)\n--\n\n"                         \
+               "The Buffer over nbytes at offset of another library's\n" \
+               "allocation that the driver's own 64-byte handle names\n" \
+               "(torch's or CuPy's cudaIpcMemHandle); no lease: its\n"   \
+               "producer must keep the memory alive meanwhile.")},       \
     {"__reduce__", (PyCFunction)acc_buffer_reduce, METH_NOARGS,          \
      PyDoc_STR("__reduce__($self, /)\n--\n\nPickling shares the memory "\
                "with the process that unpickles it\n(after waiting for "  \

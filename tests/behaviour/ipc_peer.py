@@ -47,6 +47,9 @@ def command(c: dict[str, Any]) -> Any:
         buf.stream.synchronize()
         objects[c["name"]] = buf
         return buf.ipc_handle().data.hex()
+    if op == "driver_fd":
+        # The descriptor the driver's handle rests on, or None.
+        return objects[c["name"]].ipc_handle().fd
     if op == "make_event":
         e = accelerator.Event(interprocess=True)
         e.record()

@@ -471,3 +471,35 @@ def test_the_example_runs(shares) -> None:
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "10 rounds between two processes" in result.stdout
+
+
+def test_another_librarys_driver_handle_opens(shares, peer) -> None:
+    """The driver's own 64-byte handle (what torch and CuPy share) opens
+    with from_driver_ipc_handle(), checked against the allocation's range
+    by the driver; ours is IpcHandle.driver_handle."""
+    data = bytes.fromhex(peer.call("make", name="p", nbytes=4096, value=0x2B))
+    handle = accelerator.IpcHandle(data)
+    raw, offset = handle.driver_handle, handle.offset
+    assert len(raw) == 64
+    # Where the driver's handle rests on a descriptor, this process needs
+    # its own copy of it (here through /proc, as the same user).
+    theirs = peer.call("driver_fd", name="p")
+    fd = (os.open(f"/proc/{handle.pid}/fd/{theirs}", os.O_RDWR)
+          if theirs is not None else None)
+    try:
+        buf = accelerator.Buffer.from_driver_ipc_handle(raw, 4096, offset,
+                                                        fd=fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    assert host_of(buf) == b"\x2b" * 4096
+    with pytest.raises(ValueError, match="allocation"):
+        accelerator.Buffer.from_driver_ipc_handle(
+            raw, handle.allocation_size + 1, fd=fd)
+    with pytest.raises(ValueError, match="64 bytes"):
+        accelerator.Buffer.from_driver_ipc_handle(raw[:10], 16)
+    with pytest.raises(TypeError, match="ints"):
+        accelerator.Buffer.from_driver_ipc_handle(raw, "16")
+    buf.close()
+    assert wait_until(lambda: held()["imports"] == 0)
+    peer.exit()
