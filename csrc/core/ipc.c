@@ -110,6 +110,10 @@ typedef struct imported_event {
 
 static struct {
     pthread_mutex_t lock;
+    /* Held across a mapping's lookup and the driver's open or close, so
+     * that two threads never open one allocation twice (the drivers
+     * refuse that) nor one open while another closes it. */
+    pthread_mutex_t map_lock;
     export_rec *exports;
     mapping *maps;
     opened *opened;
@@ -120,6 +124,7 @@ static struct {
     unsigned long long start;   /* this process's */
 } I = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .map_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
 /* Facts of processes ----------------------------------------------------- */
@@ -748,49 +753,81 @@ driver_fd(const envelope *v, int fd, int *out, acc_error *err)
     return ACC_ERR_STATE;
 }
 
-acc_status
-acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
-                    int *device, uintptr_t *ptr, size_t *nbytes,
-                    acc_ipc_import **out, acc_error *err)
+/* Everything an open does before the driver: the backend can open (slot
+ * present), the handle's checks (unseal), once per process, and the
+ * producer's lease taken.  On failure nothing is left behind. */
+static acc_status
+admit(const unsigned char *data, size_t size, int kind, int has_slot,
+      envelope *v, int *device, acc_lease **lease, acc_error *err)
 {
-    const acc_backend *be;
-    acc_ipc_import *imp;
     acc_ipc_origin origin;
-    acc_ipc_handle h;
-    mapping *m;
-    envelope v;
     acc_status st = acc_ready(err);
 
     if (st != ACC_OK) {
         return st;
     }
-    be = acc_selected_backend();
-    if (be->ipc_mem_open == NULL) {
-        return no_ipc(be, err);
+    if (!has_slot) {
+        return no_ipc(acc_selected_backend(), err);
     }
-    st = unseal(data, size, KIND_MEMORY, &v, device, err);
+    st = unseal(data, size, kind, v, device, err);
+    if (st == ACC_OK && kind == KIND_MEMORY
+        && (v->offset > v->alloc_size
+            || v->nbytes > v->alloc_size - v->offset)) {
+        st = garbage("its range lies outside its allocation", err);
+    }
     if (st != ACC_OK) {
         return st;
     }
-    if (v.offset > v.alloc_size || v.nbytes > v.alloc_size - v.offset) {
-        return garbage("its range lies outside its allocation", err);
+    pthread_mutex_lock(&I.lock);
+    st = open_once(v, err);
+    pthread_mutex_unlock(&I.lock);
+    if (st != ACC_OK) {
+        return st;
     }
+    origin_of(v, &origin);
+    st = acc_lease_take(&origin, lease, err);
+    if (st != ACC_OK) {
+        pthread_mutex_lock(&I.lock);
+        forget(v);
+        pthread_mutex_unlock(&I.lock);
+    }
+    return st;
+}
+
+/* Undo admit() after a later failure: the handle may be tried again. */
+static void
+unadmit(const envelope *v, acc_lease *lease)
+{
+    acc_lease_drop(lease);
+    pthread_mutex_lock(&I.lock);
+    forget(v);
+    pthread_mutex_unlock(&I.lock);
+}
+
+acc_status
+acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
+                    int *device, uintptr_t *ptr, size_t *nbytes,
+                    acc_ipc_import **out, acc_error *err)
+{
+    const acc_backend *be = acc_selected_backend();
+    acc_ipc_import *imp;
+    acc_ipc_handle h;
+    mapping *m;
+    envelope v;
+    acc_status st;
+
     imp = calloc(1, sizeof(*imp));
     if (imp == NULL) {
         return acc_error_host_memory(err);
     }
-    pthread_mutex_lock(&I.lock);
-    st = open_once(&v, err);
-    pthread_mutex_unlock(&I.lock);
+    st = admit(data, size, KIND_MEMORY,
+               be != NULL && be->ipc_mem_open != NULL, &v, device,
+               &imp->lease, err);
     if (st != ACC_OK) {
         free(imp);
         return st;
     }
-    origin_of(&v, &origin);
-    st = acc_lease_take(&origin, &imp->lease, err);
-    if (st != ACC_OK) {
-        goto fail;
-    }
+    pthread_mutex_lock(&I.map_lock);
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
         if (m->pid == v.pid && m->pid != 0 && m->start == v.start
@@ -803,6 +840,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
     if (m == NULL) {
         m = calloc(1, sizeof(*m));
         if (m == NULL) {
+            pthread_mutex_unlock(&I.map_lock);
             st = acc_error_host_memory(err);
             goto fail;
         }
@@ -815,6 +853,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
             close(h.fd);
         }
         if (st != ACC_OK) {
+            pthread_mutex_unlock(&I.map_lock);
             free(m);
             goto fail;
         }
@@ -828,17 +867,15 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
         I.maps = m;
         pthread_mutex_unlock(&I.lock);
     }
+    pthread_mutex_unlock(&I.map_lock);
     imp->map = m;
     *ptr = m->here + (uintptr_t)v.offset;
     *nbytes = (size_t)v.nbytes;
     *out = imp;
     return ACC_OK;
 fail:
-    acc_lease_drop(imp->lease);
+    unadmit(&v, imp->lease);
     free(imp);
-    pthread_mutex_lock(&I.lock);
-    forget(&v);
-    pthread_mutex_unlock(&I.lock);
     return st;
 }
 
@@ -847,6 +884,7 @@ acc_ipc_import_close(acc_ipc_import *imp)
 {
     mapping *m = imp->map, *gone = NULL;
 
+    pthread_mutex_lock(&I.map_lock);
     pthread_mutex_lock(&I.lock);
     if (--m->refs == 0) {
         for (mapping **p = &I.maps; *p != NULL; p = &(*p)->next) {
@@ -861,6 +899,7 @@ acc_ipc_import_close(acc_ipc_import *imp)
     if (gone != NULL && !acc_forked()) {
         acc_selected_backend()->ipc_mem_close(gone->device, gone->here);
     }
+    pthread_mutex_unlock(&I.map_lock);
     free(gone);
     acc_lease_drop(imp->lease);
     free(imp);
@@ -902,6 +941,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
     if (imp == NULL) {
         return acc_error_host_memory(err);
     }
+    pthread_mutex_lock(&I.map_lock);
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
         if (m->pid == 0 && m->device == device
@@ -914,6 +954,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
     if (m == NULL) {
         m = calloc(1, sizeof(*m));
         if (m == NULL) {
+            pthread_mutex_unlock(&I.map_lock);
             free(imp);
             return acc_error_host_memory(err);
         }
@@ -932,6 +973,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
             }
         }
         if (st != ACC_OK) {
+            pthread_mutex_unlock(&I.map_lock);
             free(m);
             free(imp);
             return st;
@@ -944,6 +986,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
         I.maps = m;
         pthread_mutex_unlock(&I.lock);
     }
+    pthread_mutex_unlock(&I.map_lock);
     imp->map = m;
     st = acc_check_foreign_range(device, m->here + offset, nbytes,
                                  "Buffer.from_driver_ipc_handle()", err);
@@ -960,43 +1003,27 @@ acc_status
 acc_ipc_open_event(const unsigned char *data, size_t size, int fd,
                    acc_event *e, acc_error *err)
 {
-    const acc_backend *be;
+    const acc_backend *be = acc_selected_backend();
     imported_event *ie;
-    acc_ipc_origin origin;
     acc_ipc_handle h;
     acc_event made;
     envelope v;
     int device;
-    acc_status st = acc_ready(err);
+    acc_status st;
 
-    if (st != ACC_OK) {
-        return st;
-    }
-    be = acc_selected_backend();
-    if (be->ipc_event_open == NULL) {
-        return no_ipc(be, err);
-    }
-    st = unseal(data, size, KIND_EVENT, &v, &device, err);
-    if (st != ACC_OK) {
-        return st;
-    }
     ie = calloc(1, sizeof(*ie));
     if (ie == NULL) {
         return acc_error_host_memory(err);
     }
-    pthread_mutex_lock(&I.lock);
-    st = open_once(&v, err);
-    pthread_mutex_unlock(&I.lock);
+    st = admit(data, size, KIND_EVENT,
+               be != NULL && be->ipc_event_open != NULL, &v, &device,
+               &ie->lease, err);
     if (st != ACC_OK) {
         free(ie);
         return st;
     }
-    origin_of(&v, &origin);
-    st = acc_lease_take(&origin, &ie->lease, err);
-    if (st == ACC_OK) {
-        memcpy(h.bytes, v.driver, sizeof(h.bytes));
-        st = driver_fd(&v, fd, &h.fd, err);
-    }
+    memcpy(h.bytes, v.driver, sizeof(h.bytes));
+    st = driver_fd(&v, fd, &h.fd, err);
     if (st == ACC_OK) {
         acc_event_init(&made, ACC_EVENT_INTERPROCESS | ACC_EVENT_IMPORTED
                               | (e->flags & ACC_EVENT_BLOCKING));
@@ -1008,11 +1035,8 @@ acc_ipc_open_event(const unsigned char *data, size_t size, int fd,
         }
     }
     if (st != ACC_OK) {
-        acc_lease_drop(ie->lease);
+        unadmit(&v, ie->lease);
         free(ie);
-        pthread_mutex_lock(&I.lock);
-        forget(&v);
-        pthread_mutex_unlock(&I.lock);
         return st;
     }
     e->backend = made.backend;
@@ -1070,6 +1094,7 @@ after_fork_child(void)
     /* What the parent shared is the parent's: the child neither frees
      * nor closes it (the allocator leaves the parent's memory alone). */
     pthread_mutex_init(&I.lock, NULL);
+    pthread_mutex_init(&I.map_lock, NULL);
     I.exports = NULL;
     I.maps = NULL;
     I.opened = NULL;
