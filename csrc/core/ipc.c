@@ -88,7 +88,7 @@ typedef struct mapping {
     int refs;
 } mapping;
 
-/* A handle this process opened (a handle opens once). */
+/* A handle open in this process (a handle opens once at a time). */
 typedef struct opened {
     struct opened *next;
     int pid;
@@ -99,6 +99,7 @@ typedef struct opened {
 struct acc_ipc_import {
     mapping *map;
     acc_lease *lease;
+    envelope v;                 /* the handle, while open (open_once) */
 };
 
 /* An event opened from another process's handle. */
@@ -106,6 +107,7 @@ typedef struct imported_event {
     struct imported_event *next;
     const acc_event *e;
     acc_lease *lease;
+    envelope v;                 /* the handle, while open (open_once) */
 } imported_event;
 
 static struct {
@@ -126,6 +128,8 @@ static struct {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .map_lock = PTHREAD_MUTEX_INITIALIZER,
 };
+
+static void unadmit(const envelope *v, acc_lease *lease);
 
 /* Facts of processes ----------------------------------------------------- */
 
@@ -473,7 +477,7 @@ acc_ipc_release_event(acc_event *e)
     pthread_mutex_unlock(&I.lock);
     if (gone != NULL) {
         e->backend->event_destroy(e);
-        acc_lease_drop(gone->lease);
+        unadmit(&gone->v, gone->lease);
         free(gone);
     }
     return done;
@@ -657,7 +661,8 @@ origin_of(const envelope *v, acc_ipc_origin *o)
     o->lease.generation = v->generation;
 }
 
-/* Under I.lock: refuse a handle opened here before; else remember it. */
+/* Under I.lock: refuse a handle open here already; else remember it
+ * until forget(). */
 static acc_status
 open_once(const envelope *v, acc_error *err)
 {
@@ -667,9 +672,9 @@ open_once(const envelope *v, acc_error *err)
         if (o->pid == v->pid && o->start == v->start
             && o->serial == v->serial) {
             acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                          "this handle was opened in this process already: "
-                          "a handle opens once (ask the producer for "
-                          "another, or share the Buffer or Event it gave)");
+                          "this handle is open in this process already: a "
+                          "handle opens once at a time (use the Buffer or "
+                          "Event it gave, or ask the producer for another)");
             return ACC_ERR_INVALID_ARGUMENT;
         }
     }
@@ -685,8 +690,7 @@ open_once(const envelope *v, acc_error *err)
     return ACC_OK;
 }
 
-/* Under I.lock: forget a handle whose open failed (it may be tried
- * again). */
+/* Under I.lock: forget a handle whose open failed or was closed. */
 static void
 forget(const envelope *v)
 {
@@ -869,6 +873,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
     }
     pthread_mutex_unlock(&I.map_lock);
     imp->map = m;
+    imp->v = v;
     *ptr = m->here + (uintptr_t)v.offset;
     *nbytes = (size_t)v.nbytes;
     *out = imp;
@@ -901,7 +906,9 @@ acc_ipc_import_close(acc_ipc_import *imp)
     }
     pthread_mutex_unlock(&I.map_lock);
     free(gone);
-    acc_lease_drop(imp->lease);
+    if (imp->lease != NULL) {
+        unadmit(&imp->v, imp->lease);   /* the handle may open again */
+    }
     free(imp);
 }
 
@@ -1046,6 +1053,7 @@ acc_ipc_open_event(const unsigned char *data, size_t size, int fd,
     e->native = made.native;
     atomic_store_explicit(&e->state, ACC_EVENT_MADE, memory_order_release);
     ie->e = e;
+    ie->v = v;
     pthread_mutex_lock(&I.lock);
     ie->next = I.events;
     I.events = ie;

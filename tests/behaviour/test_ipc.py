@@ -433,10 +433,13 @@ def test_bad_handles_are_refused_with_the_reason(shares, peer) -> None:
         with pytest.raises(PeerError, match=error):
             peer.call("open", name="x", handle=forged(good, **changes).hex())
     peer.call("open", name="ok", handle=good.hex())
-    with pytest.raises(PeerError, match="opened in this process already"):
+    with pytest.raises(PeerError, match="open in this process already"):
         peer.call("open", name="again", handle=good.hex())
     # The failed opens spent nothing and left nothing open.
     assert peer.call("held")["imports"] == 1
+    # Closed, the handle opens again (the producer still holds it).
+    peer.call("close", name="ok")
+    peer.call("open", name="again", handle=good.hex())
     peer.exit()
 
 
