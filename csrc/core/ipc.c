@@ -430,8 +430,9 @@ acc_ipc_export_event(acc_event *e, unsigned char *out, acc_error *err)
 
 /* The limbo ------------------------------------------------------------- */
 
-int
-acc_ipc_hold_block(acc_block *b)
+/* The keep_block hook: a shared block freed by its owner waits here. */
+static int
+hold_block(acc_block *b)
 {
     int held = 0;
 
@@ -447,10 +448,11 @@ acc_ipc_hold_block(acc_block *b)
     return held;
 }
 
-/* e is being released (event.c): an exported event waits in the limbo,
- * an imported one is destroyed and its lease dropped.  1 when done here. */
-int
-acc_ipc_release_event(acc_event *e)
+/* The keep_event hook: an exported event being released waits in the
+ * limbo, an imported one is destroyed and its lease dropped.  1 when
+ * done here. */
+static int
+release_event(acc_event *e)
 {
     imported_event *gone = NULL;
     int done = 0;
@@ -1123,6 +1125,8 @@ register_hooks(void)
     static acc_hooks hooks = {
         .after_fork_child = after_fork_child,
         .empty_cache = empty_cache,
+        .keep_block = hold_block,
+        .keep_event = release_event,
     };
 
     acc_hooks_register(&hooks);

@@ -67,7 +67,7 @@
  *   sysman.c   Sysman: device properties, free memory
  *   slots.c    contexts, event pools, slots, links and bridges (their
  *              lifetime)
- *   ipc.c      interprocess memory handles, interprocess events' pools
+ *   sharing.c  interprocess memory handles, interprocess events' pools
  *              (their slots' lifetime is slots.c's)
  *   lists.c    appending to a list: targets, ordering barriers, tails,
  *              markers
@@ -136,7 +136,7 @@ typedef struct lz_slot {
     int armed;             /* a signal was appended since the last reset */
     int waiters;           /* waits (device or host) that may still look */
     struct lz_slot *next;  /* free or retired list */
-    /* An interprocess event's slot (ipc.c): the only event of a pool of
+    /* An interprocess event's slot (sharing.c): the only event of a pool of
      * its own (ZE_EVENT_POOL_FLAG_IPC), made by this process (exported)
      * or opened from another's handle (imported).  Other processes name
      * it by its pool's handle, so it never moves: a record resets it in
@@ -350,7 +350,7 @@ void lz_retire(lz_slot *s);
 ze_result_t lz_host_wait(lz_slot *s, uint64_t timeout);
 void lz_await(lz_slot *s, const char *what);
 
-/* ipc.c */
+/* sharing.c */
 acc_status lz_ipc_mem_export(int device, uintptr_t base, acc_ipc_handle *h,
                              acc_error *err);
 acc_status lz_ipc_mem_open(int device, const acc_ipc_handle *h,
