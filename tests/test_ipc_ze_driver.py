@@ -358,9 +358,15 @@ def test_the_backend_slots_between_two_processes(backend_check,
         "own_pool": "1",
         "cells": "1",
         "stall": "0",
-        # Recorded three times while its first record waits behind work,
-        # with a wait of another stream between: the same event.
+        # Recorded on one stream behind held work, again on another whose
+        # work is held too: pending even once the first record has run
+        # (its reset waits behind the second's held work), as is a
+        # stream that waits on it, and after a third record; then done,
+        # and the same event of the same pool throughout.
         "pending": "1",
+        "pending_s2": "1",
+        "pending_third": "1",
+        "done": "0",
         "same_event_after_rerecords": "1",
         "pools_after_rerecords": "1",
         "event_fd": "1",

@@ -252,19 +252,29 @@ exporter(const char *self)
     check(B->event_create(&ev, &err), &err, "event_create");
     say("own_pool", live("pool") - pools);
     say("cells", live("ipc_event_cells"));
-    check(B->event_record(&ev, &s, &err), &err, "event_record");
-    uintptr_t handle = ev.handle;
-    /* Recorded again while pending and waited on by another stream: it
-     * stays the same event, reset in order (events.c). */
-    int gate = -1;
+    /* Recorded on s2 behind work, again on s while that is pending and
+     * s's work is held too; s2's record then runs: it must still read as
+     * pending (the slot says the first record's state until the reset
+     * that s holds back has run).  Then waited on by s2 and recorded a
+     * third time.  It stays the same event of the same pool throughout
+     * (events.c). */
+    int gate = -1, gate2 = -1;
     say("stall", stall(s.handle, &gate));
-    check(B->event_record(&ev, &s, &err), &err, "event_record");
-    check(B->stream_wait_event(&s2, &ev, &err), &err, "stream_wait_event");
+    say("stall", stall(s2.handle, &gate2));
+    check(B->event_record(&ev, &s2, &err), &err, "event_record");
+    uintptr_t handle = ev.handle;
     check(B->event_record(&ev, &s, &err), &err, "event_record (again)");
+    open_gate(gate2);
+    check(B->stream_synchronize(&s2, &err), &err, "stream_synchronize");
     say("pending", B->event_query(&ev, &err));
+    check(B->stream_wait_event(&s2, &ev, &err), &err, "stream_wait_event");
+    say("pending_s2", B->stream_query(&s2, &err));
+    check(B->event_record(&ev, &s, &err), &err, "event_record (third)");
+    say("pending_third", B->event_query(&ev, &err));
     open_gate(gate);
     check(B->event_synchronize(&ev, &err), &err, "event_synchronize");
     check(B->stream_synchronize(&s2, &err), &err, "stream_synchronize");
+    say("done", B->event_query(&ev, &err));
     say("same_event_after_rerecords", ev.handle == handle);
     say("pools_after_rerecords", live("pool") - pools);
     check(B->ipc_event_export(&ev, &eh, &err), &err, "ipc_event_export");

@@ -227,6 +227,12 @@ typedef struct lz_device {
 
 typedef struct lz_event {
     lz_slot *slot;         /* under lz.lock */
+    /* An interprocess event recorded again in order (events.c): a slot
+     * of ours signalled right after the record's signal, which this
+     * process's waits, queries and synchronize use instead of slot,
+     * whose state is the last record's until the reset runs; NULL when
+     * the slot tells. */
+    lz_slot *fence;
     int device;
     int timing;
     /* Last recorded in a capture (graph.c; 0: not): its id, the fork
