@@ -53,7 +53,8 @@ static lz_slot *lz_event_tells_locked(lz_event *ev);
 
 /* Append on t a barrier that waits for w and signals a fresh slot, kept
  * as a link until it has run, so that w is not reset meanwhile (t's lock
- * and lz.lock held). */
+ * and lz.lock held).  The caller counted itself a waiter of w: on
+ * success that count passes to the link. */
 static acc_status
 lz_wait_linked_locked(lz_target *t, lz_slot *w, acc_error *err)
 {
@@ -75,7 +76,6 @@ lz_wait_linked_locked(lz_target *t, lz_slot *w, acc_error *err)
     }
     if (status == ACC_OK) {
         done->armed = 1;
-        w->waiters++;
         lz_link_reserved_locked(t->driver, &(lz_link){w, done});
     }
     else {
@@ -124,9 +124,19 @@ lz_ipc_rearm_locked(lz_target *t, lz_event *ev, acc_error *err)
             waits[k++] = drv->links[i].done;
         }
     }
+    /* Counted first: acquiring the barriers' slots may resolve links and
+     * reset what they waited on, these among them. */
+    for (size_t i = 0; i < n; i++) {
+        waits[i]->waiters++;
+    }
     acc_status status = ACC_OK;
-    for (size_t i = 0; i < n && status == ACC_OK; i++) {
-        status = lz_wait_linked_locked(t, waits[i], err);
+    size_t linked = 0;
+    while (linked < n && status == ACC_OK) {
+        status = lz_wait_linked_locked(t, waits[linked], err);
+        linked += status == ACC_OK;
+    }
+    for (size_t i = linked; i < n; i++) {
+        waits[i]->waiters--;
     }
     if (waits != &one) {
         free(waits);
