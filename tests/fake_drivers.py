@@ -533,7 +533,14 @@ class CudaDouble(DriverDouble):
     no_binary_error = "CUDA_ERROR_NO_BINARY_FOR_GPU"
     live_kinds = ("stream", "event", "context", "retain", "alloc",
                   "host_alloc", "bad_access", "guard_damage", "graph",
-                  "graph_exec", "module", "kernel_misuse")
+                  "graph_exec", "module", "kernel_misuse", "ipc_exported",
+                  "ipc_opened", "ipc_event_cells")
+    #: the interprocess functions (cuIpc*: counted and failable like the
+    #: others, tests/test_ipc_cuda_double.py); they join symbol_lists,
+    #: with their fault_sites, once the product's interprocess API reaches
+    #: them
+    ipc_symbol_list = ("csrc/backends/cuda/cuda_api.h",
+                       "ACC_CUDA_IPC_FUNCTIONS")
     #: kernel_misuse: a module unloaded while a launch of it was queued,
     #: or a launch run after its module's unload (double_kernels.h)
     detectors = ("bad_access", "guard_damage", "kernel_misuse")

@@ -33,6 +33,7 @@ ACC_CUDA_CAPTURE_STATUS(CHECK_VALUE)
     _Static_assert((version) <= ACC_CUDA_ABI_VERSION,                       \
                    #name " needs a newer ABI than we declare");
 ACC_CUDA_FUNCTIONS(CHECK_FUNCTION)
+ACC_CUDA_IPC_FUNCTIONS(CHECK_FUNCTION)
 
 /* The optional ones are asked for at their own version: the base name's
  * type at cuda.h's version, and a version cuda.h has. */
@@ -65,6 +66,11 @@ _Static_assert(sizeof(CUuuid) == 16 && offsetof(CUuuid, bytes) == 0,
                "CUuuid");
 _Static_assert(__builtin_types_compatible_p(CUdeviceptr, unsigned long long),
                "CUdeviceptr");
+_Static_assert(sizeof(CUipcMemHandle) == 64
+               && offsetof(CUipcMemHandle, reserved) == 0, "CUipcMemHandle");
+_Static_assert(sizeof(CUipcEventHandle) == 64
+               && offsetof(CUipcEventHandle, reserved) == 0,
+               "CUipcEventHandle");
 _Static_assert(sizeof(CUresult) == sizeof(int), "CUresult size");
 _Static_assert(sizeof(CUjit_option) == sizeof(int), "CUjit_option size");
 _Static_assert(sizeof(CUfunction_attribute) == sizeof(int),

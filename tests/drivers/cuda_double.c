@@ -48,8 +48,11 @@
  *       page-locked memory), each also printed on stderr; "guard_damage":
  *       allocations whose guard bytes were found overwritten (at free, or
  *       live now); "module": loaded modules; "kernel_misuse": modules
- *       unloaded under a queued launch, and such launches.  -1 for an
- *       unknown kind.
+ *       unloaded under a queued launch, and such launches;
+ *       "ipc_exported": live allocations exported at least once;
+ *       "ipc_opened": mappings cuIpcOpenMemHandle made, not closed;
+ *       "ipc_event_cells": interprocess events' shared cells (created or
+ *       opened, not destroyed).  -1 for an unknown kind.
  *   void fake_cuda_report_at_exit(void)
  *       Prints the live retain, stream and event counts (and the driver
  *       calls made so far, all functions) on stderr at exit,
@@ -157,6 +160,26 @@
  *     to pageable memory returns when it has run; page-locked memory is
  *     fully asynchronous.  cuMemFree does not synchronise (real drivers
  *     do), so that freeing memory that queued work still uses is caught.
+ *   - Interprocess memory and events (tests/drivers/double_ipc.h): each
+ *     allocation's storage is a memfd; cuIpcGetMemHandle (the base of a
+ *     live cuMemAlloc allocation, else INVALID_VALUE) writes a handle that
+ *     cuIpcOpenMemHandle(_v2) in another process maps at a fresh address
+ *     of its current device (flags 0 or LAZY_ENABLE_PEER_ACCESS); opened
+ *     twice in a context it answers the same address, each open closed by
+ *     one cuIpcCloseMemHandle, which needs a context (INVALID_CONTEXT)
+ *     and refuses anything else (INVALID_VALUE, reported); cuMemFree
+ *     refuses an opened address (INVALID_VALUE, reported).  Opening a
+ *     handle in the process that made it: INVALID_CONTEXT; a damaged
+ *     handle, or one whose exporter exited (its memory died with it):
+ *     INVALID_VALUE.  An event made with CU_EVENT_INTERPROCESS (which
+ *     requires DISABLE_TIMING) keeps its state in a shared cell that
+ *     either process records: a record takes the cell's next sequence
+ *     and its stream completes it; query, synchronize and stream waits
+ *     wait for the latest sequence at the call.  cuIpcGetEventHandle of
+ *     another event: INVALID_HANDLE; an opened event answers its handle
+ *     again.  Recording or waiting on one in a stream capture is refused
+ *     (STREAM_CAPTURE_UNSUPPORTED, invalidating the capture).  A record
+ *     that fails to queue (out of memory) completes its sequence at once.
  *   - Kernels (tests/drivers/double_kernels.h): cuModuleLoadData(Ex) takes
  *     the doubles' native format (a host ELF shared object), which runs
  *     on the stream's worker, and cubins (CUDA ELF, EM_CUDA) for the
@@ -203,6 +226,7 @@
 
 #include "../../csrc/backends/cuda/cuda_api.h"
 #include "double_control.h"
+#include "double_ipc.h"
 #include "double_kernels.h"
 #include "double_memory.h"
 
@@ -221,6 +245,7 @@
 #define FAKE_DECLARE(name, symbol, version, params) \
     FAKE_EXPORT CUresult symbol params;
 ACC_CUDA_FUNCTIONS(FAKE_DECLARE)
+ACC_CUDA_IPC_FUNCTIONS(FAKE_DECLARE)
 ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_DECLARE)
 ACC_CUDA_PEER_FUNCTIONS(FAKE_DECLARE)
 #undef FAKE_DECLARE
@@ -238,6 +263,9 @@ FAKE_EXPORT CUresult cuEventDestroy(CUevent hEvent);
 FAKE_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
 FAKE_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx,
                                        CUgreenCtx *pGreenCtx);
+FAKE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr,
+                                        CUipcMemHandle handle,
+                                        unsigned int Flags);
 FAKE_EXPORT CUresult cuGetExportTable(const void **ppExportTable,
                                       const CUuuid *pExportTableId);
 #ifndef FAKE_CUDA_NO_PROC_ADDRESS
@@ -264,6 +292,7 @@ FAKE_EXPORT long long fake_cuda_event_sync_spun(void);
 #define FAKE_FN_ID(name, symbol, version, params) FN_##name,
 enum fake_fn {
     ACC_CUDA_FUNCTIONS(FAKE_FN_ID)
+    ACC_CUDA_IPC_FUNCTIONS(FAKE_FN_ID)
     ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_FN_ID)
     ACC_CUDA_PEER_FUNCTIONS(FAKE_FN_ID)
     FN_cuGetProcAddress,
@@ -275,6 +304,7 @@ enum fake_fn {
 #define FAKE_FN_NAME(name, symbol, version, params) {#name, #symbol},
 static const dc_fn fake_fns[FN_COUNT] = {
     ACC_CUDA_FUNCTIONS(FAKE_FN_NAME)
+    ACC_CUDA_IPC_FUNCTIONS(FAKE_FN_NAME)
     ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_FN_NAME)
     ACC_CUDA_PEER_FUNCTIONS(FAKE_FN_NAME)
     {"cuGetProcAddress", "cuGetProcAddress_v2"},
@@ -295,7 +325,20 @@ struct fake_mark {
 };
 
 enum fake_op_kind {
-    OP_SLEEP, OP_GATE, OP_RECORD, OP_WAIT, OP_MEMORY, OP_LAUNCH
+    OP_SLEEP, OP_GATE, OP_RECORD, OP_WAIT, OP_MEMORY, OP_LAUNCH,
+    OP_CELL_RECORD, /* an interprocess event's record: completes seq */
+    OP_CELL_WAIT,   /* a wait for an interprocess event's seq */
+};
+
+/* An interprocess event's shared cell (double_ipc.h), reference counted:
+ * held by the event and by each queued op that completes or waits on it,
+ * so that destroying the event never pulls it from under a worker. */
+struct fake_cell {
+    atomic_int refs;
+    dipc_cell *cell;
+    /* An opened event's handle (it cannot export the cell again). */
+    bool opened;
+    unsigned char handle[DIPC_HANDLE_BYTES];
 };
 
 struct fake_op {
@@ -306,6 +349,8 @@ struct fake_op {
     struct fake_mark *mark;
     dm_op mem; /* OP_MEMORY: a copy or fill */
     dk_launch *launch; /* OP_LAUNCH: a kernel launch */
+    struct fake_cell *cell; /* OP_CELL_*: a reference, and the sequence */
+    uint64_t seq;
 };
 
 struct CUctx_st {
@@ -369,6 +414,9 @@ struct CUevent_st {
     struct CUctx_st *ctx;
     unsigned int flags;
     struct fake_mark *last; /* latest record, NULL if never recorded */
+    /* CU_EVENT_INTERPROCESS: the shared cell, which holds the state
+     * instead of last (either process may record). */
+    struct fake_cell *cell;
     /* Latest record made in a capture (a node of the graph, not run):
      * the capture's origin and id, the recording stream and its tip. */
     struct CUstream_st *cap_origin, *cap_stream;
@@ -591,9 +639,19 @@ op_new(enum fake_op_kind kind, double ms, struct fake_mark *mark)
 }
 
 static void
+cell_unref(struct fake_cell *c)
+{
+    if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1) {
+        dipc_cell_release(c->cell);
+        free(c);
+    }
+}
+
+static void
 op_free(struct fake_op *op)
 {
     if (op != NULL) {
+        cell_unref(op->cell);
         mark_unref(op->mark);
         dm_op_release(&op->mem);
         dk_launch_free(op->launch);
@@ -623,6 +681,12 @@ op_run(struct fake_op *op)
     case OP_LAUNCH:
         dk_launch_run(op->launch, "cuLaunchKernel");
         break;
+    case OP_CELL_RECORD:
+        dipc_cell_complete(op->cell->cell, op->seq);
+        break;
+    case OP_CELL_WAIT:
+        dipc_cell_wait(op->cell->cell, op->seq);
+        break;
     }
 }
 
@@ -644,7 +708,7 @@ stream_worker(void *arg)
             break;
         }
         op = s->head;
-        if (op->kind != OP_RECORD) {
+        if (op->kind != OP_RECORD && op->kind != OP_CELL_RECORD) {
             /* The op stays queued while it runs, so queries see it. */
             pthread_mutex_unlock(&s->mu);
             op_run(op);
@@ -655,7 +719,7 @@ stream_worker(void *arg)
             s->tail = NULL;
         }
         s->pending--;
-        if (op->kind == OP_RECORD) {
+        if (op->kind == OP_RECORD || op->kind == OP_CELL_RECORD) {
             /* In the same critical section as the dequeue: whoever sees
              * the record complete then sees the stream without it, and
              * the other way round. */
@@ -1046,6 +1110,7 @@ event_free(struct CUevent_st *e)
     dc_handles_remove(&g_event_set, e);
     dc_live_add(&g_ctl, LIVE_EVENT, -1);
     mark_unref(e->last);
+    cell_unref(e->cell);
     free(e);
 }
 
@@ -1829,8 +1894,22 @@ cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     }
     /* Events of other contexts are fine: cross-device waits are legal.
      * A record that completed, or none at all, leaves nothing to wait
-     * for. */
-    if (rc == CUDA_SUCCESS && e->last != NULL && !mark_done(e->last)) {
+     * for.  An interprocess event's is its cell's latest sequence. */
+    if (rc == CUDA_SUCCESS && e->cell != NULL) {
+        uint64_t seq = dipc_cell_current(e->cell->cell);
+
+        if (!dipc_cell_reached(e->cell->cell, seq)) {
+            struct fake_op *op = op_new(OP_CELL_WAIT, 0, NULL);
+
+            if (op != NULL) {
+                atomic_fetch_add(&e->cell->refs, 1);
+                op->cell = e->cell;
+                op->seq = seq;
+            }
+            rc = stream_enqueue(s, op);
+        }
+    }
+    else if (rc == CUDA_SUCCESS && e->last != NULL && !mark_done(e->last)) {
         struct fake_op *op = op_new(OP_WAIT, 0, e->last);
 
         if (op != NULL) {
@@ -1921,14 +2000,43 @@ event_lookup(CUevent h)
     return dc_handles_has(&g_event_set, h) ? h : NULL;
 }
 
+/* Under g_mu.  A new event of the current context; takes over cell (an
+ * interprocess event's) only on success. */
+static CUresult
+event_register(unsigned int flags, struct fake_cell *cell, CUevent *out)
+{
+    struct CUctx_st *c = live_current_ctx();
+    struct CUevent_st *e;
+
+    if (c == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL || !dc_handles_add(&g_event_set, e)) {
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->ctx = c;
+    e->flags = flags;
+    e->cell = cell;
+    e->next = g_events;
+    if (g_events != NULL) {
+        g_events->prev = e;
+    }
+    g_events = e;
+    dc_live_add(&g_ctl, LIVE_EVENT, 1);
+    *out = e;
+    return CUDA_SUCCESS;
+}
+
 CUresult
 cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     const unsigned int known = CU_EVENT_BLOCKING_SYNC |
                                CU_EVENT_DISABLE_TIMING |
                                CU_EVENT_INTERPROCESS;
-    struct CUevent_st *e;
-    struct CUctx_st *c;
+    struct fake_cell *cell = NULL;
+    CUresult rc;
 
     FAKE_ENTER(cuEventCreate, true);
     if (phEvent == NULL || (Flags & ~known) != 0 ||
@@ -1936,29 +2044,46 @@ cuEventCreate(CUevent *phEvent, unsigned int Flags)
          !(Flags & CU_EVENT_DISABLE_TIMING))) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    pthread_mutex_lock(&g_mu);
-    c = live_current_ctx();
-    if (c == NULL) {
-        pthread_mutex_unlock(&g_mu);
-        return CUDA_ERROR_INVALID_CONTEXT;
+    if (Flags & CU_EVENT_INTERPROCESS) {
+        cell = calloc(1, sizeof(*cell));
+        if (cell == NULL || (cell->cell = dipc_cell_create()) == NULL) {
+            free(cell);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        atomic_init(&cell->refs, 1);
     }
-    e = calloc(1, sizeof(*e));
-    if (e == NULL || !dc_handles_add(&g_event_set, e)) {
-        pthread_mutex_unlock(&g_mu);
-        free(e);
+    pthread_mutex_lock(&g_mu);
+    rc = event_register(Flags, cell, phEvent);
+    pthread_mutex_unlock(&g_mu);
+    if (rc != CUDA_SUCCESS) {
+        cell_unref(cell);
+    }
+    return rc;
+}
+
+/* Under g_mu.  An interprocess event's record on s: the next sequence of
+ * its cell, completed when s reaches it. */
+static CUresult
+cell_record(struct fake_cell *cell, struct CUstream_st *s)
+{
+    struct fake_op *op = op_new(OP_CELL_RECORD, 0, NULL);
+    uint64_t seq;
+    CUresult rc;
+
+    if (op == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    e->ctx = c;
-    e->flags = Flags;
-    e->next = g_events;
-    if (g_events != NULL) {
-        g_events->prev = e;
+    atomic_fetch_add(&cell->refs, 1);
+    op->cell = cell;
+    op->seq = seq = dipc_cell_record(cell->cell);
+    rc = stream_enqueue(s, op);
+    if (rc != CUDA_SUCCESS) {
+        /* Out of memory queueing the implicit synchronisation: the
+         * sequence is taken (the other process may have seen it), so it
+         * completes now rather than never. */
+        dipc_cell_complete(cell->cell, seq);
     }
-    g_events = e;
-    dc_live_add(&g_ctl, LIVE_EVENT, 1);
-    *phEvent = e;
-    pthread_mutex_unlock(&g_mu);
-    return CUDA_SUCCESS;
+    return rc;
 }
 
 CUresult
@@ -1976,6 +2101,15 @@ cuEventRecord(CUevent hEvent, CUstream hStream)
     rc = e != NULL ? stream_resolve(hStream, &s) : CUDA_ERROR_INVALID_HANDLE;
     if (rc == CUDA_SUCCESS && s->ctx != e->ctx) {
         rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (rc == CUDA_SUCCESS && e->cell != NULL) {
+        /* Not a graph node: the other process could not follow it. */
+        rc = capture_refuse(s);
+        if (rc == CUDA_SUCCESS) {
+            rc = cell_record(e->cell, s);
+        }
+        pthread_mutex_unlock(&g_mu);
+        return rc;
     }
     if (rc == CUDA_SUCCESS && s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
         /* A node of the capture: later waits on e depend on it. */
@@ -2026,11 +2160,43 @@ cuEventQuery(CUevent hEvent)
     if (e == NULL) {
         rc = CUDA_ERROR_INVALID_HANDLE;
     }
+    else if (e->cell != NULL) {
+        rc = dipc_cell_query(e->cell->cell) ? CUDA_SUCCESS
+                                            : CUDA_ERROR_NOT_READY;
+    }
     else if (e->last != NULL && !mark_done(e->last)) {
         rc = CUDA_ERROR_NOT_READY;
     }
     pthread_mutex_unlock(&g_mu);
     return rc;
+}
+
+/* The host waits for an interprocess event's seq, as for marks: on the
+ * futex (BLOCKING_SYNC) or spinning. */
+static void
+cell_wait(struct fake_cell *cell, uint64_t seq, bool blocking)
+{
+    const struct timespec nap = {0, 50000};
+    unsigned int spins = 0;
+
+    if (seq == 0) {
+        return; /* never recorded */
+    }
+    if (blocking) {
+        atomic_fetch_add(&g_sync_blocked, 1);
+        dipc_cell_wait(cell->cell, seq);
+        return;
+    }
+    atomic_fetch_add(&g_sync_spun, 1);
+    while (!dipc_cell_reached(cell->cell, seq)) {
+        if (spins < 1000) {
+            spins++;
+            sched_yield();
+        }
+        else {
+            nanosleep(&nap, NULL);
+        }
+    }
 }
 
 CUresult
@@ -2043,6 +2209,17 @@ cuEventSynchronize(CUevent hEvent)
     FAKE_ENTER(cuEventSynchronize, true);
     pthread_mutex_lock(&g_mu);
     e = event_lookup(hEvent);
+    if (e != NULL && e->cell != NULL) {
+        struct fake_cell *cell = e->cell;
+        uint64_t seq = dipc_cell_current(cell->cell);
+
+        atomic_fetch_add(&cell->refs, 1);
+        blocking = (e->flags & CU_EVENT_BLOCKING_SYNC) != 0;
+        pthread_mutex_unlock(&g_mu);
+        cell_wait(cell, seq, blocking);
+        cell_unref(cell);
+        return CUDA_SUCCESS;
+    }
     if (e != NULL && e->last != NULL) {
         m = e->last;
         atomic_fetch_add(&m->refs, 1);
@@ -2174,6 +2351,164 @@ cuMemFree_v2(CUdeviceptr dptr)
      * then caught as a use after free when that work runs. */
     FAKE_ENTER(cuMemFree, true);
     return mem_result(dm_free("cuMemFree", dptr, false));
+}
+
+/* Driver API: interprocess memory and events ------------------------- */
+
+/* Device memory lives in a memfd per allocation and event state in a
+ * shared cell (double_ipc.h); the handles are double_ipc.h's, whose
+ * refusals take the driver's codes: */
+static CUresult
+ipc_result(enum dipc_result r)
+{
+    switch (r) {
+    case DIPC_OK:
+        return CUDA_SUCCESS;
+    case DIPC_OWN_PROCESS:
+        /* "invalid device context": opened in the exporting process. */
+        return CUDA_ERROR_INVALID_CONTEXT;
+    case DIPC_NO_MEMORY:
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    case DIPC_BAD_HANDLE:
+    case DIPC_GONE:
+    case DIPC_NOT_BASE:
+        break;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult
+cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    unsigned char h[DIPC_HANDLE_BYTES];
+    CUresult rc;
+
+    FAKE_ENTER(cuIpcGetMemHandle, true);
+    if (pHandle == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (current_device() < 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    /* The base of a live cuMemAlloc allocation of this process only:
+     * freed memory, an interior pointer or an opened mapping is
+     * INVALID_VALUE. */
+    rc = ipc_result(dm_ipc_export(dptr, h, NULL));
+    if (rc == CUDA_SUCCESS) {
+        memcpy(pHandle->reserved, h, sizeof(h));
+    }
+    return rc;
+}
+
+CUresult
+cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                      unsigned int Flags)
+{
+    unsigned char h[DIPC_HANDLE_BYTES];
+    unsigned long long addr;
+    CUresult rc;
+    int dev;
+
+    FAKE_ENTER(cuIpcOpenMemHandle, true);
+    if (pdptr == NULL
+        || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    dev = current_device();
+    if (dev < 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    memcpy(h, handle.reserved, sizeof(h));
+    rc = ipc_result(dm_ipc_open(dev, h, -1, &addr));
+    if (rc == CUDA_SUCCESS) {
+        *pdptr = addr;
+    }
+    return rc;
+}
+
+/* CUDA 4.1's symbol: the same function. */
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                            unsigned int Flags)
+    __attribute__((alias("cuIpcOpenMemHandle_v2")));
+
+CUresult
+cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    FAKE_ENTER(cuIpcCloseMemHandle, true);
+    /* The driver refuses without a context (UCX pushes one first). */
+    if (current_device() < 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    return dm_ipc_close("cuIpcCloseMemHandle", dptr)
+               ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult
+cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    unsigned char h[DIPC_HANDLE_BYTES];
+    struct CUevent_st *e;
+    CUresult rc = CUDA_SUCCESS;
+
+    FAKE_ENTER(cuIpcGetEventHandle, true);
+    if (pHandle == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g_mu);
+    e = event_lookup(event);
+    /* An event made without CU_EVENT_INTERPROCESS: invalid resource
+     * handle, as the runtime's tests expect. */
+    if (e == NULL || e->cell == NULL) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    else if (e->cell->opened) {
+        memcpy(h, e->cell->handle, sizeof(h));
+    }
+    else if (!dipc_cell_export(e->cell->cell, h, NULL)) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc == CUDA_SUCCESS) {
+        memcpy(pHandle->reserved, h, sizeof(h));
+    }
+    return rc;
+}
+
+CUresult
+cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    struct fake_cell *cell;
+    enum dipc_result r;
+    CUresult rc;
+
+    FAKE_ENTER(cuIpcOpenEventHandle, true);
+    if (phEvent == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (current_device() < 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    cell = calloc(1, sizeof(*cell));
+    if (cell == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(cell->handle, handle.reserved, sizeof(cell->handle));
+    r = dipc_cell_open(cell->handle, -1, &cell->cell);
+    if (r != DIPC_OK) {
+        free(cell);
+        return ipc_result(r);
+    }
+    atomic_init(&cell->refs, 1);
+    cell->opened = true;
+    /* Behaves as a local event made with DISABLE_TIMING. */
+    pthread_mutex_lock(&g_mu);
+    rc = event_register(CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING, cell,
+                        phEvent);
+    pthread_mutex_unlock(&g_mu);
+    if (rc != CUDA_SUCCESS) {
+        cell_unref(cell);
+    }
+    return rc;
 }
 
 /* Page-locked memory for the current context's device. */
@@ -3455,9 +3790,11 @@ struct fake_proc {
     {#name, version, (void *)symbol},
 static const struct fake_proc fake_procs[] = {
     ACC_CUDA_FUNCTIONS(FAKE_PROC)
+    ACC_CUDA_IPC_FUNCTIONS(FAKE_PROC)
     ACC_CUDA_OPTIONAL_FUNCTIONS(FAKE_PROC)
     ACC_CUDA_PEER_FUNCTIONS(FAKE_PROC)
     {"cuStreamGetCtx", 12050, (void *)cuStreamGetCtx_v2},
+    {"cuIpcOpenMemHandle", 4010, (void *)cuIpcOpenMemHandle},
     {"cuDeviceGetUuid", 9020, (void *)cuDeviceGetUuid},
     {"cuDeviceTotalMem", 2000, (void *)cuDeviceTotalMem},
     {"cuDevicePrimaryCtxRelease", 7000, (void *)cuDevicePrimaryCtxRelease},

@@ -78,8 +78,9 @@ enum dipc_result dm_ipc_open(int device,
                              const unsigned char h[DIPC_HANDLE_BYTES], int fd,
                              unsigned long long *addr);
 /* Close one open of what dm_ipc_open mapped at addr, unmapping it with
- * the last; false (reported) when addr is not an open import.  A later use of addr is a use after free.  dm_free
- * refuses an imported address. */
+ * the last; false (reported) when addr is not an open import.  A later
+ * use of addr is a use after free.  dm_free refuses an imported
+ * address. */
 bool dm_ipc_close(const char *api, unsigned long long addr);
 /* Whether addr is the base of an open import. */
 bool dm_ipc_imported(unsigned long long addr);

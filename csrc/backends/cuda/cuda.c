@@ -43,6 +43,7 @@ static struct {
     void *library;
     struct {
         ACC_CUDA_FUNCTIONS(CUDA_FN_FIELD)
+        ACC_CUDA_IPC_FUNCTIONS(CUDA_FN_FIELD)
         ACC_CUDA_OPTIONAL_FUNCTIONS(CUDA_FN_FIELD)
     } fn;
     int count;
@@ -143,6 +144,7 @@ cuda_resolve(acc_error *err)
     }                                                                      \
     memcpy(&cu.fn.name, &p, sizeof(p));
     ACC_CUDA_FUNCTIONS(CUDA_RESOLVE)
+    ACC_CUDA_IPC_FUNCTIONS(CUDA_RESOLVE)
 #undef CUDA_RESOLVE
     /* Newer than our ABI: asked for at their own version, NULL where the
      * driver is older (never by dlsym where cuGetProcAddress exists: the
@@ -884,6 +886,10 @@ cuda_event_create(acc_event *e, acc_error *err)
     if (e->flags & ACC_EVENT_BLOCKING) {
         flags |= CU_EVENT_BLOCKING_SYNC;
     }
+    if (e->flags & ACC_EVENT_INTERPROCESS) {
+        /* The driver refuses an interprocess event that times. */
+        flags |= CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+    }
     st = cuda_enter(e->device, &pushed, err);
     if (st == ACC_OK) {
         st = CU(cuEventCreate, (&event, flags));
@@ -944,6 +950,117 @@ cuda_event_elapsed_ms(acc_event *start, acc_event *end, float *ms,
                       cu.fn.cuEventElapsedTime(ms, (CUevent)start->native,
                                                (CUevent)end->native),
                       err);
+}
+
+/* Interprocess memory and events ----------------------------------------- */
+
+/*
+ * The driver's 64-byte handles travel as they are (no descriptor: fd -1).
+ * The calls need the device's context current: cuIpcOpenMemHandle maps
+ * into it, and cuIpcCloseMemHandle refuses without one.
+ */
+
+static acc_status
+cuda_ipc_mem_export(int device, uintptr_t base, acc_ipc_handle *h,
+                    acc_error *err)
+{
+    CUipcMemHandle handle;
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuIpcGetMemHandle, (&handle, (CUdeviceptr)base));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        memcpy(h->bytes, handle.reserved, sizeof(h->bytes));
+        h->fd = -1;
+    }
+    return st;
+}
+
+static acc_status
+cuda_ipc_mem_open(int device, const acc_ipc_handle *h, uintptr_t *base,
+                  acc_error *err)
+{
+    CUipcMemHandle handle;
+    CUdeviceptr p = 0;
+    int pushed;
+    acc_status st;
+
+    memcpy(handle.reserved, h->bytes, sizeof(handle.reserved));
+    st = cuda_enter(device, &pushed, err);
+    if (st == ACC_OK) {
+        st = CU(cuIpcOpenMemHandle,
+                (&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        *base = (uintptr_t)p;
+    }
+    else if (p != 0) {
+        /* Mapped, but restoring the caller's context failed: no leak. */
+        (void)cu.fn.cuIpcCloseMemHandle(p);
+    }
+    return st;
+}
+
+static void
+cuda_ipc_mem_close(int device, uintptr_t base)
+{
+    acc_error scratch;
+    acc_error *err = &scratch;
+    int pushed;
+    acc_status st = cuda_enter(device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuIpcCloseMemHandle, ((CUdeviceptr)base));
+    }
+    if (cuda_leave(pushed, st, err) != ACC_OK) {
+        acc_trace("cuda: %s", err->message);
+    }
+}
+
+static acc_status
+cuda_ipc_event_export(acc_event *e, acc_ipc_handle *h, acc_error *err)
+{
+    CUipcEventHandle handle;
+    int pushed;
+    acc_status st = cuda_enter(e->device, &pushed, err);
+
+    if (st == ACC_OK) {
+        st = CU(cuIpcGetEventHandle, (&handle, (CUevent)e->native));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        memcpy(h->bytes, handle.reserved, sizeof(h->bytes));
+        h->fd = -1;
+    }
+    return st;
+}
+
+static acc_status
+cuda_ipc_event_open(const acc_ipc_handle *h, acc_event *e, acc_error *err)
+{
+    CUipcEventHandle handle;
+    CUevent event = NULL;
+    int pushed;
+    acc_status st;
+
+    memcpy(handle.reserved, h->bytes, sizeof(handle.reserved));
+    st = cuda_enter(e->device, &pushed, err);
+    if (st == ACC_OK) {
+        st = CU(cuIpcOpenEventHandle, (&event, handle));
+    }
+    st = cuda_leave(pushed, st, err);
+    if (st == ACC_OK) {
+        e->native = event;
+        e->handle = (uintptr_t)event;
+    }
+    else if (event != NULL) {
+        (void)cu.fn.cuEventDestroy(event);
+    }
+    return st;
 }
 
 /* Kernels from source ------------------------------------------------- */
@@ -1443,4 +1560,9 @@ const acc_backend acc_cuda_backend = {
     .source_formats = ACC_FORMAT_BIT(ACC_FORMAT_CUDA_CXX),
     .compiler_open = cuda_compiler_open,
     .compile = cuda_compile,
+    .ipc_mem_export = cuda_ipc_mem_export,
+    .ipc_mem_open = cuda_ipc_mem_open,
+    .ipc_mem_close = cuda_ipc_mem_close,
+    .ipc_event_export = cuda_ipc_event_export,
+    .ipc_event_open = cuda_ipc_event_open,
 };

@@ -113,7 +113,8 @@
     X(CU_EVENT_BLOCKING_SYNC, 1)                             \
     X(CU_EVENT_DISABLE_TIMING, 2)                            \
     X(CU_EVENT_INTERPROCESS, 4)                              \
-    X(CU_MEMHOSTALLOC_PORTABLE, 1)
+    X(CU_MEMHOSTALLOC_PORTABLE, 1)                           \
+    X(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, 1)
 
 /* Stream capture modes and statuses. */
 #define ACC_CUDA_CAPTURE_MODES(X)                            \
@@ -202,6 +203,14 @@ typedef unsigned long long CUdeviceptr;
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
+/* Interprocess handles: 64 opaque bytes, passed by value to the open
+ * functions. */
+typedef struct CUipcMemHandle_st {
+    char reserved[64];
+} CUipcMemHandle;
+typedef struct CUipcEventHandle_st {
+    char reserved[64];
+} CUipcEventHandle;
 
 #endif /* ACC_CUDA_API_CHECK */
 
@@ -346,10 +355,29 @@ typedef struct CUuuid_st {
     X(cuModuleLoadData, cuModuleLoadData, 2000,                             \
       (CUmodule *module, const void *image))
 
+/*
+ * The interprocess functions (ipc slots), listed as ACC_CUDA_FUNCTIONS and
+ * resolved the same way (every driver the backend accepts has them); a
+ * list of their own so that the fault tests take them up with the core's
+ * interprocess API.  cuIpcOpenMemHandle is cuIpcOpenMemHandle_v2 since
+ * CUDA 11.0 (the same signature).
+ */
+#define ACC_CUDA_IPC_FUNCTIONS(X)                                           \
+    X(cuIpcGetMemHandle, cuIpcGetMemHandle, 4010,                           \
+      (CUipcMemHandle *pHandle, CUdeviceptr dptr))                          \
+    X(cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, 11000,                     \
+      (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags))      \
+    X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, (CUdeviceptr dptr))   \
+    X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010,                       \
+      (CUipcEventHandle *pHandle, CUevent event))                           \
+    X(cuIpcOpenEventHandle, cuIpcOpenEventHandle, 4010,                     \
+      (CUevent *phEvent, CUipcEventHandle handle))
+
 /* Function pointer types: acc_pfn_<base name>. */
 #define ACC_CUDA_PFN_TYPEDEF(name, symbol, version, params) \
     typedef CUresult (*acc_pfn_##name) params;
 ACC_CUDA_FUNCTIONS(ACC_CUDA_PFN_TYPEDEF)
+ACC_CUDA_IPC_FUNCTIONS(ACC_CUDA_PFN_TYPEDEF)
 ACC_CUDA_OPTIONAL_FUNCTIONS(ACC_CUDA_PFN_TYPEDEF)
 #undef ACC_CUDA_PFN_TYPEDEF
 
