@@ -290,11 +290,11 @@ def test_the_memory_outlives_an_exporter_that_exits_first(when) -> None:
 
 
 def test_the_interprocess_functions_are_listed_counted_and_failable() -> None:
-    """fake_drivers.ZeDouble.ipc_functions names ze_api.h's
-    ACC_ZE_IPC_FUNCTIONS, each of which the driver counts and can fail."""
+    """fake_drivers.ZeDouble.ipc_functions names the functions of its
+    ipc_symbol_list (ze_api.h's ACC_ZE_IPC_FUNCTIONS), each of which the
+    driver counts and can fail."""
     class IpcList(fake_drivers.ZeDouble):
-        symbol_lists = (("csrc/backends/level_zero/ze_api.h",
-                         "ACC_ZE_IPC_FUNCTIONS"),)
+        symbol_lists = (fake_drivers.ZeDouble.ipc_symbol_list,)
 
     header = IpcList.driver_functions()
     assert sorted(fake_drivers.ZeDouble.ipc_functions.values()) \
