@@ -798,11 +798,13 @@ class ZeDouble(DriverDouble):
     }
     symbol_lists = (("csrc/backends/level_zero/ze_api.h", "ACC_ZE_FUNCTIONS"),
                     ("csrc/backends/level_zero/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))
-    #: the interprocess functions (ze_api.h's ACC_ZE_IPC_FUNCTIONS, outside
-    #: symbol_lists until the core's interprocess API gives their fault
-    #: sites an action to reach them by), by what calls each: the backend's
-    #: ipc slots, and event_destroy for the pool an ipc_event_open opened;
-    #: counted and failable in the test driver (tests/test_ipc_ze_driver.py)
+    #: the interprocess functions (counted and failable like the others,
+    #: tests/test_ipc_ze_driver.py); they join symbol_lists, with their
+    #: fault_sites, once the product's interprocess API reaches them
+    ipc_symbol_list = ("csrc/backends/level_zero/ze_api.h",
+                       "ACC_ZE_IPC_FUNCTIONS")
+    #: the same functions by what calls each: the backend's ipc slots, and
+    #: event_destroy for the pool an ipc_event_open opened
     ipc_functions = {"ipc_mem_export": "zeMemGetIpcHandle",
                      "ipc_mem_open": "zeMemOpenIpcHandle",
                      "ipc_mem_close": "zeMemCloseIpcHandle",

@@ -21,6 +21,16 @@
  * and nothing can still wait on it (its "waiters": host threads blocking
  * on it, waits appended on lists, a stream's tail).
  *
+ * Interprocess events (ACC_EVENT_INTERPROCESS, ipc.c) are the one event
+ * of an event pool of their own (ZE_EVENT_POOL_FLAG_IPC), which another
+ * process opens by the pool's handle: their slot never moves.  A record
+ * reuses it as any slot is reused when it can; otherwise the stream
+ * resets it in order (after our signals still to come and the waits on
+ * it appended here) and signals it, then a "fence" slot of ours, which
+ * tells this process's queries and waits until it has signaled, while
+ * the event's slot still says the last record's state (events.c).  A
+ * released interprocess slot is destroyed once nothing here uses it.
+ *
  * Tails.  Every command this backend appends signals a slot, and the last
  * one becomes the stream's tail: the stream answers query() from it
  * without waiting and without appending anything.  Work that others append
@@ -227,6 +237,12 @@ typedef struct lz_device {
 
 typedef struct lz_event {
     lz_slot *slot;         /* under lz.lock */
+    /* An interprocess event recorded again in order (events.c): a slot
+     * of ours signalled right after the record's signal, which this
+     * process's waits, queries and synchronize use instead of slot,
+     * whose state is the last record's until the reset runs; NULL when
+     * the slot tells. */
+    lz_slot *fence;
     int device;
     int timing;
     /* Last recorded in a capture (graph.c; 0: not): its id, the fork
