@@ -517,3 +517,72 @@ def test_another_librarys_driver_handle_opens(shares, peer) -> None:
     buf.close()
     assert wait_until(lambda: held()["imports"] == 0)
     peer.exit()
+
+
+def test_the_arguments_are_checked(shares, peer) -> None:
+    """Every argument of the sharing calls is refused with what was wrong,
+    before anything is opened."""
+    Buffer, Event = accelerator.Buffer, accelerator.Event
+    data = bytes.fromhex(peer.call("make", name="p", nbytes=64, value=1))
+    raw = accelerator.IpcHandle(data).driver_handle
+    for call, cls, pattern in (
+            (lambda: Buffer.from_ipc_handle(), TypeError, "handle"),
+            (lambda: Buffer.from_ipc_handle(data, 3), TypeError,
+             "positional"),
+            (lambda: Buffer.from_ipc_handle(data, fd=True), TypeError,
+             "fd must be a file descriptor"),
+            (lambda: Buffer.from_ipc_handle(data, fd=1 << 40), ValueError,
+             "fd must be an open file descriptor"),
+            (lambda: Buffer.from_ipc_handle(data, fd=10 ** 30), ValueError,
+             "fd must be an open file descriptor"),
+            (lambda: Event.from_ipc_handle(data, blocking=1), TypeError,
+             "blocking must be a bool"),
+            (lambda: Event.from_ipc_handle(object()), TypeError,
+             "IpcHandle or its bytes"),
+            (lambda: Event.from_ipc_handle(data), ValueError,
+             "Buffer.from_ipc_handle"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, -1), ValueError,
+             "nbytes must be a size"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 8, -1), ValueError,
+             "offset must be a size"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 0), ValueError,
+             "nbytes must be positive"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 8, 2 ** 64 - 4),
+             ValueError, "fit in the address space"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 8, device=99),
+             accelerator.DeviceIndexError, "99"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 8, fd=-3),
+             ValueError, "fd must be"),
+            (lambda: accelerator.IpcHandle("text"), TypeError,
+             "data must be bytes"),
+            (lambda: accelerator.IpcHandle(data, fd=-1), ValueError,
+             "fd must be None"),
+            (lambda: accelerator.IpcHandle(b"x" * 216).kind, ValueError,
+             "mark or checksum"),
+            (lambda: Buffer(64)[0:0].ipc_handle(), ValueError,
+             "empty Buffer"),
+    ):
+        with pytest.raises(cls, match=pattern):
+            call()
+    # A closed Buffer, a wrapper of foreign memory, an unrecorded or
+    # ordinary event:
+    closed = Buffer(64)
+    closed.close()
+    with pytest.raises(ValueError):
+        closed.ipc_handle()
+    theirs = Buffer.from_ipc_handle(data)
+    with pytest.raises(ValueError, match="only memory this module"):
+        theirs.ipc_handle()
+    with pytest.raises(ValueError, match="interprocess=True"):
+        e = Event()
+        e.record()
+        e.ipc_handle()
+    # An IpcHandle's face: equal by bytes, pickled without its descriptor.
+    h = accelerator.IpcHandle(data, fd=5)
+    assert h == accelerator.IpcHandle(data) and hash(h) == hash(data)
+    assert bytes(h) == data
+    assert pickle.loads(pickle.dumps(h)).fd is None
+    assert "64 bytes" in repr(h) and "unreadable" in repr(
+        accelerator.IpcHandle(b"\0"))
+    theirs.close()
+    peer.exit()
