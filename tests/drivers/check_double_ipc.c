@@ -229,9 +229,14 @@ main(void)
 
     dm_configure("check_double_ipc", 1ULL << 30);
     CHECK(dm_alloc(0, 1000, false, &a) == DM_OK);
-    CHECK(getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur == r.rlim_max);
     CHECK(dm_ipc_export(a + 1, h, NULL) == DIPC_NOT_BASE);
+    fill(a, 1000, 7);
+    /* The bytes move into a memfd, guards included. */
     CHECK(dm_ipc_export(a, h, &fd) == DIPC_OK && fd >= 0);
+    CHECK(getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur == r.rlim_max);
+    read_back(a, buf, sizeof(buf));
+    CHECK(all(buf, sizeof(buf), 7));
+    CHECK(dm_live("guard_damage") == 0);
     CHECK(dm_ipc_export(a, h, NULL) == DIPC_OK);
     CHECK(dm_live("ipc_exported") == 1);
     for (int i = 0; i < 8; i++) {
@@ -241,7 +246,6 @@ main(void)
     CHECK(dipc_handle_ok(h, DIPC_MEMORY) && !dipc_handle_ok(h, DIPC_EVENT));
     CHECK(dipc_handle_pid(h) == getpid());
     CHECK(dm_ipc_open(0, h, -1, &b) == DIPC_OWN_PROCESS);
-    fill(a, 1000, 7);
 
     cell = dipc_cell_create();
     CHECK(cell != NULL && dipc_cell_query(cell));
