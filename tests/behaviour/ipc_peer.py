@@ -61,6 +61,12 @@ def command(c: dict[str, Any]) -> Any:
         e.record()
         objects[c["name"]] = e
         return e.ipc_handle().data.hex()
+    if op == "fill_and_close":
+        # Work still queued on it when it is closed.
+        buf = objects.pop(c["name"])
+        buf.fill(c["value"])
+        buf.close()
+        return True
     if op == "close":
         objects.pop(c["name"]).close()
         return True

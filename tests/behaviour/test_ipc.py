@@ -228,6 +228,19 @@ def test_the_memory_outlives_the_producers_buffer(shares, peer,
     peer.exit()
 
 
+def test_a_consumer_closing_with_work_queued_lets_go_at_once(
+        shares, peer, limbo) -> None:
+    """The consumer's close() waits for its own work on the memory and
+    drops its lease then, without a later call of its own."""
+    buf = filled(4096, 0)
+    peer.call("open", name="b", handle=buf.ipc_handle().data.hex())
+    buf.close()
+    peer.call("fill_and_close", name="b", value=0x66)
+    accelerator.ipc_collect()
+    assert limbo() == 0           # the peer is idle from here on
+    peer.exit()
+
+
 def test_a_consumer_killed_with_sigkill_lets_the_memory_go(shares, peer,
                                                           limbo) -> None:
     buf = filled(4096, 3)
@@ -262,7 +275,7 @@ def test_the_producer_exiting_first(shares, peer) -> None:
     mine.close()
     with pytest.raises(RuntimeError, match="has exited"):
         accelerator.Buffer.from_ipc_handle(late)
-    assert held()["imports"] == 0
+    assert wait_until(lambda: held()["imports"] == 0)
 
 
 def test_eight_consumers_of_one_buffer(shares, limbo) -> None:
