@@ -40,6 +40,9 @@ def command(c: dict[str, Any]) -> Any:
         objects[c["name"]] = accelerator.Event.from_ipc_handle(
             bytes.fromhex(c["handle"]))
         return True
+    if op == "query_event":
+        objects[c["name"]].synchronize()
+        return objects[c["name"]].query()
     if op == "read":
         return read(c["name"])
     if op == "fill":

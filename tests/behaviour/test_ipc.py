@@ -599,3 +599,36 @@ def test_the_arguments_are_checked(shares, peer) -> None:
         accelerator.IpcHandle(b"\0"))
     theirs.close()
     peer.exit()
+
+
+def test_an_interprocess_event_recorded_again_while_in_use(
+        shares, peer, driver) -> None:
+    """Recorded again while its last record is pending and streams wait on
+    it, here and in another process: each wait sees the record it was
+    called after, and the event is the same driver event throughout (the
+    other process keeps it)."""
+    s1, s2 = accelerator.Stream(), accelerator.Stream()
+    e = accelerator.Event(interprocess=True)
+    e.record(s1)
+    peer.call("open_event", name="e", handle=e.ipc_handle().data.hex())
+    buf = filled(64, 0)
+    with driver.gate(s1):
+        buf.fill(1, stream=s1)
+        e.record(s1)
+        s2.wait_event(e)
+        buf.fill(2, stream=s1)
+        e.record(s1)
+        s2.wait_event(e)
+        assert not e.query()
+    s2.synchronize()
+    assert e.query()
+    assert host_of(buf) == b"\x02" * 64
+    # The peer sees the latest record complete.
+    assert peer.call("query_event", name="e") is True
+    for _ in range(20):
+        with driver.gate(s1):
+            e.record(s1)
+            s2.wait_event(e)
+        s2.synchronize()
+    assert e.query()
+    peer.exit()
