@@ -72,6 +72,18 @@ def command(c: dict[str, Any]) -> Any:
         buf.fill((c["value"] + 1) % 256)
         ours.record(stream)
         return True
+    if op == "handles":
+        # n more handles of a named Buffer (or of its [start:stop] view).
+        buf = objects[c["name"]]
+        if "stop" in c:
+            buf = buf[c.get("start", 0):c["stop"]]
+        return [buf.ipc_handle().data.hex() for _ in range(c["n"])]
+    if op == "event_handles":
+        e = objects[c["name"]]
+        return [e.ipc_handle().data.hex() for _ in range(c["n"])]
+    if op == "collect":
+        accelerator.ipc_collect()
+        return accelerator._accelerator._ipc_held()
     if op == "fds":
         return len(os.listdir("/proc/self/fd"))
     if op == "held":
