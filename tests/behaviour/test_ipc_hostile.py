@@ -573,3 +573,41 @@ def test_a_fork_child_cannot_share_and_does_not_release_the_parents(
     assert host_of(mine) == b"\x42" * 4096
     mine.close()
     peer.exit()
+
+
+def test_two_threads_opening_one_allocation_map_it_once(calls, driver,
+                                                       peer) -> None:
+    """While one thread's open of an allocation waits in the driver, a
+    second thread opening another handle of that allocation must not map
+    it again (docs: a process maps an allocation once; real drivers open
+    a handle once per context).  FAILED before the fix: ipc.c looked for
+    the mapping, dropped its lock for the driver's open, and inserted
+    after, so both threads opened."""
+    peer.call("make", name="b", nbytes=1 << 16, value=0x2B)
+    first, second = (bytes.fromhex(h) for h in
+                     peer.call("handles", name="b", n=2))
+    opened = driver.calls(calls["mem_open"])
+    gate = driver.hold(calls["mem_open"])
+    got: list[Any] = []
+    a = threading.Thread(
+        target=lambda: got.append(accelerator.Buffer.from_ipc_handle(first)))
+    a.start()
+    while driver.held(calls["mem_open"]) == 0:
+        pass
+    b = threading.Thread(
+        target=lambda: got.append(accelerator.Buffer.from_ipc_handle(second)))
+    b.start()
+    b.join(0.5)
+    gate.open()
+    a.join(30)
+    b.join(30)
+    assert driver.hold_expired(calls["mem_open"]) == 0
+    assert len(got) == 2
+    assert driver.calls(calls["mem_open"]) - opened == 1
+    assert held()["imports"] == 1
+    for buf in got:
+        assert host_of(buf)[:2] == b"\x2b\x2b"
+        buf.close()
+    del got, buf
+    assert wait_until(lambda: held()["imports"] == 0)
+    peer.exit()
