@@ -826,6 +826,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
         I.maps = m;
         pthread_mutex_unlock(&I.lock);
     }
+    acc_lease_spend(imp->lease);
     imp->map = m;
     *ptr = m->here + (uintptr_t)v.offset;
     *nbytes = (size_t)v.nbytes;
@@ -929,6 +930,7 @@ acc_ipc_open_event(const unsigned char *data, size_t size, int fd,
     e->handle = made.handle;
     e->native = made.native;
     atomic_store_explicit(&e->state, ACC_EVENT_MADE, memory_order_release);
+    acc_lease_spend(ie->lease);
     ie->e = e;
     pthread_mutex_lock(&I.lock);
     ie->next = I.events;
