@@ -498,7 +498,9 @@ def test_a_forged_allocation_size_cannot_reach_past_the_mapping(
     except (ValueError, RuntimeError):
         pass
     else:
-        assert b.nbytes <= alloc, "a Buffer larger than the mapping"
+        nbytes = b.nbytes
+        b.close()
+        assert nbytes <= alloc, "a Buffer larger than the mapping"
     # Also once the allocation is mapped here by an honest handle.
     honest = accelerator.Buffer.from_ipc_handle(good)
     big2 = forged(good, alloc_size=alloc * 64, nbytes=alloc * 64,
@@ -508,8 +510,12 @@ def test_a_forged_allocation_size_cannot_reach_past_the_mapping(
     except (ValueError, RuntimeError):
         pass
     else:
-        assert b2.nbytes <= alloc, "a Buffer larger than the mapping"
+        nbytes = b2.nbytes
+        b2.close()
+        b.close()
+        assert nbytes <= alloc, "a Buffer larger than the mapping"
     honest.close()
+    assert wait_until(lambda: held()["imports"] == 0)
     peer.exit()
 
 
@@ -583,6 +589,7 @@ def test_two_threads_opening_one_allocation_map_it_once(calls, driver,
     a handle once per context).  FAILED before the fix: ipc.c looked for
     the mapping, dropped its lock for the driver's open, and inserted
     after, so both threads opened."""
+    assert wait_until(lambda: held()["imports"] == 0)
     peer.call("make", name="b", nbytes=1 << 16, value=0x2B)
     first, second = (bytes.fromhex(h) for h in
                      peer.call("handles", name="b", n=2))
