@@ -109,6 +109,11 @@ typedef struct imported_event {
 
 static struct {
     pthread_mutex_t lock;
+    /* Held around looking a mapping up and opening it, and around
+     * closing one (taken before lock, never under it): two threads
+     * opening handles of one allocation map it once, and a mapping
+     * being closed is not opened again until its close is done. */
+    pthread_mutex_t maps_lock;
     export_rec *exports;
     mapping *maps;
     opened *opened;
@@ -119,6 +124,7 @@ static struct {
     unsigned long long start;   /* this process's */
 } I = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .maps_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
 /* Facts of processes ----------------------------------------------------- */
@@ -790,6 +796,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
     if (st != ACC_OK) {
         goto fail;
     }
+    pthread_mutex_lock(&I.maps_lock);
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
         if (m->pid == v.pid && m->start == v.start && m->base == v.base) {
@@ -801,6 +808,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
     if (m == NULL) {
         m = calloc(1, sizeof(*m));
         if (m == NULL) {
+            pthread_mutex_unlock(&I.maps_lock);
             st = acc_error_host_memory(err);
             goto fail;
         }
@@ -813,6 +821,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
             close(h.fd);
         }
         if (st != ACC_OK) {
+            pthread_mutex_unlock(&I.maps_lock);
             free(m);
             goto fail;
         }
@@ -826,6 +835,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
         I.maps = m;
         pthread_mutex_unlock(&I.lock);
     }
+    pthread_mutex_unlock(&I.maps_lock);
     acc_lease_spend(imp->lease);
     imp->map = m;
     *ptr = m->here + (uintptr_t)v.offset;
@@ -846,6 +856,7 @@ acc_ipc_import_close(acc_ipc_import *imp)
 {
     mapping *m = imp->map, *gone = NULL;
 
+    pthread_mutex_lock(&I.maps_lock);
     pthread_mutex_lock(&I.lock);
     if (--m->refs == 0) {
         for (mapping **p = &I.maps; *p != NULL; p = &(*p)->next) {
@@ -860,6 +871,7 @@ acc_ipc_import_close(acc_ipc_import *imp)
     if (gone != NULL && !acc_forked()) {
         acc_selected_backend()->ipc_mem_close(gone->device, gone->here);
     }
+    pthread_mutex_unlock(&I.maps_lock);
     free(gone);
     acc_lease_drop(imp->lease);
     free(imp);
@@ -979,6 +991,7 @@ after_fork_child(void)
     /* What the parent shared is the parent's: the child neither frees
      * nor closes it (the allocator leaves the parent's memory alone). */
     pthread_mutex_init(&I.lock, NULL);
+    pthread_mutex_init(&I.maps_lock, NULL);
     I.exports = NULL;
     I.maps = NULL;
     I.opened = NULL;
