@@ -84,6 +84,7 @@ typedef struct mapping {
     uint64_t base;              /* in the exporter */
     int device;
     uintptr_t here;
+    uint64_t size;              /* bytes mapped from here on */
     int refs;
 } mapping;
 
@@ -800,11 +801,20 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
         if (m->pid == v.pid && m->start == v.start && m->base == v.base) {
-            m->refs++;
             break;
         }
     }
+    /* (offset + nbytes <= alloc_size, checked above: no overflow.) */
+    if (m != NULL && v.offset + v.nbytes <= m->size) {
+        m->refs++;
+    }
     pthread_mutex_unlock(&I.lock);
+    if (m != NULL && v.offset + v.nbytes > m->size) {
+        pthread_mutex_unlock(&I.maps_lock);
+        st = garbage("its range lies outside the allocation mapped here",
+                     err);
+        goto fail;
+    }
     if (m == NULL) {
         m = calloc(1, sizeof(*m));
         if (m == NULL) {
@@ -823,6 +833,28 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
         if (st != ACC_OK) {
             pthread_mutex_unlock(&I.maps_lock);
             free(m);
+            goto fail;
+        }
+        /* The handle's sizes are checked against the mapping the driver
+         * made, where it tells (a handle can lie, checksum and all). */
+        m->size = v.alloc_size;
+        if (be->pointer_range != NULL) {
+            acc_error scratch;
+            uintptr_t rbase = 0;
+            size_t rsize = 0;
+
+            if (be->pointer_range(*device, m->here, &rbase, &rsize,
+                                  &scratch) == ACC_OK
+                && rbase <= m->here && rbase + rsize > m->here) {
+                m->size = (uint64_t)(rbase + rsize - m->here);
+            }
+        }
+        if (v.offset + v.nbytes > m->size) {
+            be->ipc_mem_close(*device, m->here);
+            pthread_mutex_unlock(&I.maps_lock);
+            free(m);
+            st = garbage("its range lies outside the allocation it names",
+                         err);
             goto fail;
         }
         m->pid = v.pid;
