@@ -84,6 +84,13 @@ def command(c: dict[str, Any]) -> Any:
     if op == "collect":
         accelerator.ipc_collect()
         return accelerator._accelerator._ipc_held()
+    if op == "delay":
+        # Slow a driver function of this process's double (a test kills
+        # the peer inside it).
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+        import fake_drivers
+        fake_drivers.under_test()().delay(c["function"], c["ms"])
+        return True
     if op == "fds":
         return len(os.listdir("/proc/self/fd"))
     if op == "held":

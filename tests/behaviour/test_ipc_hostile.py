@@ -618,3 +618,97 @@ def test_two_threads_opening_one_allocation_map_it_once(calls, driver,
     del got, buf
     assert wait_until(lambda: held()["imports"] == 0)
     peer.exit()
+
+
+SUBINTERPRETERS = r"""
+import gc, sys
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+import accelerator as a
+h1, h2, e1 = (bytes.fromhex(x) for x in sys.argv[1:4])
+code = '''
+import accelerator as a
+b = a.Buffer.from_ipc_handle(bytes.fromhex(H1))
+host = bytearray(b.nbytes)
+b.copy_to(host)
+assert host == bytes([0x61]) * b.nbytes, host[:4]
+e = a.Event.from_ipc_handle(bytes.fromhex(E1))
+e.synchronize()
+mine = a.Buffer(4096)
+mine.fill(5)
+h = mine.ipc_handle()
+'''.replace("H1", repr(h1.hex())).replace("E1", repr(e1.hex()))
+interp = interpreters.create()
+interpreters.run_string(interp, code)
+interpreters.destroy(interp)
+gc.collect()
+try:
+    a.Buffer.from_ipc_handle(h1)
+    print("reopened")
+except ValueError as exc:
+    assert "already" in str(exc), exc
+b2 = a.Buffer.from_ipc_handle(h2)
+host = bytearray(b2.nbytes)
+b2.copy_to(host)
+assert host == bytes([0x61]) * b2.nbytes
+b2.close()
+del b2
+a.synchronize()
+for _ in range(100):
+    a.ipc_collect()
+    if a._accelerator._ipc_held()["imports"] == 0:
+        break
+print(a._accelerator._ipc_held())
+"""
+
+
+def test_subinterpreters_open_and_share(calls, peer, tmp_path) -> None:
+    import subprocess
+    import sys
+    from test_ipc import SRC
+    h1 = peer.call("make", name="b", nbytes=4096, value=0x61)
+    h2 = peer.call("handles", name="b", n=1)[0]
+    e1 = peer.call("make_event", name="e")
+    script = tmp_path / "sub.py"
+    script.write_text(SUBINTERPRETERS)
+    result = subprocess.run(
+        [sys.executable, str(script), h1, h2, e1],
+        env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True,
+        text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "reopened" not in result.stdout
+    assert "'imports': 0" in result.stdout, result.stdout
+    # The consumer exited: the peer's memory goes once dropped.
+    peer.call("drop", name="b")
+    assert peer.call("collect")["blocks"] == 0
+    peer.exit()
+
+
+def test_consumer_killed_inside_the_drivers_open(calls, limbo) -> None:
+    buf = filled(8192, 0x3E)
+    e = accelerator.Event(interprocess=True)
+    e.record()
+    for function, op, handle in (
+            (calls["mem_open"], "open", lambda: buf.ipc_handle()),
+            (calls["event_open"], "open_event", lambda: e.ipc_handle())):
+        p = Peer()
+        p.call("delay", function=function, ms=2000)
+        assert p.proc.stdin is not None
+        p.proc.stdin.write(
+            '{"op": "%s", "name": "x", "handle": "%s"}\n'
+            % (op, handle().data.hex()))
+        p.proc.stdin.flush()
+        import time
+        time.sleep(0.5)
+        p.kill()
+    # Another consumer opens and reads as if nothing happened.
+    q = Peer()
+    q.call("open", name="b", handle=buf.ipc_handle().data.hex())
+    q.call("open_event", name="e", handle=e.ipc_handle().data.hex())
+    assert q.call("read", name="b") == "3e" * 8192
+    q.exit()
+    e.record()
+    e.synchronize()
+    assert host_of(buf) == b"\x3e" * 8192
