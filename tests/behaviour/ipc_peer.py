@@ -91,6 +91,11 @@ def command(c: dict[str, Any]) -> Any:
         import fake_drivers
         fake_drivers.under_test()().delay(c["function"], c["ms"])
         return True
+    if op == "record":
+        e = objects[c["name"]]
+        e.record()
+        e.synchronize()
+        return e.query()
     if op == "fds":
         return len(os.listdir("/proc/self/fd"))
     if op == "held":

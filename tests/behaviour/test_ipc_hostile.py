@@ -712,3 +712,104 @@ def test_consumer_killed_inside_the_drivers_open(calls, limbo) -> None:
     e.record()
     e.synchronize()
     assert host_of(buf) == b"\x3e" * 8192
+
+
+def test_an_event_dropped_by_its_producer_lives_while_opened(calls, driver,
+                                                             peer) -> None:
+    warm = accelerator.Event(interprocess=True)
+    warm.record()
+    warm.synchronize()
+    before = settled(driver)
+    base = held()["events"]
+    e = accelerator.Event(interprocess=True)
+    e.record()
+    peer.call("open_event", name="e", handle=e.ipc_handle().data.hex())
+    del e
+    accelerator.ipc_collect()
+    assert held()["events"] == base + 1
+    for _ in range(20):
+        assert peer.call("record", name="e") is True
+    peer.call("drop", name="e")
+    assert wait_until(lambda: held()["events"] == base)
+    assert settled(driver) == before
+    peer.exit()
+
+
+def test_threads_export_and_record_one_event_at_once(calls, peer) -> None:
+    e = accelerator.Event(interprocess=True)
+    e.record()
+    out: list[bytes] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def export() -> None:
+        try:
+            for _ in range(50):
+                out.append(e.ipc_handle().data)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def record() -> None:
+        try:
+            while not stop.is_set():
+                e.record()
+        except BaseException as exc:
+            errors.append(exc)
+
+    r = threading.Thread(target=record)
+    r.start()
+    threads = [threading.Thread(target=export) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    r.join()
+    assert not errors, errors
+    assert len(set(out)) == 200
+    for h in out[:5]:
+        peer.call("open_event", name=h.hex()[-12:], handle=h.hex())
+    assert peer.call("record", name=out[0].hex()[-12:]) is True
+    e.synchronize()
+    peer.exit()
+
+
+def _unpickle_in_a_fork_child(data: bytes, answers: Any) -> None:
+    import pickle
+    try:
+        pickle.loads(data)
+        answers.put("opened")
+    except RuntimeError as exc:
+        answers.put("refused: " + str(exc))
+
+
+def test_a_forked_multiprocessing_child_is_refused_cleanly(calls,
+                                                          peer) -> None:
+    import multiprocessing
+    import pickle
+    data = bytes.fromhex(peer.call("make", name="b", nbytes=256, value=1))
+    ctx = multiprocessing.get_context("fork")
+    answers = ctx.Queue()
+    blob = pickle.dumps(accelerator.IpcHandle(data))
+    assert pickle.loads(blob).data == data
+    child = ctx.Process(target=_unpickle_in_a_fork_child,
+                        args=(pickle.dumps(_PickledBuffer(data)), answers))
+    child.start()
+    answer = answers.get(timeout=60)
+    child.join(60)
+    assert answer.startswith("refused") and "fork" in answer, answer
+    # The parent still opens it.
+    b = accelerator.Buffer.from_ipc_handle(data)
+    assert host_of(b) == b"\x01" * 256
+    peer.exit()
+
+
+class _PickledBuffer:
+    """Unpickles as Buffer.from_ipc_handle(data), as a pickled Buffer does."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> Any:
+        from accelerator import _ipc
+        return _ipc._reduction("_rebuild_buffer", self.data)
