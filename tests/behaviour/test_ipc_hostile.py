@@ -813,3 +813,75 @@ class _PickledBuffer:
     def __reduce__(self) -> Any:
         from accelerator import _ipc
         return _ipc._reduction("_rebuild_buffer", self.data)
+
+
+def test_descriptors_passed_with_a_handle(calls, accel_type, peer,
+                                          tmp_path) -> None:
+    """fd= that is closed, of another file, or of this process's own:
+    refused or ignored (backends whose handles rest on none), and the
+    caller's descriptor stays the caller's."""
+    data = bytes.fromhex(peer.call("make", name="b", nbytes=1024, value=9))
+    nfd = fds()
+    other = open(tmp_path / "f", "wb+")
+    r, w = os.pipe()
+    try:
+        for fd in (other.fileno(), r, 2 ** 20):
+            try:
+                b = accelerator.Buffer.from_ipc_handle(data, fd=fd)
+            except (ValueError, RuntimeError) as exc:
+                assert accel_type == "xpu", exc
+            else:
+                # CUDA and HIP handles need no descriptor: fd is unused.
+                assert accel_type != "xpu"
+                assert host_of(b) == b"\x09" * 1024
+                b.close()
+                del b
+                data = bytes.fromhex(peer.call("handles", name="b",
+                                               n=1)[0])
+            os.fstat(other.fileno())
+            os.fstat(r)
+        assert wait_until(lambda: held()["imports"] == 0)
+    finally:
+        other.close()
+        os.close(r)
+        os.close(w)
+    assert fds() == nfd
+    b = accelerator.Buffer.from_ipc_handle(data)
+    assert host_of(b) == b"\x09" * 1024
+    peer.exit()
+
+
+def test_what_cannot_be_shared_says_so(calls, peer) -> None:
+    data = bytes.fromhex(peer.call("make", name="b", nbytes=1024, value=2))
+    theirs = accelerator.Buffer.from_ipc_handle(data)
+    with pytest.raises(ValueError, match="only memory this module"):
+        theirs.ipc_handle()
+    with pytest.raises(ValueError, match="only memory this module"):
+        theirs[0:16].ipc_handle()
+    buf = filled(64, 1)
+    with pytest.raises(ValueError, match="empty"):
+        buf[64:64].ipc_handle()
+    buf.close()
+    with pytest.raises(ValueError):
+        buf.ipc_handle()
+    plain = accelerator.Event()
+    plain.record()
+    with pytest.raises(ValueError, match="interprocess"):
+        plain.ipc_handle()
+    for bad in (None, 1.5, "x" * 216, [0] * 216, object()):
+        with pytest.raises(TypeError):
+            accelerator.Buffer.from_ipc_handle(bad)
+        with pytest.raises(TypeError):
+            accelerator.Event.from_ipc_handle(bad)
+    with pytest.raises(TypeError):
+        accelerator.Event.from_ipc_handle(data, blocking=1)
+    with pytest.raises(TypeError):
+        accelerator.IpcHandle("x")
+    for fd in (-1, True, 1.0):
+        with pytest.raises(ValueError):
+            accelerator.IpcHandle(data, fd=fd)
+    h = accelerator.IpcHandle(data)
+    assert h.kind == "memory" and h.nbytes == 1024
+    assert "unreadable" in repr(accelerator.IpcHandle(b"x" * 10))
+    assert held()["imports"] == 1
+    peer.exit()
