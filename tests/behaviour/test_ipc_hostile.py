@@ -885,3 +885,24 @@ def test_what_cannot_be_shared_says_so(calls, peer) -> None:
     assert "unreadable" in repr(accelerator.IpcHandle(b"x" * 10))
     assert held()["imports"] == 1
     peer.exit()
+
+
+def test_every_entry_point_refuses_where_nothing_is_shared(facts) -> None:
+    if facts.has("ipc"):
+        pytest.skip("this backend shares memory")
+    import pickle
+    why = facts.lacks["ipc"]
+    buf = filled(64, 1)
+    e = accelerator.Event(interprocess=True)
+    e.record()
+    for call in (buf.ipc_handle, buf[0:8].ipc_handle, e.ipc_handle,
+                 lambda: pickle.dumps(buf), lambda: pickle.dumps(e),
+                 lambda: accelerator.Buffer.from_ipc_handle(bytes(216)),
+                 lambda: accelerator.Buffer.from_ipc_handle(b"junk"),
+                 lambda: accelerator.Event.from_ipc_handle(bytes(216))):
+        with pytest.raises(NotImplementedError) as info:
+            call()
+        assert why in str(info.value)
+    accelerator.ipc_collect()
+    assert held() == {"blocks": 0, "bytes": 0, "events": 0, "imports": 0}
+    assert host_of(buf) == b"\x01" * 64
