@@ -84,6 +84,13 @@ def command(c: dict[str, Any]) -> Any:
     if op == "collect":
         accelerator.ipc_collect()
         return accelerator._accelerator._ipc_held()
+    if op == "open_many":
+        # Open every handle of a list (kept, as one list, by name).
+        cls = (accelerator.Event if c.get("kind") == "event"
+               else accelerator.Buffer)
+        objects[c["name"]] = [cls.from_ipc_handle(bytes.fromhex(h))
+                              for h in c["handles"]]
+        return len(objects[c["name"]])
     if op == "delay":
         # Slow a driver function of this process's double (a test kills
         # the peer inside it).
