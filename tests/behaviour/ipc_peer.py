@@ -84,6 +84,12 @@ def command(c: dict[str, Any]) -> Any:
     if op == "collect":
         accelerator.ipc_collect()
         return accelerator._accelerator._ipc_held()
+    if op == "fill_close":
+        # Queue a fill and close at once: the close waits for the fill.
+        buf = objects.pop(c["name"])
+        buf.fill(c["value"])
+        buf.close()
+        return True
     if op == "open_many":
         # Open every handle of a list (kept, as one list, by name).
         cls = (accelerator.Event if c.get("kind") == "event"

@@ -921,3 +921,26 @@ def test_every_entry_point_refuses_where_nothing_is_shared(facts) -> None:
     accelerator.ipc_collect()
     assert held() == {"blocks": 0, "bytes": 0, "events": 0, "imports": 0}
     assert host_of(buf) == b"\x01" * 64
+
+
+def test_a_consumer_that_closes_with_work_queued_then_idles_lets_go(
+        calls, limbo) -> None:
+    """docs/processes.rst: a consumer lets go by closing its Buffer, "the
+    memory goes once the work queued on it there has completed".  FAILS
+    (defect, not fixed here): the consumer's close with work queued is a
+    deferred release that runs only at that process's next poll (its next
+    call into the module); a consumer that then idles holds the
+    producer's memory for as long as it idles.  Also behind the
+    intermittent test_ipc.py::test_the_memory_outlives_the_producers_buffer
+    failure (its peer closes after a read, then waits)."""
+    p = Peer()
+    try:
+        for i in range(5):
+            buf = filled(1 << 16, i)
+            p.call("open", name="b", handle=buf.ipc_handle().data.hex())
+            buf.close()
+            p.call("fill_close", name="b", value=i + 1)
+            # The fill completes at once on the double; the peer idles.
+            assert wait_until(lambda: limbo() == 0, seconds=3.0), i
+    finally:
+        p.kill()
