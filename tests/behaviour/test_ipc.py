@@ -84,6 +84,15 @@ def peer() -> Any:
     p._close()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def nothing_held_after_the_module() -> Any:
+    """The module leaves nothing shared behind: what its consumers let go
+    is freed before the next module counts allocations."""
+    yield
+    assert wait_until(lambda: held() == {"blocks": 0, "bytes": 0,
+                                         "events": 0, "imports": 0}), held()
+
+
 def host_of(buf: accelerator.Buffer) -> bytes:
     out = bytearray(buf.nbytes)
     buf.copy_to(out)
@@ -396,7 +405,25 @@ def test_through_a_pipe_and_a_file(shares, peer, tmp_path) -> None:
     # A pickle is a handle too (opened here it would be this process's).
     with pytest.raises(ValueError, match="this very process"):
         pickle.loads(path.read_bytes())
+    # The peer opens the pickle's handle (one never opened would hold the
+    # memory for as long as this process, the whole suite, lives).
+    assert peer.call("open", name="f",
+                     handle=_handle_in(path.read_bytes()).hex()) == 64
+    assert peer.call("read", name="f") == "11" * 64
     peer.exit()
+
+
+def _handle_in(pickled: bytes) -> bytes:
+    """The handle's bytes that a pickled Buffer holds."""
+    import io
+
+    class Grab(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if name == "_rebuild_buffer":
+                return lambda data: data
+            return super().find_class(module, name)
+
+    return Grab(io.BytesIO(pickled)).load()
 
 
 # Bad handles ----------------------------------------------------------------
@@ -420,10 +447,11 @@ def test_bad_handles_are_refused_with_the_reason(shares, peer) -> None:
         Buffer.from_ipc_handle(good, fd=-1)
     with pytest.raises(ValueError, match="this very process"):
         Buffer.from_ipc_handle(good)
+    e = accelerator.Event(interprocess=True)
+    e.record()
+    event_handle = e.ipc_handle()
     with pytest.raises(ValueError, match="Event.from_ipc_handle"):
-        e = accelerator.Event(interprocess=True)
-        e.record()
-        Buffer.from_ipc_handle(e.ipc_handle())
+        Buffer.from_ipc_handle(event_handle)
     # As another process sees them:
     for changes, error in (
             ({"boot": bytes(16)}, "another machine"),
@@ -439,6 +467,9 @@ def test_bad_handles_are_refused_with_the_reason(shares, peer) -> None:
         peer.call("open", name="again", handle=good.hex())
     # The failed opens spent nothing and left nothing open.
     assert peer.call("held")["imports"] == 1
+    # The event's handle opened where it belongs (a handle never opened
+    # holds its event for as long as this process lives).
+    peer.call("open_event", name="e", handle=event_handle.data.hex())
     peer.exit()
 
 

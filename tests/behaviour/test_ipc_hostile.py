@@ -53,6 +53,16 @@ def peer() -> Any:
     p._close()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def nothing_held_after_the_module() -> Any:
+    """The module leaves nothing shared behind: what its consumers let go
+    is freed before the next module counts allocations."""
+    yield
+    gc.collect()
+    assert wait_until(lambda: held() == {"blocks": 0, "bytes": 0,
+                                         "events": 0, "imports": 0}), held()
+
+
 def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
