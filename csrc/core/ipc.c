@@ -85,6 +85,7 @@ typedef struct mapping {
     unsigned char driver[ACC_IPC_HANDLE_SIZE]; /* when pid is 0 */
     int device;
     uintptr_t here;
+    uint64_t size;              /* bytes mapped from here on */
     int refs;
 } mapping;
 
@@ -112,10 +113,11 @@ typedef struct imported_event {
 
 static struct {
     pthread_mutex_t lock;
-    /* Held across a mapping's lookup and the driver's open or close, so
-     * that two threads never open one allocation twice (the drivers
-     * refuse that) nor one open while another closes it. */
-    pthread_mutex_t map_lock;
+    /* Held around looking a mapping up and opening it, and around
+     * closing one (taken before lock, never under it): two threads
+     * opening handles of one allocation map it once, and a mapping
+     * being closed is not opened again until its close is done. */
+    pthread_mutex_t maps_lock;
     export_rec *exports;
     mapping *maps;
     opened *opened;
@@ -126,7 +128,7 @@ static struct {
     unsigned long long start;   /* this process's */
 } I = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
-    .map_lock = PTHREAD_MUTEX_INITIALIZER,
+    .maps_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
 static void unadmit(const envelope *v, acc_lease *lease);
@@ -833,20 +835,29 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
         free(imp);
         return st;
     }
-    pthread_mutex_lock(&I.map_lock);
+    pthread_mutex_lock(&I.maps_lock);
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
         if (m->pid == v.pid && m->pid != 0 && m->start == v.start
             && m->base == v.base) {
-            m->refs++;
             break;
         }
     }
+    /* (offset + nbytes <= alloc_size, checked above: no overflow.) */
+    if (m != NULL && v.offset + v.nbytes <= m->size) {
+        m->refs++;
+    }
     pthread_mutex_unlock(&I.lock);
+    if (m != NULL && v.offset + v.nbytes > m->size) {
+        pthread_mutex_unlock(&I.maps_lock);
+        st = garbage("its range lies outside the allocation mapped here",
+                     err);
+        goto fail;
+    }
     if (m == NULL) {
         m = calloc(1, sizeof(*m));
         if (m == NULL) {
-            pthread_mutex_unlock(&I.map_lock);
+            pthread_mutex_unlock(&I.maps_lock);
             st = acc_error_host_memory(err);
             goto fail;
         }
@@ -859,8 +870,30 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
             close(h.fd);
         }
         if (st != ACC_OK) {
-            pthread_mutex_unlock(&I.map_lock);
+            pthread_mutex_unlock(&I.maps_lock);
             free(m);
+            goto fail;
+        }
+        /* The handle's sizes are checked against the mapping the driver
+         * made, where it tells (a handle can lie, checksum and all). */
+        m->size = v.alloc_size;
+        if (be->pointer_range != NULL) {
+            acc_error scratch;
+            uintptr_t rbase = 0;
+            size_t rsize = 0;
+
+            if (be->pointer_range(*device, m->here, &rbase, &rsize,
+                                  &scratch) == ACC_OK
+                && rbase <= m->here && rbase + rsize > m->here) {
+                m->size = (uint64_t)(rbase + rsize - m->here);
+            }
+        }
+        if (v.offset + v.nbytes > m->size) {
+            be->ipc_mem_close(*device, m->here);
+            pthread_mutex_unlock(&I.maps_lock);
+            free(m);
+            st = garbage("its range lies outside the allocation it names",
+                         err);
             goto fail;
         }
         m->pid = v.pid;
@@ -873,7 +906,8 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
         I.maps = m;
         pthread_mutex_unlock(&I.lock);
     }
-    pthread_mutex_unlock(&I.map_lock);
+    pthread_mutex_unlock(&I.maps_lock);
+    acc_lease_spend(imp->lease);
     imp->map = m;
     imp->v = v;
     *ptr = m->here + (uintptr_t)v.offset;
@@ -891,7 +925,7 @@ acc_ipc_import_close(acc_ipc_import *imp)
 {
     mapping *m = imp->map, *gone = NULL;
 
-    pthread_mutex_lock(&I.map_lock);
+    pthread_mutex_lock(&I.maps_lock);
     pthread_mutex_lock(&I.lock);
     if (--m->refs == 0) {
         for (mapping **p = &I.maps; *p != NULL; p = &(*p)->next) {
@@ -906,7 +940,7 @@ acc_ipc_import_close(acc_ipc_import *imp)
     if (gone != NULL && !acc_forked()) {
         acc_selected_backend()->ipc_mem_close(gone->device, gone->here);
     }
-    pthread_mutex_unlock(&I.map_lock);
+    pthread_mutex_unlock(&I.maps_lock);
     free(gone);
     if (imp->lease != NULL) {
         unadmit(&imp->v, imp->lease);   /* the handle may open again */
@@ -950,7 +984,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
     if (imp == NULL) {
         return acc_error_host_memory(err);
     }
-    pthread_mutex_lock(&I.map_lock);
+    pthread_mutex_lock(&I.maps_lock);
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
         if (m->pid == 0 && m->device == device
@@ -963,7 +997,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
     if (m == NULL) {
         m = calloc(1, sizeof(*m));
         if (m == NULL) {
-            pthread_mutex_unlock(&I.map_lock);
+            pthread_mutex_unlock(&I.maps_lock);
             free(imp);
             return acc_error_host_memory(err);
         }
@@ -982,7 +1016,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
             }
         }
         if (st != ACC_OK) {
-            pthread_mutex_unlock(&I.map_lock);
+            pthread_mutex_unlock(&I.maps_lock);
             free(m);
             free(imp);
             return st;
@@ -995,7 +1029,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
         I.maps = m;
         pthread_mutex_unlock(&I.lock);
     }
-    pthread_mutex_unlock(&I.map_lock);
+    pthread_mutex_unlock(&I.maps_lock);
     imp->map = m;
     st = acc_check_foreign_range(device, m->here + offset, nbytes,
                                  "Buffer.from_driver_ipc_handle()", err);
@@ -1054,6 +1088,7 @@ acc_ipc_open_event(const unsigned char *data, size_t size, int fd,
     e->handle = made.handle;
     e->native = made.native;
     atomic_store_explicit(&e->state, ACC_EVENT_MADE, memory_order_release);
+    acc_lease_spend(ie->lease);
     ie->e = e;
     ie->v = v;
     pthread_mutex_lock(&I.lock);
@@ -1104,7 +1139,7 @@ after_fork_child(void)
     /* What the parent shared is the parent's: the child neither frees
      * nor closes it (the allocator leaves the parent's memory alone). */
     pthread_mutex_init(&I.lock, NULL);
-    pthread_mutex_init(&I.map_lock, NULL);
+    pthread_mutex_init(&I.maps_lock, NULL);
     I.exports = NULL;
     I.maps = NULL;
     I.opened = NULL;

@@ -36,11 +36,14 @@ int acc_lease_slot_release(uint32_t slot);
 int acc_lease_slot_pending(uint32_t slot);
 
 /* Consumer: hold the slot a handle names (once per slot per process,
- * counted), spending one pending handle; the error says why not (the
- * producer exited, or released it).  drop undoes one take. */
+ * counted); the error says why not (the producer exited, or released
+ * it).  spend counts the handle as opened (one pending handle less),
+ * once its open has succeeded: a failed open leaves the handle pending,
+ * and the memory held for it.  drop undoes one take. */
 typedef struct acc_lease acc_lease;
 acc_status acc_lease_take(const acc_ipc_origin *o, acc_lease **out,
                           acc_error *err);
+void acc_lease_spend(acc_lease *l);
 void acc_lease_drop(acc_lease *l);
 
 void acc_lease_after_fork_child(void);

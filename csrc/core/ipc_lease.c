@@ -413,10 +413,17 @@ acc_lease_take(const acc_ipc_origin *o, acc_lease **out, acc_error *err)
         c->refs++;
     }
     l->refs++;
-    spend(s);
     pthread_mutex_unlock(&L.lock);
     *out = l;
     return ACC_OK;
+}
+
+void
+acc_lease_spend(acc_lease *l)
+{
+    pthread_mutex_lock(&L.lock);
+    spend(&l->conn->slots[l->slot]);
+    pthread_mutex_unlock(&L.lock);
 }
 
 void

@@ -64,12 +64,6 @@ def command(c: dict[str, Any]) -> Any:
         e.record()
         objects[c["name"]] = e
         return e.ipc_handle().data.hex()
-    if op == "fill_and_close":
-        # Work still queued on it when it is closed.
-        buf = objects.pop(c["name"])
-        buf.fill(c["value"])
-        buf.close()
-        return True
     if op == "close":
         objects.pop(c["name"]).close()
         return True
@@ -90,6 +84,44 @@ def command(c: dict[str, Any]) -> Any:
         buf.fill((c["value"] + 1) % 256)
         ours.record(stream)
         return True
+    if op == "handles":
+        # n more handles of a named Buffer (or of its [start:stop] view).
+        buf = objects[c["name"]]
+        if "stop" in c:
+            buf = buf[c.get("start", 0):c["stop"]]
+        return [buf.ipc_handle().data.hex() for _ in range(c["n"])]
+    if op == "event_handles":
+        e = objects[c["name"]]
+        return [e.ipc_handle().data.hex() for _ in range(c["n"])]
+    if op == "collect":
+        accelerator.ipc_collect()
+        return accelerator._accelerator._ipc_held()
+    if op == "fill_close":
+        # Queue a fill and close at once: the memory goes once the fill
+        # has completed, noticed at this process's next call.
+        buf = objects.pop(c["name"])
+        buf.fill(c["value"])
+        buf.close()
+        return True
+    if op == "open_many":
+        # Open every handle of a list (kept, as one list, by name).
+        cls = (accelerator.Event if c.get("kind") == "event"
+               else accelerator.Buffer)
+        objects[c["name"]] = [cls.from_ipc_handle(bytes.fromhex(h))
+                              for h in c["handles"]]
+        return len(objects[c["name"]])
+    if op == "delay":
+        # Slow a driver function of this process's double (a test kills
+        # the peer inside it).
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+        import fake_drivers
+        fake_drivers.under_test()().delay(c["function"], c["ms"])
+        return True
+    if op == "record":
+        e = objects[c["name"]]
+        e.record()
+        e.synchronize()
+        return e.query()
     if op == "fds":
         return len(os.listdir("/proc/self/fd"))
     if op == "held":
