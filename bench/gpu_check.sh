@@ -15,7 +15,8 @@
 # checked against numpy (bench/nvrtc_check.py), then the benchmark side by
 # side with torch.accelerator / torch.cuda, cuda.core and CuPy where
 # installed, and accelerator beside cuda.core in one process
-# (bench_peers.py), a kernel launch beside cuda.core and cuda.bindings
+# (bench_peers.py), memory shared with torch processes both ways
+# (bench/ipc_interop.py), a kernel launch beside cuda.core and cuda.bindings
 # (bench_kernels.py) and the compile-and-load time of a kernel from source
 # beside cuda.core and CuPy (bench_source.py), and writes
 # bench/results/<date>-<gpu>.md and .json.  It prints a short table last.
@@ -190,6 +191,21 @@ if ((nvrtc_rc != 0)); then
     [[ -s "$work/nvrtc.md" ]] || echo "- nvrtc: FAILED (exit $nvrtc_rc)" >"$work/nvrtc.md"
 fi
 
+# Device memory shared with torch processes, both ways, by the driver's
+# own handle (bench/ipc_interop.py); on the double there is no torch to
+# share with.
+echo "== IPC with torch: torch opens ours, ours opens torch's"
+if ((double)); then
+    echo "- IPC with torch: skipped (the CUDA double is no driver for torch)" \
+        >"$work/ipc.md"
+else
+    ipc_rc=0
+    timeout 240 "$py" bench/ipc_interop.py >"$work/ipc.md" || ipc_rc=$?
+    ((ipc_rc == 0)) || status=1
+    [[ -s "$work/ipc.md" ]] || echo "- IPC with torch: FAILED (exit $ipc_rc)" >"$work/ipc.md"
+fi
+cat -- "$work/ipc.md"
+
 echo "== benchmark (quick), with peers"
 bench_rc=0
 budget=$(($(left) - 5))
@@ -240,6 +256,7 @@ EOF
     echo "- behaviour suite (ACCELERATOR_TEST_BACKEND=real): $tests"
     echo "- command: bench/gpu_check.sh ($((SECONDS))s)"
     cat -- "$work/nvrtc.md"
+    cat -- "$work/ipc.md"
     echo
     if [[ -s "$work/bench.md" ]]; then
         cat -- "$work/bench.md"

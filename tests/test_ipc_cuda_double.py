@@ -240,7 +240,8 @@ print(json.dumps(out), flush=True)
 EXPORTER = COMMON + r"""
 addr, event = u64(), vp()
 assert lib.cuMemAlloc_v2(ctypes.byref(addr), 4096) == 0
-assert lib.cuEventCreate(ctypes.byref(event), INTERPROCESS | DISABLE_TIMING) == 0
+assert lib.cuEventCreate(ctypes.byref(event),
+                         INTERPROCESS | DISABLE_TIMING) == 0
 mem_handle, event_handle = Handle(), Handle()
 assert lib.cuIpcGetMemHandle(ctypes.byref(mem_handle), addr.value) == 0
 assert lib.cuIpcGetEventHandle(ctypes.byref(event_handle), event) == 0

@@ -353,15 +353,34 @@ def test_the_backend_slots_between_two_processes(backend_check,
     got = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
     assert got == {
         "mem_fd_is_a_memfd": "1",
+        # Each driver call failing (ZE_RESULT_ERROR_UNKNOWN): the slot's
+        # ACC_ERR_DRIVER names it, with its code, and leaves no pool, no
+        # event, no cell, no mapping.
+        "export_mem_fails": "1",
+        "create_pool_fails": "1",
+        "create_event_fails": "1",
+        "no_cell_left": "0",
         "own_pool": "1",
         "cells": "1",
         "stall": "0",
-        # Recorded three times while its first record waits behind work,
-        # with a wait of another stream between: the same event.
+        # Recorded on one stream behind held work, again on another whose
+        # work is held too: pending even once the first record has run
+        # (its reset waits behind the second's held work), as is a
+        # stream that waits on it, and after a third record; then done,
+        # and the same event of the same pool throughout.
         "pending": "1",
+        "pending_s2": "1",
+        "pending_third": "1",
+        "done": "0",
         "same_event_after_rerecords": "1",
         "pools_after_rerecords": "1",
+        "export_event_fails": "1",
         "event_fd": "1",
+        "child.open_mem_fails": "1",
+        "child.nothing_mapped": "0",
+        "child.open_pool_fails": "1",
+        "child.open_event_fails": "1",
+        "child.no_cell_kept": "0",
         "child.opened": "1",
         # An opened event starts armed: the exporter's record completed.
         "child.query": "0",
@@ -370,6 +389,9 @@ def test_the_backend_slots_between_two_processes(backend_check,
         "child.waited_at_least_80ms": "1",
         "child.read_second": "1",
         "child.same_event": "1",
+        # A refused close is silent and leaves the mapping (closed by a
+        # second try here).
+        "child.close_refused_kept": "1",
         "child.left_opened": "0",
         "child.left_cells": "0",
         # The pool of ordinary events its copies used; the opened one is

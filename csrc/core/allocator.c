@@ -1218,7 +1218,7 @@ acc_free(acc_block *b)
     if (A.forked) {
         return;           /* the parent's memory: leave it alone */
     }
-    if (b->shared && acc_ipc_hold_block(b)) {
+    if (b->shared && acc_hooks_keep_block(b)) {
         return;           /* another process may hold it: in the limbo */
     }
     d = &A.dev[b->device];

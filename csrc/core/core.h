@@ -79,6 +79,11 @@ typedef struct acc_hooks {
     void (*event_recorded)(const acc_event *e, const acc_stream *s);
     void (*stream_waited)(const acc_stream *s, const acc_event *e);
     void (*event_released)(const acc_event *e);
+    /* A block marked shared (acc_block_set_shared) is being freed, or an
+     * interprocess event released: nonzero when the hook took it over
+     * (ipc.c: other processes may hold it). */
+    int (*keep_block)(acc_block *b);
+    int (*keep_event)(acc_event *e);
     struct acc_hooks *next;   /* hooks.c's */
 } acc_hooks;
 
@@ -90,6 +95,8 @@ void acc_hooks_after_fork_child(void);
 void acc_hooks_event_recorded(const acc_event *e, const acc_stream *s);
 void acc_hooks_stream_waited(const acc_stream *s, const acc_event *e);
 void acc_hooks_event_released(const acc_event *e);
+int acc_hooks_keep_block(acc_block *b);
+int acc_hooks_keep_event(acc_event *e);
 
 /* How many registrations want the event hooks now (graph.c: one per
  * capture in progress).  The dispatcher calls the three event hooks only
@@ -136,15 +143,12 @@ int acc_usable(void);
 /* Backend plugins (plugin.c) -------------------------------------------- */
 
 /* The most plugins a process loads. */
-/* Shared blocks and events (ipc.c, allocator.c, event.c).  A block
- * marked shared goes to ipc.c's limbo when freed (acc_ipc_hold_block says
- * it took it) and is freed by acc_ipc_collect once unmarked.  An
- * interprocess event being released goes there too, or is closed when
- * opened from another process (acc_ipc_release_event: 1 when done). */
+/* Shared blocks (allocator.c, for ipc.c).  A block marked shared goes
+ * to the keep_block hook when freed (ipc.c's limbo) and is freed by
+ * acc_ipc_collect once unmarked; its segment is the driver allocation
+ * that holds it. */
 void acc_block_set_shared(acc_block *b, int shared);
 void acc_block_segment(acc_block *b, uintptr_t *base, size_t *size);
-int acc_ipc_hold_block(acc_block *b);
-int acc_ipc_release_event(acc_event *e);
 
 #define ACC_MAX_PLUGINS 16
 

@@ -240,7 +240,7 @@ acc_event_release(acc_event *e)
         acc_hooks_event_released(e);
     }
     if (acc_event_made(e) && !acc_forked()
-        && !((e->flags & ACC_EVENT_INTERPROCESS) && acc_ipc_release_event(e))) {
+        && !((e->flags & ACC_EVENT_INTERPROCESS) && acc_hooks_keep_event(e))) {
         acc_cache_put_event(e);
     }
     e->native = NULL;

@@ -101,3 +101,25 @@ acc_hooks_event_released(const acc_event *e)
         }
     }
 }
+
+int
+acc_hooks_keep_block(acc_block *b)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->keep_block != NULL && h->keep_block(b)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+acc_hooks_keep_event(acc_event *e)
+{
+    for (acc_hooks *h = first; h != NULL; h = h->next) {
+        if (h->keep_event != NULL && h->keep_event(e)) {
+            return 1;
+        }
+    }
+    return 0;
+}

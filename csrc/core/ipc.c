@@ -88,7 +88,7 @@ typedef struct mapping {
     int refs;
 } mapping;
 
-/* A handle this process opened (a handle opens once). */
+/* A handle open in this process (a handle opens once at a time). */
 typedef struct opened {
     struct opened *next;
     int pid;
@@ -99,6 +99,7 @@ typedef struct opened {
 struct acc_ipc_import {
     mapping *map;
     acc_lease *lease;
+    envelope v;                 /* the handle, while open (open_once) */
 };
 
 /* An event opened from another process's handle. */
@@ -106,10 +107,15 @@ typedef struct imported_event {
     struct imported_event *next;
     const acc_event *e;
     acc_lease *lease;
+    envelope v;                 /* the handle, while open (open_once) */
 } imported_event;
 
 static struct {
     pthread_mutex_t lock;
+    /* Held across a mapping's lookup and the driver's open or close, so
+     * that two threads never open one allocation twice (the drivers
+     * refuse that) nor one open while another closes it. */
+    pthread_mutex_t map_lock;
     export_rec *exports;
     mapping *maps;
     opened *opened;
@@ -120,7 +126,10 @@ static struct {
     unsigned long long start;   /* this process's */
 } I = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .map_lock = PTHREAD_MUTEX_INITIALIZER,
 };
+
+static void unadmit(const envelope *v, acc_lease *lease);
 
 /* Facts of processes ----------------------------------------------------- */
 
@@ -421,8 +430,9 @@ acc_ipc_export_event(acc_event *e, unsigned char *out, acc_error *err)
 
 /* The limbo ------------------------------------------------------------- */
 
-int
-acc_ipc_hold_block(acc_block *b)
+/* The keep_block hook: a shared block freed by its owner waits here. */
+static int
+hold_block(acc_block *b)
 {
     int held = 0;
 
@@ -438,10 +448,11 @@ acc_ipc_hold_block(acc_block *b)
     return held;
 }
 
-/* e is being released (event.c): an exported event waits in the limbo,
- * an imported one is destroyed and its lease dropped.  1 when done here. */
-int
-acc_ipc_release_event(acc_event *e)
+/* The keep_event hook: an exported event being released waits in the
+ * limbo, an imported one is destroyed and its lease dropped.  1 when
+ * done here. */
+static int
+release_event(acc_event *e)
 {
     imported_event *gone = NULL;
     int done = 0;
@@ -468,7 +479,7 @@ acc_ipc_release_event(acc_event *e)
     pthread_mutex_unlock(&I.lock);
     if (gone != NULL) {
         e->backend->event_destroy(e);
-        acc_lease_drop(gone->lease);
+        unadmit(&gone->v, gone->lease);
         free(gone);
     }
     return done;
@@ -652,7 +663,8 @@ origin_of(const envelope *v, acc_ipc_origin *o)
     o->lease.generation = v->generation;
 }
 
-/* Under I.lock: refuse a handle opened here before; else remember it. */
+/* Under I.lock: refuse a handle open here already; else remember it
+ * until forget(). */
 static acc_status
 open_once(const envelope *v, acc_error *err)
 {
@@ -662,9 +674,9 @@ open_once(const envelope *v, acc_error *err)
         if (o->pid == v->pid && o->start == v->start
             && o->serial == v->serial) {
             acc_error_set(err, ACC_ERR_INVALID_ARGUMENT,
-                          "this handle was opened in this process already: "
-                          "a handle opens once (ask the producer for "
-                          "another, or share the Buffer or Event it gave)");
+                          "this handle is open in this process already: a "
+                          "handle opens once at a time (use the Buffer or "
+                          "Event it gave, or ask the producer for another)");
             return ACC_ERR_INVALID_ARGUMENT;
         }
     }
@@ -680,8 +692,7 @@ open_once(const envelope *v, acc_error *err)
     return ACC_OK;
 }
 
-/* Under I.lock: forget a handle whose open failed (it may be tried
- * again). */
+/* Under I.lock: forget a handle whose open failed or was closed. */
 static void
 forget(const envelope *v)
 {
@@ -748,49 +759,81 @@ driver_fd(const envelope *v, int fd, int *out, acc_error *err)
     return ACC_ERR_STATE;
 }
 
-acc_status
-acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
-                    int *device, uintptr_t *ptr, size_t *nbytes,
-                    acc_ipc_import **out, acc_error *err)
+/* Everything an open does before the driver: the backend can open (slot
+ * present), the handle's checks (unseal), once per process, and the
+ * producer's lease taken.  On failure nothing is left behind. */
+static acc_status
+admit(const unsigned char *data, size_t size, int kind, int has_slot,
+      envelope *v, int *device, acc_lease **lease, acc_error *err)
 {
-    const acc_backend *be;
-    acc_ipc_import *imp;
     acc_ipc_origin origin;
-    acc_ipc_handle h;
-    mapping *m;
-    envelope v;
     acc_status st = acc_ready(err);
 
     if (st != ACC_OK) {
         return st;
     }
-    be = acc_selected_backend();
-    if (be->ipc_mem_open == NULL) {
-        return no_ipc(be, err);
+    if (!has_slot) {
+        return no_ipc(acc_selected_backend(), err);
     }
-    st = unseal(data, size, KIND_MEMORY, &v, device, err);
+    st = unseal(data, size, kind, v, device, err);
+    if (st == ACC_OK && kind == KIND_MEMORY
+        && (v->offset > v->alloc_size
+            || v->nbytes > v->alloc_size - v->offset)) {
+        st = garbage("its range lies outside its allocation", err);
+    }
     if (st != ACC_OK) {
         return st;
     }
-    if (v.offset > v.alloc_size || v.nbytes > v.alloc_size - v.offset) {
-        return garbage("its range lies outside its allocation", err);
+    pthread_mutex_lock(&I.lock);
+    st = open_once(v, err);
+    pthread_mutex_unlock(&I.lock);
+    if (st != ACC_OK) {
+        return st;
     }
+    origin_of(v, &origin);
+    st = acc_lease_take(&origin, lease, err);
+    if (st != ACC_OK) {
+        pthread_mutex_lock(&I.lock);
+        forget(v);
+        pthread_mutex_unlock(&I.lock);
+    }
+    return st;
+}
+
+/* Undo admit() after a later failure: the handle may be tried again. */
+static void
+unadmit(const envelope *v, acc_lease *lease)
+{
+    acc_lease_drop(lease);
+    pthread_mutex_lock(&I.lock);
+    forget(v);
+    pthread_mutex_unlock(&I.lock);
+}
+
+acc_status
+acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
+                    int *device, uintptr_t *ptr, size_t *nbytes,
+                    acc_ipc_import **out, acc_error *err)
+{
+    const acc_backend *be = acc_selected_backend();
+    acc_ipc_import *imp;
+    acc_ipc_handle h;
+    mapping *m;
+    envelope v;
+    acc_status st;
+
     imp = calloc(1, sizeof(*imp));
     if (imp == NULL) {
         return acc_error_host_memory(err);
     }
-    pthread_mutex_lock(&I.lock);
-    st = open_once(&v, err);
-    pthread_mutex_unlock(&I.lock);
+    st = admit(data, size, KIND_MEMORY,
+               be != NULL && be->ipc_mem_open != NULL, &v, device,
+               &imp->lease, err);
     if (st != ACC_OK) {
         free(imp);
         return st;
     }
-    origin_of(&v, &origin);
-    st = acc_lease_take(&origin, &imp->lease, err);
-    if (st != ACC_OK) {
-        goto fail;
-    }
+    pthread_mutex_lock(&I.map_lock);
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
         if (m->pid == v.pid && m->pid != 0 && m->start == v.start
@@ -803,6 +846,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
     if (m == NULL) {
         m = calloc(1, sizeof(*m));
         if (m == NULL) {
+            pthread_mutex_unlock(&I.map_lock);
             st = acc_error_host_memory(err);
             goto fail;
         }
@@ -815,6 +859,7 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
             close(h.fd);
         }
         if (st != ACC_OK) {
+            pthread_mutex_unlock(&I.map_lock);
             free(m);
             goto fail;
         }
@@ -828,17 +873,16 @@ acc_ipc_open_memory(const unsigned char *data, size_t size, int fd,
         I.maps = m;
         pthread_mutex_unlock(&I.lock);
     }
+    pthread_mutex_unlock(&I.map_lock);
     imp->map = m;
+    imp->v = v;
     *ptr = m->here + (uintptr_t)v.offset;
     *nbytes = (size_t)v.nbytes;
     *out = imp;
     return ACC_OK;
 fail:
-    acc_lease_drop(imp->lease);
+    unadmit(&v, imp->lease);
     free(imp);
-    pthread_mutex_lock(&I.lock);
-    forget(&v);
-    pthread_mutex_unlock(&I.lock);
     return st;
 }
 
@@ -847,6 +891,7 @@ acc_ipc_import_close(acc_ipc_import *imp)
 {
     mapping *m = imp->map, *gone = NULL;
 
+    pthread_mutex_lock(&I.map_lock);
     pthread_mutex_lock(&I.lock);
     if (--m->refs == 0) {
         for (mapping **p = &I.maps; *p != NULL; p = &(*p)->next) {
@@ -861,8 +906,11 @@ acc_ipc_import_close(acc_ipc_import *imp)
     if (gone != NULL && !acc_forked()) {
         acc_selected_backend()->ipc_mem_close(gone->device, gone->here);
     }
+    pthread_mutex_unlock(&I.map_lock);
     free(gone);
-    acc_lease_drop(imp->lease);
+    if (imp->lease != NULL) {
+        unadmit(&imp->v, imp->lease);   /* the handle may open again */
+    }
     free(imp);
 }
 
@@ -902,6 +950,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
     if (imp == NULL) {
         return acc_error_host_memory(err);
     }
+    pthread_mutex_lock(&I.map_lock);
     pthread_mutex_lock(&I.lock);
     for (m = I.maps; m != NULL; m = m->next) {
         if (m->pid == 0 && m->device == device
@@ -914,6 +963,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
     if (m == NULL) {
         m = calloc(1, sizeof(*m));
         if (m == NULL) {
+            pthread_mutex_unlock(&I.map_lock);
             free(imp);
             return acc_error_host_memory(err);
         }
@@ -932,6 +982,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
             }
         }
         if (st != ACC_OK) {
+            pthread_mutex_unlock(&I.map_lock);
             free(m);
             free(imp);
             return st;
@@ -944,6 +995,7 @@ acc_ipc_open_driver_memory(int device, const unsigned char *driver,
         I.maps = m;
         pthread_mutex_unlock(&I.lock);
     }
+    pthread_mutex_unlock(&I.map_lock);
     imp->map = m;
     st = acc_check_foreign_range(device, m->here + offset, nbytes,
                                  "Buffer.from_driver_ipc_handle()", err);
@@ -960,43 +1012,27 @@ acc_status
 acc_ipc_open_event(const unsigned char *data, size_t size, int fd,
                    acc_event *e, acc_error *err)
 {
-    const acc_backend *be;
+    const acc_backend *be = acc_selected_backend();
     imported_event *ie;
-    acc_ipc_origin origin;
     acc_ipc_handle h;
     acc_event made;
     envelope v;
     int device;
-    acc_status st = acc_ready(err);
+    acc_status st;
 
-    if (st != ACC_OK) {
-        return st;
-    }
-    be = acc_selected_backend();
-    if (be->ipc_event_open == NULL) {
-        return no_ipc(be, err);
-    }
-    st = unseal(data, size, KIND_EVENT, &v, &device, err);
-    if (st != ACC_OK) {
-        return st;
-    }
     ie = calloc(1, sizeof(*ie));
     if (ie == NULL) {
         return acc_error_host_memory(err);
     }
-    pthread_mutex_lock(&I.lock);
-    st = open_once(&v, err);
-    pthread_mutex_unlock(&I.lock);
+    st = admit(data, size, KIND_EVENT,
+               be != NULL && be->ipc_event_open != NULL, &v, &device,
+               &ie->lease, err);
     if (st != ACC_OK) {
         free(ie);
         return st;
     }
-    origin_of(&v, &origin);
-    st = acc_lease_take(&origin, &ie->lease, err);
-    if (st == ACC_OK) {
-        memcpy(h.bytes, v.driver, sizeof(h.bytes));
-        st = driver_fd(&v, fd, &h.fd, err);
-    }
+    memcpy(h.bytes, v.driver, sizeof(h.bytes));
+    st = driver_fd(&v, fd, &h.fd, err);
     if (st == ACC_OK) {
         acc_event_init(&made, ACC_EVENT_INTERPROCESS | ACC_EVENT_IMPORTED
                               | (e->flags & ACC_EVENT_BLOCKING));
@@ -1008,11 +1044,8 @@ acc_ipc_open_event(const unsigned char *data, size_t size, int fd,
         }
     }
     if (st != ACC_OK) {
-        acc_lease_drop(ie->lease);
+        unadmit(&v, ie->lease);
         free(ie);
-        pthread_mutex_lock(&I.lock);
-        forget(&v);
-        pthread_mutex_unlock(&I.lock);
         return st;
     }
     e->backend = made.backend;
@@ -1022,6 +1055,7 @@ acc_ipc_open_event(const unsigned char *data, size_t size, int fd,
     e->native = made.native;
     atomic_store_explicit(&e->state, ACC_EVENT_MADE, memory_order_release);
     ie->e = e;
+    ie->v = v;
     pthread_mutex_lock(&I.lock);
     ie->next = I.events;
     I.events = ie;
@@ -1070,6 +1104,7 @@ after_fork_child(void)
     /* What the parent shared is the parent's: the child neither frees
      * nor closes it (the allocator leaves the parent's memory alone). */
     pthread_mutex_init(&I.lock, NULL);
+    pthread_mutex_init(&I.map_lock, NULL);
     I.exports = NULL;
     I.maps = NULL;
     I.opened = NULL;
@@ -1090,6 +1125,8 @@ register_hooks(void)
     static acc_hooks hooks = {
         .after_fork_child = after_fork_child,
         .empty_cache = empty_cache,
+        .keep_block = hold_block,
+        .keep_event = release_event,
     };
 
     acc_hooks_register(&hooks);

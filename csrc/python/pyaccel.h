@@ -15,6 +15,8 @@
  *                       which accelerator/_source.py calls
  *   py_dlpack.c         DLPack both ways: the methods Buffer and
  *                       HostBuffer list, and from_dlpack
+ *   py_ipc.c            sharing with other processes: the methods Buffer
+ *                       and Event list, pickling, ipc_collect
  *   py_lifetime.c       the lifetime of Buffer and HostBuffer memory
  *   py_stream_objects.c the one Stream object for each core stream
  *   py_args.c           the one argument parser; device, stream and size

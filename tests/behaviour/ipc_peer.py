@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sys
 from typing import Any
 
@@ -30,6 +31,11 @@ def command(c: dict[str, Any]) -> Any:
         objects[c["name"]] = accelerator.Buffer.from_ipc_handle(
             bytes.fromhex(c["handle"]), fd=c.get("fd"))
         return objects[c["name"]].nbytes
+    if op == "unpickle":
+        # A Buffer or Event pickled into a file by the other process.
+        with open(c["path"], "rb") as f:
+            objects[c["name"]] = pickle.load(f)
+        return True
     if op == "open_event":
         objects[c["name"]] = accelerator.Event.from_ipc_handle(
             bytes.fromhex(c["handle"]))

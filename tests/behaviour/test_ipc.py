@@ -101,6 +101,17 @@ def held() -> dict[str, int]:
     return accelerator._accelerator._ipc_held()
 
 
+@pytest.fixture(autouse=True)
+def _nothing_left_held() -> Any:
+    """Every handle a test makes here is opened (or refused) by another
+    process, so that nothing stays in this process's limbo for the tests
+    that follow (shared memory counts as allocated while held)."""
+    yield
+    settled = wait_until(lambda: held() == {"blocks": 0, "bytes": 0,
+                                            "events": 0, "imports": 0})
+    assert settled, held()
+
+
 @pytest.fixture
 def limbo() -> Any:
     """held()["blocks"] now, less what earlier tests left (a handle never
@@ -391,9 +402,10 @@ def test_through_a_pipe_and_a_file(shares, peer, tmp_path) -> None:
     path.write_bytes(pickle.dumps(buf[0:64]))
     peer.call("open", name="p", handle=through_pipe.hex())
     assert peer.call("read", name="p") == "11" * 128
-    # A pickle is a handle too (opened here it would be this process's).
-    with pytest.raises(ValueError, match="this very process"):
-        pickle.loads(path.read_bytes())
+    # A pickle is a handle too.
+    peer.call("unpickle", name="f", path=str(path))
+    peer.call("fill", name="f", value=0x22)
+    assert host_of(buf) == b"\x22" * 64 + b"\x11" * 64
     peer.exit()
 
 
@@ -419,9 +431,8 @@ def test_bad_handles_are_refused_with_the_reason(shares, peer) -> None:
     with pytest.raises(ValueError, match="this very process"):
         Buffer.from_ipc_handle(good)
     with pytest.raises(ValueError, match="Event.from_ipc_handle"):
-        e = accelerator.Event(interprocess=True)
-        e.record()
-        Buffer.from_ipc_handle(e.ipc_handle())
+        Buffer.from_ipc_handle(
+            bytes.fromhex(peer.call("make_event", name="e")))
     # As another process sees them:
     for changes, error in (
             ({"boot": bytes(16)}, "another machine"),
@@ -433,10 +444,13 @@ def test_bad_handles_are_refused_with_the_reason(shares, peer) -> None:
         with pytest.raises(PeerError, match=error):
             peer.call("open", name="x", handle=forged(good, **changes).hex())
     peer.call("open", name="ok", handle=good.hex())
-    with pytest.raises(PeerError, match="opened in this process already"):
+    with pytest.raises(PeerError, match="open in this process already"):
         peer.call("open", name="again", handle=good.hex())
     # The failed opens spent nothing and left nothing open.
     assert peer.call("held")["imports"] == 1
+    # Closed, the handle opens again (the producer still holds it).
+    peer.call("close", name="ok")
+    peer.call("open", name="again", handle=good.hex())
     peer.exit()
 
 
@@ -502,4 +516,73 @@ def test_another_librarys_driver_handle_opens(shares, peer) -> None:
         accelerator.Buffer.from_driver_ipc_handle(raw, "16")
     buf.close()
     assert wait_until(lambda: held()["imports"] == 0)
+    peer.exit()
+
+
+def test_the_arguments_are_checked(shares, peer) -> None:
+    """Every argument of the sharing calls is refused with what was wrong,
+    before anything is opened."""
+    Buffer, Event = accelerator.Buffer, accelerator.Event
+    data = bytes.fromhex(peer.call("make", name="p", nbytes=64, value=1))
+    raw = accelerator.IpcHandle(data).driver_handle
+    for call, cls, pattern in (
+            (lambda: Buffer.from_ipc_handle(), TypeError, "handle"),
+            (lambda: Buffer.from_ipc_handle(data, 3), TypeError,
+             "positional"),
+            (lambda: Buffer.from_ipc_handle(data, fd=True), TypeError,
+             "fd must be a file descriptor"),
+            (lambda: Buffer.from_ipc_handle(data, fd=1 << 40), ValueError,
+             "fd must be an open file descriptor"),
+            (lambda: Buffer.from_ipc_handle(data, fd=10 ** 30), ValueError,
+             "fd must be an open file descriptor"),
+            (lambda: Event.from_ipc_handle(data, blocking=1), TypeError,
+             "blocking must be a bool"),
+            (lambda: Event.from_ipc_handle(object()), TypeError,
+             "IpcHandle or its bytes"),
+            (lambda: Event.from_ipc_handle(data), ValueError,
+             "Buffer.from_ipc_handle"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, -1), ValueError,
+             "nbytes must be a size"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 8, -1), ValueError,
+             "offset must be a size"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 0), ValueError,
+             "nbytes must be positive"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 8, 2 ** 64 - 4),
+             ValueError, "fit in the address space"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 8, device=99),
+             accelerator.DeviceIndexError, "99"),
+            (lambda: Buffer.from_driver_ipc_handle(raw, 8, fd=-3),
+             ValueError, "fd must be"),
+            (lambda: accelerator.IpcHandle("text"), TypeError,
+             "data must be bytes"),
+            (lambda: accelerator.IpcHandle(data, fd=-1), ValueError,
+             "fd must be None"),
+            (lambda: accelerator.IpcHandle(b"x" * 216).kind, ValueError,
+             "mark or checksum"),
+            (lambda: Buffer(64)[0:0].ipc_handle(), ValueError,
+             "empty Buffer"),
+    ):
+        with pytest.raises(cls, match=pattern):
+            call()
+    # A closed Buffer, a wrapper of foreign memory, an unrecorded or
+    # ordinary event:
+    closed = Buffer(64)
+    closed.close()
+    with pytest.raises(ValueError):
+        closed.ipc_handle()
+    theirs = Buffer.from_ipc_handle(data)
+    with pytest.raises(ValueError, match="only memory this module"):
+        theirs.ipc_handle()
+    with pytest.raises(ValueError, match="interprocess=True"):
+        e = Event()
+        e.record()
+        e.ipc_handle()
+    # An IpcHandle's face: equal by bytes, pickled without its descriptor.
+    h = accelerator.IpcHandle(data, fd=5)
+    assert h == accelerator.IpcHandle(data) and hash(h) == hash(data)
+    assert bytes(h) == data
+    assert pickle.loads(pickle.dumps(h)).fd is None
+    assert "64 bytes" in repr(h) and "unreadable" in repr(
+        accelerator.IpcHandle(b"\0"))
+    theirs.close()
     peer.exit()

@@ -166,7 +166,9 @@ def cycle_properties(ctx: dict) -> None:
 def cycle_bad_input(ctx: dict) -> None:
     for call in (lambda: acc.set_device_index(5), lambda: acc.Stream("cpu"),
                  lambda: acc.device("tpu"), lambda: acc.Event(
-                     interprocess=True), lambda: acc.set_stream(None),
+                     interprocess=True, enable_timing=True),
+                 lambda: acc.Buffer.from_ipc_handle(b"\0" * 216),
+                 lambda: acc.set_stream(None),
                  lambda: pickle.dumps(ctx["owner"]),
                  lambda: acc.set_device_index(ctx["duck"])):
         try:

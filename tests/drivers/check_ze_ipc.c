@@ -31,6 +31,9 @@ static const char *who = "";
 static long long (*live)(const char *kind);
 static int (*stall)(unsigned long long list, int *gate);
 static int (*open_gate)(int gate);
+static int (*fail)(const char *name, int nth, int code);
+
+#define UNKNOWN 0x7ffffffe /* ZE_RESULT_ERROR_UNKNOWN */
 
 static void
 check(acc_status st, const acc_error *err, const char *what)
@@ -47,6 +50,25 @@ say(const char *name, long long value)
 {
     printf("%s%s %lld\n", who, name, value);
     fflush(stdout);
+}
+
+/* A slot failing because the driver's `api` failed: ACC_ERR_DRIVER with
+ * that function and code, nothing of the driver's left behind (live
+ * pools and events as before). */
+static void
+failed_cleanly(const char *name, acc_status st, const acc_error *err,
+               const char *api, long long pools, long long events)
+{
+    int ok = st == ACC_ERR_DRIVER && err->api != NULL
+             && strcmp(err->api, api) == 0 && err->code == UNKNOWN
+             && live("pool") == pools && live("event") == events;
+    if (!ok) {
+        fprintf(stderr, "%s%s: status %d, api %s, code %lld, pools %lld, "
+                "events %lld: %s\n", who, name, (int)st,
+                err->api ? err->api : "none", err->code, live("pool"),
+                live("event"), err->message);
+    }
+    say(name, ok);
 }
 
 static double
@@ -164,6 +186,7 @@ start(acc_stream *s)
     *(void **)&live = dlsym(driver, "fake_ze_live");
     *(void **)&stall = dlsym(driver, "fake_ze_enqueue_stall");
     *(void **)&open_gate = dlsym(driver, "fake_ze_open_gate");
+    *(void **)&fail = dlsym(driver, "fake_ze_fail");
     memset(s, 0, sizeof(*s));
     s->backend = B;
     check(B->stream_create(s, &err), &err, "stream_create");
@@ -180,11 +203,24 @@ importer(int sock)
     acc_ipc_handle mh, eh;
     recv_handles(sock, &mh, &eh);
     uintptr_t base = 0;
+    long long events = live("event");
+    fail("zeMemOpenIpcHandle", 1, UNKNOWN);
+    failed_cleanly("open_mem_fails", B->ipc_mem_open(0, &mh, &base, &err),
+                   &err, "zeMemOpenIpcHandle", pools, events);
+    say("nothing_mapped", live("ipc_opened"));
     check(B->ipc_mem_open(0, &mh, &base, &err), &err, "ipc_mem_open");
     acc_event ev = {0};
     ev.backend = B;
     ev.device = 0;
     ev.flags = ACC_EVENT_INTERPROCESS | ACC_EVENT_IMPORTED;
+    fail("zeEventPoolOpenIpcHandle", 1, UNKNOWN);
+    failed_cleanly("open_pool_fails", B->ipc_event_open(&eh, &ev, &err),
+                   &err, "zeEventPoolOpenIpcHandle", pools, events);
+    /* The pool opened, its event refused: the pool is closed again. */
+    fail("zeEventCreate", 1, UNKNOWN);
+    failed_cleanly("open_event_fails", B->ipc_event_open(&eh, &ev, &err),
+                   &err, "zeEventCreate", pools, events);
+    say("no_cell_kept", live("ipc_event_cells"));
     check(B->ipc_event_open(&eh, &ev, &err), &err, "ipc_event_open");
     close(mh.fd); /* as the core does */
     close(eh.fd);
@@ -211,6 +247,10 @@ importer(int sock)
     say("read_second", memcmp(host, "second write", 12) == 0);
     say("same_event", ev.handle == handle);
     B->event_destroy(&ev);
+    /* A refused close cannot be reported: it leaves the mapping. */
+    fail("zeMemCloseIpcHandle", 1, UNKNOWN);
+    B->ipc_mem_close(0, base);
+    say("close_refused_kept", live("ipc_opened"));
     B->ipc_mem_close(0, base);
     say("left_opened", live("ipc_opened"));
     say("left_cells", live("ipc_event_cells"));
@@ -244,29 +284,55 @@ exporter(const char *self)
     ssize_t n = readlink(path, target, sizeof(target) - 1);
     say("mem_fd_is_a_memfd", n > 0 && strncmp(target, "/memfd:", 7) == 0);
 
-    long long pools = live("pool");
+    fail("zeMemGetIpcHandle", 1, UNKNOWN);
+    acc_ipc_handle refused;
+    long long pools = live("pool"), events = live("event");
+    failed_cleanly("export_mem_fails",
+                   B->ipc_mem_export(0, base, &refused, &err), &err,
+                   "zeMemGetIpcHandle", pools, events);
     acc_event ev = {0};
     ev.backend = B;
     ev.device = 0;
     ev.flags = ACC_EVENT_INTERPROCESS;
+    fail("zeEventPoolCreate", 1, UNKNOWN);
+    failed_cleanly("create_pool_fails", B->event_create(&ev, &err), &err,
+                   "zeEventPoolCreate", pools, events);
+    fail("zeEventCreate", 1, UNKNOWN);
+    failed_cleanly("create_event_fails", B->event_create(&ev, &err), &err,
+                   "zeEventCreate", pools, events);
+    say("no_cell_left", live("ipc_event_cells"));
     check(B->event_create(&ev, &err), &err, "event_create");
     say("own_pool", live("pool") - pools);
     say("cells", live("ipc_event_cells"));
-    check(B->event_record(&ev, &s, &err), &err, "event_record");
-    uintptr_t handle = ev.handle;
-    /* Recorded again while pending and waited on by another stream: it
-     * stays the same event, reset in order (events.c). */
-    int gate = -1;
+    /* Recorded on s2 behind work, again on s while that is pending and
+     * s's work is held too; s2's record then runs: it must still read as
+     * pending (the slot says the first record's state until the reset
+     * that s holds back has run).  Then waited on by s2 and recorded a
+     * third time.  It stays the same event of the same pool throughout
+     * (events.c). */
+    int gate = -1, gate2 = -1;
     say("stall", stall(s.handle, &gate));
-    check(B->event_record(&ev, &s, &err), &err, "event_record");
-    check(B->stream_wait_event(&s2, &ev, &err), &err, "stream_wait_event");
+    say("stall", stall(s2.handle, &gate2));
+    check(B->event_record(&ev, &s2, &err), &err, "event_record");
+    uintptr_t handle = ev.handle;
     check(B->event_record(&ev, &s, &err), &err, "event_record (again)");
+    open_gate(gate2);
+    check(B->stream_synchronize(&s2, &err), &err, "stream_synchronize");
     say("pending", B->event_query(&ev, &err));
+    check(B->stream_wait_event(&s2, &ev, &err), &err, "stream_wait_event");
+    say("pending_s2", B->stream_query(&s2, &err));
+    check(B->event_record(&ev, &s, &err), &err, "event_record (third)");
+    say("pending_third", B->event_query(&ev, &err));
     open_gate(gate);
     check(B->event_synchronize(&ev, &err), &err, "event_synchronize");
     check(B->stream_synchronize(&s2, &err), &err, "stream_synchronize");
+    say("done", B->event_query(&ev, &err));
     say("same_event_after_rerecords", ev.handle == handle);
     say("pools_after_rerecords", live("pool") - pools);
+    fail("zeEventPoolGetIpcHandle", 1, UNKNOWN);
+    failed_cleanly("export_event_fails",
+                   B->ipc_event_export(&ev, &refused, &err), &err,
+                   "zeEventPoolGetIpcHandle", live("pool"), live("event"));
     check(B->ipc_event_export(&ev, &eh, &err), &err, "ipc_event_export");
     say("event_fd", eh.fd >= 0);
 

@@ -1,9 +1,13 @@
 /*
  * double_ipc.h - interprocess sharing for the driver test doubles.
  *
- * A device allocation's storage (double_memory.c) lives in a memfd of its
- * own, mapped MAP_SHARED, the descriptor kept in the allocation record.
- * Exporting it writes a 64-byte handle naming the exporting process, the
+ * A device allocation's storage (double_memory.c) moves into a memfd of
+ * its own, mapped MAP_SHARED, when it is first exported (before that it
+ * is malloc'd: most allocations never are, and a memfd costs a
+ * descriptor, a mapping and page faults); the descriptor stays in the
+ * allocation record until it is freed.  Every access to the bytes holds
+ * the memory's lock, so they move safely.
+ * Exporting writes a 64-byte handle naming the exporting process, the
  * descriptor's number there, the memfd's inode and size; opening it in
  * another process opens /proc/<pid>/fd/<n> (or uses a descriptor the
  * caller received, as Level Zero's importer does), checks the inode and

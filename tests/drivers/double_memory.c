@@ -38,10 +38,11 @@ typedef struct dm_alloc_rec {
     int device;
     bool host;
     unsigned long long id;  /* unique in the process */
-    unsigned char *storage; /* DM_GUARD + size + DM_GUARD: malloc'd (host)
-                               or a MAP_SHARED memfd mapping (device) */
-    int fd;                 /* a device allocation's memfd; -1 for host
-                               memory and imports (mapped, not owned) */
+    unsigned char *storage; /* DM_GUARD + size + DM_GUARD: malloc'd, or a
+                               MAP_SHARED memfd mapping (mapped) */
+    bool mapped;            /* exported (then in its memfd) or imported */
+    int fd;                 /* an exported allocation's memfd; else -1
+                               (an import maps what it does not own) */
     bool imported;          /* mapped from another process's handle */
     bool exported;          /* a handle of it was made */
     /* An import: what it maps (the exporter's pid and the memfd's inode)
@@ -199,7 +200,7 @@ device_range(int device, size_t bytes)
 static void
 release_storage(dm_alloc_rec *a)
 {
-    if (a->host) {
+    if (!a->mapped) {
         free(a->storage);
     }
     else if (a->storage != NULL) {
@@ -245,19 +246,11 @@ dm_alloc(int device, size_t bytes, bool host, unsigned long long *addr)
     if (a != NULL) {
         a->fd = -1;
     }
+    /* Malloc'd: a device allocation moves to a memfd of its own when it
+     * is first exported (dm_ipc_export), not before, so that the many
+     * that never are cost no descriptor, mapping and page faults. */
     if (a != NULL && bytes <= SIZE_MAX - 2 * DM_GUARD) {
-        if (host) {
-            a->storage = malloc(bytes + 2 * DM_GUARD);
-        }
-        else {
-            /* In a memfd of its own, so that another process can map it
-             * (double_ipc.h). */
-            void *map;
-
-            a->fd = dipc_memfd("double-device-memory", bytes + 2 * DM_GUARD,
-                               &map);
-            a->storage = a->fd >= 0 ? map : NULL;
-        }
+        a->storage = malloc(bytes + 2 * DM_GUARD);
     }
     if (a == NULL || a->storage == NULL) {
         pthread_mutex_unlock(&dm.mu);
@@ -582,6 +575,26 @@ dm_reset_detectors(void)
 
 /* ---- interprocess sharing (double_ipc.h) ---- */
 
+/* Under dm.mu (which every access to storage holds, so the bytes can
+ * move).  a's storage, guards included, into a memfd of its own. */
+static bool
+to_memfd(dm_alloc_rec *a)
+{
+    size_t bytes = a->size + 2 * DM_GUARD;
+    void *map;
+    int fd = dipc_memfd("double-device-memory", bytes, &map);
+
+    if (fd < 0) {
+        return false;
+    }
+    memcpy(map, a->storage, bytes);
+    free(a->storage);
+    a->storage = map;
+    a->mapped = true;
+    a->fd = fd;
+    return true;
+}
+
 enum dipc_result
 dm_ipc_export(unsigned long long addr, unsigned char out[DIPC_HANDLE_BYTES],
               int *fd)
@@ -591,8 +604,12 @@ dm_ipc_export(unsigned long long addr, unsigned char out[DIPC_HANDLE_BYTES],
     pthread_mutex_lock(&dm.mu);
     for (dm_alloc_rec *a = dm.live; a != NULL; a = a->next) {
         if (!a->host && !a->imported && a->addr == addr) {
-            r = dipc_write_handle(out, DIPC_MEMORY, a->fd, a->device, a->id)
-                    ? DIPC_OK : DIPC_NO_MEMORY;
+            r = a->mapped || to_memfd(a) ? DIPC_OK : DIPC_NO_MEMORY;
+            if (r == DIPC_OK
+                && !dipc_write_handle(out, DIPC_MEMORY, a->fd, a->device,
+                                      a->id)) {
+                r = DIPC_NO_MEMORY;
+            }
             if (r == DIPC_OK && !a->exported) {
                 a->exported = true;
                 dm.exported++;
@@ -650,6 +667,7 @@ dm_ipc_open(int device, const unsigned char h[DIPC_HANDLE_BYTES], int fd,
         return DIPC_NO_MEMORY;
     }
     a->storage = map;
+    a->mapped = true;
     a->size = bytes - 2 * DM_GUARD;
     a->fd = -1;
     a->device = device;

@@ -25,10 +25,10 @@
  * now); and those of double_ipc.h ("ipc_exported", "ipc_opened",
  * "ipc_event_cells").
  *
- * A device allocation's storage is a memfd of its own mapped MAP_SHARED,
- * which another process can map from a handle (double_ipc.h); an
- * allocation so opened is "imported": dm_free refuses it, dm_ipc_close
- * unmaps it.
+ * An exported device allocation's storage is a memfd of its own mapped
+ * MAP_SHARED, which another process can map from a handle
+ * (double_ipc.h); an allocation so opened is "imported": dm_free refuses
+ * it, dm_ipc_close unmaps it.
  */
 #ifndef DOUBLE_MEMORY_H
 #define DOUBLE_MEMORY_H

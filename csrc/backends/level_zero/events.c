@@ -39,53 +39,119 @@ lz_event_destroy(acc_event *e)
     }
     e->native = NULL;
     if (!lz.shut) {
-        lz_retire(ev->slot);
+        pthread_mutex_lock(&lz.lock);
+        if (ev->fence != NULL) {
+            lz_retire_locked(ev->fence);
+        }
+        lz_retire_locked(ev->slot);
+        pthread_mutex_unlock(&lz.lock);
     }
     free(ev);
+}
+
+static lz_slot *lz_event_tells_locked(lz_event *ev);
+
+/* Append on t a barrier that waits for w and signals a fresh slot, kept
+ * as a link until it has run, so that w is not reset meanwhile (t's lock
+ * and lz.lock held).  The caller counted itself a waiter of w: on
+ * success that count passes to the link. */
+static acc_status
+lz_wait_linked_locked(lz_target *t, lz_slot *w, acc_error *err)
+{
+    lz_slot *done = NULL;
+    acc_status status = lz_reserve_link_locked(t->driver, err);
+    if (status != ACC_OK) {
+        return status;
+    }
+    status = lz_acquire_locked(t->driver, 0, &done, err);
+    if (status == ACC_OK) {
+        ze_event_handle_t h = w->event;
+        ze_result_t r = lz_fn.zeCommandListAppendBarrier(t->list,
+                                                         done->event, 1, &h);
+        if (r != ZE_RESULT_SUCCESS) {
+            status = lz_fail(err, "zeCommandListAppendBarrier", r,
+                             t->driver);
+            lz_retire_locked(done);
+        }
+    }
+    if (status == ACC_OK) {
+        done->armed = 1;
+        lz_link_reserved_locked(t->driver, &(lz_link){w, done});
+    }
+    else {
+        lz_link_reserved_locked(t->driver, NULL);
+    }
+    return status;
 }
 
 /*
  * Record the interprocess slot again while it is armed and in use (t's
  * lock and lz.lock held): it cannot move to a fresh slot, since other
- * processes opened this one, so t resets it in order: a barrier that
- * waits for our last signal of it (where one may be pending) and for the
- * waits on it appended here (the links: their "done" slots), then the
- * reset; the caller appends the signal.  What cannot be waited for here:
- * other processes' waits, host threads blocked on it and waits across
- * drivers (bridges) that have not yet seen the last signal wait for the
- * next one instead, as waits that run after a record do.
+ * processes opened this one, so t resets it in order: after waiting for
+ * our signals of it still to come (the last one, or the fence that
+ * follows the latest) and for the waits on it appended here (the links:
+ * their "done" slots), each wait a linked barrier of its own, the
+ * reset; the caller appends the signal, then the event's fence (see
+ * lz_event), since until the reset runs the slot still says the last
+ * record's state.  What cannot be waited for here: other processes'
+ * waits, host threads blocked on the slot and waits across drivers
+ * (bridges) that have not yet seen the last signal wait for the next
+ * one instead, as waits that run after a record do.
  */
 static acc_status
-lz_ipc_rearm_locked(lz_target *t, lz_slot *slot, acc_error *err)
+lz_ipc_rearm_locked(lz_target *t, lz_event *ev, acc_error *err)
 {
+    lz_slot *slot = ev->slot;
     lz_driver *drv = &lz.drivers[slot->driver];
-    size_t n = slot->ipc_signal ? 1 : 0;
+    lz_slot *last = ev->fence != NULL ? ev->fence
+                    : slot->ipc_signal ? slot : NULL;
+    size_t n = last != NULL ? 1 : 0;
     for (size_t i = 0; i < drv->nlinks; i++) {
         n += drv->links[i].waited == slot;
     }
-    ze_event_handle_t one = NULL;
-    ze_event_handle_t *waits = n > 1 ? malloc(n * sizeof(*waits)) : &one;
+    /* Taken first: adding links may move drv->links. */
+    lz_slot *one = NULL;
+    lz_slot **waits = n > 1 ? malloc(n * sizeof(*waits)) : &one;
     if (waits == NULL) {
         return lz_no_memory(err);
     }
     size_t k = 0;
-    if (slot->ipc_signal) {
-        waits[k++] = slot->event;
+    if (last != NULL) {
+        waits[k++] = last;
     }
     for (size_t i = 0; i < drv->nlinks; i++) {
         if (drv->links[i].waited == slot) {
-            waits[k++] = drv->links[i].done->event;
+            waits[k++] = drv->links[i].done;
         }
     }
-    ze_result_t r = lz_fn.zeCommandListAppendBarrier(
-        t->list, NULL, (uint32_t)n, n > 0 ? waits : NULL);
+    /* Counted first: acquiring the barriers' slots may resolve links and
+     * reset what they waited on, these among them. */
+    for (size_t i = 0; i < n; i++) {
+        waits[i]->waiters++;
+    }
+    acc_status status = ACC_OK;
+    size_t linked = 0;
+    while (linked < n && status == ACC_OK) {
+        status = lz_wait_linked_locked(t, waits[linked], err);
+        linked += status == ACC_OK;
+    }
+    for (size_t i = linked; i < n; i++) {
+        waits[i]->waiters--;
+    }
     if (waits != &one) {
         free(waits);
     }
-    if (r != ZE_RESULT_SUCCESS) {
-        return lz_fail(err, "zeCommandListAppendBarrier", r, t->driver);
+    if (status != ACC_OK) {
+        return status;
     }
-    r = lz_fn.zeCommandListAppendEventReset(t->list, slot->event);
+    if (n == 0) {
+        status = lz_order_locked(t, err);
+        if (status != ACC_OK) {
+            return status;
+        }
+    }
+    ze_result_t r = lz_fn.zeCommandListAppendEventReset(t->list,
+                                                        slot->event);
     if (r != ZE_RESULT_SUCCESS) {
         return lz_fail(err, "zeCommandListAppendEventReset", r, t->driver);
     }
@@ -106,6 +172,7 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
     }
     pthread_mutex_lock(&lz.lock);
     lz_slot *slot = ev->slot;
+    lz_slot *fence = NULL;
     if (slot->ipc_pool != NULL && slot->driver != t.driver) {
         pthread_mutex_unlock(&lz.lock);
         pthread_mutex_unlock(t.lock);
@@ -129,8 +196,9 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
         int ipc = slot->ipc_pool != NULL;
         if (ipc) {
             lz_reclaim_locked(slot->driver);
+            (void)lz_event_tells_locked(ev); /* a signaled fence goes */
         }
-        if (slot->waiters == own_tail
+        if (slot->waiters == own_tail && !(ipc && ev->fence != NULL)
             && ((ipc && !slot->ipc_signal)
                 || lz_fn.zeEventQueryStatus(slot->event)
                        == ZE_RESULT_SUCCESS)
@@ -139,7 +207,14 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
             slot->ipc_signal = 0;
         }
         else if (ipc) {
-            status = lz_ipc_rearm_locked(&t, slot, err);
+            status = lz_acquire_locked(t.driver, 0, &fence, err);
+            if (status == ACC_OK) {
+                status = lz_ipc_rearm_locked(&t, ev, err);
+            }
+            if (status != ACC_OK && fence != NULL) {
+                lz_retire_locked(fence);
+                fence = NULL;
+            }
         }
         else {
             lz_slot *fresh;
@@ -169,11 +244,47 @@ lz_record_target(acc_event *e, lz_target t, acc_error *err)
             pthread_mutex_unlock(&lz.lock);
         }
     }
+    if (fence != NULL) {
+        /* After the signal: once it has signaled, so has this record. */
+        if (status == ACC_OK) {
+            status = lz_append_barrier_locked(&t, fence, NULL, err);
+        }
+        pthread_mutex_lock(&lz.lock);
+        if (status == ACC_OK) {
+            lz_slot *old = ev->fence;
+            ev->fence = fence;
+            if (old != NULL) {
+                lz_retire_locked(old);
+            }
+        }
+        else {
+            lz_retire_locked(fence);
+        }
+        pthread_mutex_unlock(&lz.lock);
+    }
     pthread_mutex_unlock(t.lock);
     return status;
 }
 
-/* The slot of e if it was recorded, counted as waited on; NULL if not. */
+/* The slot that tells ev's state now (lz.lock held): its fence while
+ * that has not signaled (the slot may still say the last record's
+ * state), else its slot, which then says the latest record's of any
+ * process. */
+static lz_slot *
+lz_event_tells_locked(lz_event *ev)
+{
+    if (ev->fence != NULL) {
+        if (lz_fn.zeEventQueryStatus(ev->fence->event) != ZE_RESULT_SUCCESS) {
+            return ev->fence;
+        }
+        lz_retire_locked(ev->fence);
+        ev->fence = NULL;
+    }
+    return ev->slot;
+}
+
+/* The slot that tells e's state if it was recorded, counted as waited
+ * on; NULL if not. */
 static lz_slot *
 lz_event_slot_wait(acc_event *e)
 {
@@ -183,8 +294,9 @@ lz_event_slot_wait(acc_event *e)
         return NULL;
     }
     pthread_mutex_lock(&lz.lock);
-    if (ev->slot->armed) {
-        slot = ev->slot;
+    lz_slot *tells = lz_event_tells_locked(ev);
+    if (tells->armed) {
+        slot = tells;
         slot->waiters++;
     }
     pthread_mutex_unlock(&lz.lock);
@@ -253,7 +365,7 @@ lz_event_query(acc_event *e, acc_error *err)
         return ACC_OK;
     }
     pthread_mutex_lock(&lz.lock);
-    lz_slot *slot = ev->slot;
+    lz_slot *slot = lz_event_tells_locked(ev);
     ze_result_t r = slot->armed ? lz_fn.zeEventQueryStatus(slot->event)
                                 : ZE_RESULT_SUCCESS;
     pthread_mutex_unlock(&lz.lock);

@@ -21,6 +21,16 @@
  * and nothing can still wait on it (its "waiters": host threads blocking
  * on it, waits appended on lists, a stream's tail).
  *
+ * Interprocess events (ACC_EVENT_INTERPROCESS, ipc.c) are the one event
+ * of an event pool of their own (ZE_EVENT_POOL_FLAG_IPC), which another
+ * process opens by the pool's handle: their slot never moves.  A record
+ * reuses it as any slot is reused when it can; otherwise the stream
+ * resets it in order (after our signals still to come and the waits on
+ * it appended here) and signals it, then a "fence" slot of ours, which
+ * tells this process's queries and waits until it has signaled, while
+ * the event's slot still says the last record's state (events.c).  A
+ * released interprocess slot is destroyed once nothing here uses it.
+ *
  * Tails.  Every command this backend appends signals a slot, and the last
  * one becomes the stream's tail: the stream answers query() from it
  * without waiting and without appending anything.  Work that others append
@@ -67,7 +77,7 @@
  *   sysman.c   Sysman: device properties, free memory
  *   slots.c    contexts, event pools, slots, links and bridges (their
  *              lifetime)
- *   ipc.c      interprocess memory handles, interprocess events' pools
+ *   sharing.c  interprocess memory handles, interprocess events' pools
  *              (their slots' lifetime is slots.c's)
  *   lists.c    appending to a list: targets, ordering barriers, tails,
  *              markers
@@ -136,7 +146,7 @@ typedef struct lz_slot {
     int armed;             /* a signal was appended since the last reset */
     int waiters;           /* waits (device or host) that may still look */
     struct lz_slot *next;  /* free or retired list */
-    /* An interprocess event's slot (ipc.c): the only event of a pool of
+    /* An interprocess event's slot (sharing.c): the only event of a pool of
      * its own (ZE_EVENT_POOL_FLAG_IPC), made by this process (exported)
      * or opened from another's handle (imported).  Other processes name
      * it by its pool's handle, so it never moves: a record resets it in
@@ -227,6 +237,12 @@ typedef struct lz_device {
 
 typedef struct lz_event {
     lz_slot *slot;         /* under lz.lock */
+    /* An interprocess event recorded again in order (events.c): a slot
+     * of ours signalled right after the record's signal, which this
+     * process's waits, queries and synchronize use instead of slot,
+     * whose state is the last record's until the reset runs; NULL when
+     * the slot tells. */
+    lz_slot *fence;
     int device;
     int timing;
     /* Last recorded in a capture (graph.c; 0: not): its id, the fork
@@ -350,7 +366,7 @@ void lz_retire(lz_slot *s);
 ze_result_t lz_host_wait(lz_slot *s, uint64_t timeout);
 void lz_await(lz_slot *s, const char *what);
 
-/* ipc.c */
+/* sharing.c */
 acc_status lz_ipc_mem_export(int device, uintptr_t base, acc_ipc_handle *h,
                              acc_error *err);
 acc_status lz_ipc_mem_open(int device, const acc_ipc_handle *h,

@@ -416,7 +416,7 @@
  * driver puts the file descriptor the handle rests on (valid in the
  * exporting process only) in the first bytes of data: memory handles
  * as a uint64_t, event pool handles as an int followed by the pool's
- * event count (see csrc/backends/level_zero/ipc.c). */
+ * event count (see csrc/backends/level_zero/sharing.c). */
 #define ACC_ZE_IPC_MEM_HANDLE_FIELDS(F, S) \
     F(S, char, data, [ZE_MAX_IPC_HANDLE_SIZE])
 

@@ -1,5 +1,5 @@
 /*
- * ipc.c - interprocess memory and events: the handles of device
+ * sharing.c - interprocess memory and events: the handles of device
  * allocations (zeMemGetIpcHandle, opened with zeMemOpenIpcHandle) and of
  * interprocess events, each the only event of an event pool of its own
  * made with ZE_EVENT_POOL_FLAG_IPC (zeEventPoolGetIpcHandle, opened with
