@@ -1021,6 +1021,18 @@ class ZeDouble(DriverDouble):
         Site("zeCommandListAppendBarrier", RAISE,
              "first interprocess event.record()"),
         Site("zeEventPoolGetIpcHandle", RAISE, "Event.ipc_handle()"),
+        # Recorded again while its last record is pending, the event is
+        # reset in order: a barrier waiting for its last signal, the
+        # reset, the signal, and the fence that tells this process when
+        # the reset has run.
+        Site("zeCommandListAppendBarrier", RAISE,
+             "interprocess event.record() again while pending"),
+        Site("zeCommandListAppendBarrier", RAISE,
+             "interprocess event.record() again while pending", nth=2),
+        Site("zeCommandListAppendBarrier", RAISE,
+             "interprocess event.record() again while pending", nth=3),
+        Site("zeCommandListAppendEventReset", RAISE,
+             "interprocess event.record() again while pending"),
         Site("zeMemOpenIpcHandle", RAISE,
              "Buffer.from_ipc_handle() of another process"),
         Site("zeEventPoolOpenIpcHandle", RAISE,

@@ -520,6 +520,38 @@ def share_event(state: State) -> None:
     assert state["e"].query()
 
 
+class GatedState(dict):
+    """A State holding a closed gate on its stream ("gate"), which opens
+    when the state goes (before the settling waits for the stream)."""
+
+    def __del__(self) -> None:
+        self.pop("gate").open()
+
+    def clear(self) -> None:
+        gate = self.pop("gate", None)
+        if gate is not None:
+            gate.open()
+        super().clear()
+
+
+def with_pending_interprocess_event() -> State:
+    """An interprocess event whose record waits behind a closed gate: a
+    record again cannot reuse its driver event at once (other processes
+    opened that one), so the backend may reset it in stream order."""
+    state = with_stream()
+    gate = make_double().stall(state["s"])
+    state = GatedState(state, gate=gate)
+    state["e"] = acc.Event(interprocess=True)
+    state["e"].record(state["s"])
+    return state
+
+
+def rerecord_pending(state: State) -> None:
+    """The event answers for this record: pending behind the gate."""
+    state["e"].record(state["s"])
+    assert not state["e"].query(), "a record behind a closed gate is done"
+
+
 def first_interprocess_record(state: State) -> None:
     event = acc.Event(interprocess=True)
     event.record(state["s"])
@@ -615,6 +647,7 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "Buffer.ipc_handle()": share_buffer,
     "Event.ipc_handle()": share_event,
     "first interprocess event.record()": first_interprocess_record,
+    "interprocess event.record() again while pending": rerecord_pending,
     "Buffer.from_ipc_handle() of another process": open_peer_buffer,
     "Buffer.from_driver_ipc_handle() of another process":
         open_peer_driver_handle,
@@ -673,6 +706,8 @@ PREPARE: dict[str, Callable[[], State]] = {
     "Buffer.ipc_handle()": with_shared_buffer,
     "Event.ipc_handle()": with_shared_event,
     "first interprocess event.record()": with_stream,
+    "interprocess event.record() again while pending":
+        with_pending_interprocess_event,
     "Buffer.from_ipc_handle() of another process": with_peer_buffer,
     "Buffer.from_driver_ipc_handle() of another process": with_peer_buffer,
     "Event.from_ipc_handle() of another process": with_peer_event,
