@@ -261,10 +261,12 @@ imported_buffer(acc_state *st, acc_ipc_import *imp, int device,
         return NULL;
     }
     /* Books of its own: the mapping closes once the work queued on it
-     * here has completed (the capsule is the deferred release's hold). */
+     * here has completed, waited for when it is let go (the producer
+     * learns at once that this process is done). */
     acc_uses_init(uses);
     ((BufferObject *)result)->uses = uses;
     ((BufferObject *)result)->keep = capsule;
+    ((BufferObject *)result)->release_now = 1;
     return result;
 }
 

@@ -153,7 +153,8 @@ acc_buffer_release(BufferObject *root)
         root->uses = NULL;
         keep = root->keep;
         root->keep = NULL;
-        hold = keep != NULL ? malloc(sizeof(*hold)) : NULL;
+        hold = keep != NULL && !root->release_now ? malloc(sizeof(*hold))
+                                                  : NULL;
         if (hold != NULL) {
             /* The reference moves to the deferred release. */
             hold->keep = keep;
@@ -166,7 +167,8 @@ acc_buffer_release(BufferObject *root)
             Py_END_ALLOW_THREADS
         }
         else if (keep != NULL) {
-            /* No host memory to defer with: wait for the uses here. */
+            /* Another process's memory (its producer waits for it), or no
+             * host memory to defer with: wait for the uses here. */
             acc_error ignored;
 
             Py_BEGIN_ALLOW_THREADS

@@ -28,7 +28,11 @@ typedef struct BufferObject {
                                 * the root) */
     PyObject *keep;            /* from_dlpack: holds the producer's
                                 * managed tensor (its deleter runs when
-                                * this goes) */
+                                * this goes); from_ipc_handle: the
+                                * import */
+    int release_now;           /* foreign memory let go at once, after
+                                * waiting for its uses (another process's
+                                * memory: its producer is waiting) */
     PyObject *weakreflist;
 } BufferObject;
 

@@ -40,6 +40,9 @@ def command(c: dict[str, Any]) -> Any:
         objects[c["name"]] = accelerator.Event.from_ipc_handle(
             bytes.fromhex(c["handle"]))
         return True
+    if op == "query_event":
+        objects[c["name"]].synchronize()
+        return objects[c["name"]].query()
     if op == "read":
         return read(c["name"])
     if op == "fill":
@@ -61,6 +64,12 @@ def command(c: dict[str, Any]) -> Any:
         e.record()
         objects[c["name"]] = e
         return e.ipc_handle().data.hex()
+    if op == "fill_and_close":
+        # Work still queued on it when it is closed.
+        buf = objects.pop(c["name"])
+        buf.fill(c["value"])
+        buf.close()
+        return True
     if op == "close":
         objects.pop(c["name"]).close()
         return True

@@ -228,6 +228,19 @@ def test_the_memory_outlives_the_producers_buffer(shares, peer,
     peer.exit()
 
 
+def test_a_consumer_closing_with_work_queued_lets_go_at_once(
+        shares, peer, limbo) -> None:
+    """The consumer's close() waits for its own work on the memory and
+    drops its lease then, without a later call of its own."""
+    buf = filled(4096, 0)
+    peer.call("open", name="b", handle=buf.ipc_handle().data.hex())
+    buf.close()
+    peer.call("fill_and_close", name="b", value=0x66)
+    accelerator.ipc_collect()
+    assert limbo() == 0           # the peer is idle from here on
+    peer.exit()
+
+
 def test_a_consumer_killed_with_sigkill_lets_the_memory_go(shares, peer,
                                                           limbo) -> None:
     buf = filled(4096, 3)
@@ -262,7 +275,7 @@ def test_the_producer_exiting_first(shares, peer) -> None:
     mine.close()
     with pytest.raises(RuntimeError, match="has exited"):
         accelerator.Buffer.from_ipc_handle(late)
-    assert held()["imports"] == 0
+    assert wait_until(lambda: held()["imports"] == 0)
 
 
 def test_eight_consumers_of_one_buffer(shares, limbo) -> None:
@@ -585,4 +598,37 @@ def test_the_arguments_are_checked(shares, peer) -> None:
     assert "64 bytes" in repr(h) and "unreadable" in repr(
         accelerator.IpcHandle(b"\0"))
     theirs.close()
+    peer.exit()
+
+
+def test_an_interprocess_event_recorded_again_while_in_use(
+        shares, peer, driver) -> None:
+    """Recorded again while its last record is pending and streams wait on
+    it, here and in another process: each wait sees the record it was
+    called after, and the event is the same driver event throughout (the
+    other process keeps it)."""
+    s1, s2 = accelerator.Stream(), accelerator.Stream()
+    e = accelerator.Event(interprocess=True)
+    e.record(s1)
+    peer.call("open_event", name="e", handle=e.ipc_handle().data.hex())
+    buf = filled(64, 0)
+    with driver.gate(s1):
+        buf.fill(1, stream=s1)
+        e.record(s1)
+        s2.wait_event(e)
+        buf.fill(2, stream=s1)
+        e.record(s1)
+        s2.wait_event(e)
+        assert not e.query()
+    s2.synchronize()
+    assert e.query()
+    assert host_of(buf) == b"\x02" * 64
+    # The peer sees the latest record complete.
+    assert peer.call("query_event", name="e") is True
+    for _ in range(20):
+        with driver.gate(s1):
+            e.record(s1)
+            s2.wait_event(e)
+        s2.synchronize()
+    assert e.query()
     peer.exit()
