@@ -183,11 +183,12 @@ class DriverDouble:
     #: accelerator.Graph)
     lacks: dict[str, str] = {}
     #: (header, X-macro list) pairs naming every driver function the
-    #: backend calls
+    #: backend calls, the interprocess ones included (each has its fault
+    #: sites, as every function)
     symbol_lists: tuple[tuple[str, str], ...] = ()
-    #: the same for the interprocess functions that the backend's ipc
-    #: slots call (counted and failable as every function), kept out of
-    #: symbol_lists until the fault tests can reach them
+    #: those of symbol_lists that list the interprocess functions the
+    #: backend's ipc slots call (the tests of the doubles' sharing read
+    #: them); empty where the backend does not share
     ipc_symbol_lists: tuple[tuple[str, str], ...] = ()
     #: the driver function behind an operation: "stream_create",
     #: "event_create", "event_record" (the first record's driver call that
@@ -524,9 +525,13 @@ class CudaDouble(DriverDouble):
     torch_device_type = 1
     dlpack_device_type = 2
     dlpack_passes_stream = True
+    #: the interprocess functions (cuIpc*; tests/test_ipc_cuda_double.py)
+    ipc_symbol_lists = (("csrc/backends/cuda/cuda_api.h",
+                         "ACC_CUDA_IPC_FUNCTIONS"),)
     symbol_lists = (("csrc/backends/cuda/cuda_api.h", "ACC_CUDA_FUNCTIONS"),
                     ("csrc/backends/cuda/cuda_api.h", "ACC_CUDA_OPTIONAL_FUNCTIONS"),
-                    ("csrc/backends/cuda/nvml_api.h", "ACC_NVML_FUNCTIONS"))
+                    ("csrc/backends/cuda/nvml_api.h", "ACC_NVML_FUNCTIONS"),
+                    *ipc_symbol_lists)
     functions = {"stream_create": "cuStreamCreateWithPriority",
                  "event_create": "cuEventCreate",
                  "event_record": "cuEventRecord", "query": "cuStreamQuery",
@@ -549,12 +554,6 @@ class CudaDouble(DriverDouble):
                   "host_alloc", "bad_access", "guard_damage", "graph",
                   "graph_exec", "module", "kernel_misuse", "ipc_exported",
                   "ipc_opened", "ipc_event_cells")
-    #: the interprocess functions (cuIpc*: counted and failable like the
-    #: others, tests/test_ipc_cuda_double.py); they join symbol_lists,
-    #: with their fault_sites, once the product's interprocess API reaches
-    #: them
-    ipc_symbol_list = ("csrc/backends/cuda/cuda_api.h",
-                       "ACC_CUDA_IPC_FUNCTIONS")
     #: kernel_misuse: a module unloaded while a launch of it was queued,
     #: or a launch run after its module's unload (double_kernels.h)
     detectors = ("bad_access", "guard_damage", "kernel_misuse")
@@ -699,6 +698,27 @@ class CudaDouble(DriverDouble):
         Site("cuModuleEnumerateFunctions", SILENT,
              "get_kernel(unknown name)"),
         Site("cuFuncGetName", SILENT, "get_kernel(unknown name)"),
+        # Sharing with other processes (the memory and events opened are
+        # another process's: tests/behaviour/ipc_peer.py makes them).  An
+        # interprocess event is made at its first record, with the flags.
+        Site("cuIpcGetMemHandle", RAISE, "Buffer.ipc_handle()"),
+        Site("cuEventCreate", RAISE, "first interprocess event.record()"),
+        Site("cuEventRecord", RAISE, "first interprocess event.record()"),
+        Site("cuIpcGetEventHandle", RAISE, "Event.ipc_handle()"),
+        Site("cuIpcOpenMemHandle", RAISE,
+             "Buffer.from_ipc_handle() of another process"),
+        Site("cuIpcOpenMemHandle", RAISE,
+             "Buffer.from_driver_ipc_handle() of another process"),
+        # The driver checks the range opened by a driver's handle alone.
+        Site("cuMemGetAddressRange", RAISE,
+             "Buffer.from_driver_ipc_handle() of another process"),
+        Site("cuIpcOpenEventHandle", RAISE,
+             "Event.from_ipc_handle() of another process"),
+        # A refused close leaves the mapping (or event) to the driver.
+        Site("cuIpcCloseMemHandle", SILENT, "drop a buffer of another process",
+             refused=(("ipc_opened", 1),)),
+        Site("cuEventDestroy", SILENT, "drop an event of another process",
+             refused=(("event", 1), ("ipc_event_cells", 1))),
     )
 
     def __init__(self, path: pathlib.Path = CUDA_DOUBLE) -> None:
@@ -796,21 +816,14 @@ class ZeDouble(DriverDouble):
                            "command list, while work others append to the "
                            "stream's immediate list runs at once",
     }
+    #: the interprocess functions (ze_api.h's ACC_ZE_IPC_FUNCTIONS: the
+    #: backend's ipc slots call them, and its event_destroy closes the
+    #: pool an ipc_event_open opened; tests/test_ipc_ze_driver.py)
+    ipc_symbol_lists = (("csrc/backends/level_zero/ze_api.h",
+                         "ACC_ZE_IPC_FUNCTIONS"),)
     symbol_lists = (("csrc/backends/level_zero/ze_api.h", "ACC_ZE_FUNCTIONS"),
-                    ("csrc/backends/level_zero/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"))
-    #: the interprocess functions (counted and failable like the others,
-    #: tests/test_ipc_ze_driver.py); they join symbol_lists, with their
-    #: fault_sites, once the product's interprocess API reaches them
-    ipc_symbol_list = ("csrc/backends/level_zero/ze_api.h",
-                       "ACC_ZE_IPC_FUNCTIONS")
-    #: the same functions by what calls each: the backend's ipc slots, and
-    #: event_destroy for the pool an ipc_event_open opened
-    ipc_functions = {"ipc_mem_export": "zeMemGetIpcHandle",
-                     "ipc_mem_open": "zeMemOpenIpcHandle",
-                     "ipc_mem_close": "zeMemCloseIpcHandle",
-                     "ipc_event_export": "zeEventPoolGetIpcHandle",
-                     "ipc_event_open": "zeEventPoolOpenIpcHandle",
-                     "event_destroy": "zeEventPoolCloseIpcHandle"}
+                    ("csrc/backends/level_zero/ze_api.h", "ACC_ZE_OPTIONAL_FUNCTIONS"),
+                    *ipc_symbol_lists)
     functions = {"stream_create": "zeCommandListCreateImmediate",
                  "event_create": "zeEventCreate",
                  "event_record": "zeCommandListAppendBarrier",
@@ -998,6 +1011,42 @@ class ZeDouble(DriverDouble):
              note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
         Site("zeDriverGetLastErrorDescription", OPTIONAL,
              note="spec 1.6: Debian's loader 1.8 (spec 1.4) does not export it"),
+        # Sharing with other processes (tests/behaviour/ipc_peer.py makes
+        # what is opened).  An interprocess event is the only event of a
+        # pool of its own, made at its first record; an opened one is
+        # event 0 of the pool opened.
+        Site("zeMemGetIpcHandle", RAISE, "Buffer.ipc_handle()"),
+        Site("zeEventPoolCreate", RAISE, "first interprocess event.record()"),
+        Site("zeEventCreate", RAISE, "first interprocess event.record()"),
+        Site("zeCommandListAppendBarrier", RAISE,
+             "first interprocess event.record()"),
+        Site("zeEventPoolGetIpcHandle", RAISE, "Event.ipc_handle()"),
+        # Recorded again while its last record is pending, the event is
+        # reset in order: a barrier waiting for its last signal, the
+        # reset, the signal, and the fence that tells this process when
+        # the reset has run.
+        Site("zeCommandListAppendBarrier", RAISE,
+             "interprocess event.record() again while pending"),
+        Site("zeCommandListAppendBarrier", RAISE,
+             "interprocess event.record() again while pending", nth=2),
+        Site("zeCommandListAppendBarrier", RAISE,
+             "interprocess event.record() again while pending", nth=3),
+        Site("zeCommandListAppendEventReset", RAISE,
+             "interprocess event.record() again while pending"),
+        Site("zeMemOpenIpcHandle", RAISE,
+             "Buffer.from_ipc_handle() of another process"),
+        Site("zeEventPoolOpenIpcHandle", RAISE,
+             "Event.from_ipc_handle() of another process"),
+        Site("zeEventCreate", RAISE,
+             "Event.from_ipc_handle() of another process"),
+        # A refused close leaves the mapping (or pool) to the driver.
+        Site("zeMemCloseIpcHandle", SILENT,
+             "drop a buffer of another process",
+             refused=(("ipc_opened", 1),)),
+        Site("zeEventDestroy", SILENT, "drop an event of another process"),
+        Site("zeEventPoolCloseIpcHandle", SILENT,
+             "drop an event of another process",
+             refused=(("pool", 1), ("ipc_event_cells", 1))),
     )
 
     def __init__(self, path: pathlib.Path = ZE_DRIVER) -> None:
@@ -1074,14 +1123,12 @@ class HipDouble(DriverDouble):
     lacks = {
         "cuda_stream_protocol": "HIP streams are not CUDA streams",
     }
-    symbol_lists = (("csrc/backends/hip/hip_api.h", "ACC_HIP_FUNCTIONS"),)
-    #: the interprocess functions the backend's ipc slots call (counted
-    #: and failable as every function; tests/test_ipc_hip_double.py):
-    #: they join symbol_lists, with their fault sites, once the Python
-    #: API shares memory and events, through which the fault tests reach
-    #: a function
+    #: the interprocess functions the backend's ipc slots call
+    #: (tests/test_ipc_hip_double.py)
     ipc_symbol_lists = (("csrc/backends/hip/hip_api.h",
                          "ACC_HIP_IPC_FUNCTIONS"),)
+    symbol_lists = (("csrc/backends/hip/hip_api.h", "ACC_HIP_FUNCTIONS"),
+                    *ipc_symbol_lists)
     functions = {"stream_create": "hipStreamCreateWithPriority",
                  "event_create": "hipEventCreateWithFlags",
                  "event_record": "hipEventRecord", "query": "hipStreamQuery",
@@ -1214,6 +1261,25 @@ class HipDouble(DriverDouble):
         Site("hipModuleLaunchKernel", RAISE, "launch()"),
         Site("hipModuleUnload", SILENT, "drop a module",
              refused=(("module", 1),)),
+        # Sharing with other processes, as on CUDA.
+        Site("hipIpcGetMemHandle", RAISE, "Buffer.ipc_handle()"),
+        Site("hipEventCreateWithFlags", RAISE,
+             "first interprocess event.record()"),
+        Site("hipEventRecord", RAISE, "first interprocess event.record()"),
+        Site("hipIpcGetEventHandle", RAISE, "Event.ipc_handle()"),
+        Site("hipIpcOpenMemHandle", RAISE,
+             "Buffer.from_ipc_handle() of another process"),
+        Site("hipIpcOpenMemHandle", RAISE,
+             "Buffer.from_driver_ipc_handle() of another process"),
+        Site("hipMemGetAddressRange", RAISE,
+             "Buffer.from_driver_ipc_handle() of another process"),
+        Site("hipIpcOpenEventHandle", RAISE,
+             "Event.from_ipc_handle() of another process"),
+        Site("hipIpcCloseMemHandle", SILENT,
+             "drop a buffer of another process",
+             refused=(("ipc_opened", 1),)),
+        Site("hipEventDestroy", SILENT, "drop an event of another process",
+             refused=(("event", 1), ("ipc_event_cells", 1))),
     )
 
     def __init__(self, path: pathlib.Path = HIP_DOUBLE) -> None:

@@ -338,6 +338,226 @@ def drop_module(state: State) -> None:
     acc.empty_cache()
 
 
+# Sharing with other processes ---------------------------------------------
+
+
+class Peer:
+    """The other process of a sharing site: tests/behaviour/ipc_peer.py,
+    which makes memory and events and keeps them while it runs.  Owned by
+    the state it serves: dropping the last reference ends it (its pipes
+    closed, its exit waited for: no ResourceWarning), after what the
+    state opened of it, which the state drops first (see peer_state)."""
+
+    def __init__(self) -> None:
+        import os
+        import pathlib
+        import subprocess
+        import sys
+        env = {**os.environ, "PYTHONPATH": str(fake_drivers.SRC)}
+        self.proc: Any = subprocess.Popen(
+            [sys.executable,
+             str(pathlib.Path(__file__).with_name("ipc_peer.py"))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            text=True, bufsize=1)
+
+    def call(self, op: str, **args: Any) -> Any:
+        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        line = self.proc.stdout.readline()
+        assert line, f"the peer died (rc {self.proc.wait(30)})"
+        answer = json.loads(line)
+        assert "error" not in answer, answer["error"]
+        return answer["ok"]
+
+    def close(self) -> None:
+        """End the peer (idempotent): exit, or EOF on its stdin."""
+        proc = self.proc
+        if proc.stdin.closed:
+            return
+        try:
+            if proc.poll() is None:
+                self.call("exit")
+        finally:
+            proc.stdin.close()
+            proc.stdout.close()
+            assert proc.wait(60) == 0, proc.returncode
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class PeerState(dict):
+    """A State whose peer goes last: what was opened of the peer's is
+    dropped before the peer exits, whatever the order of insertion."""
+
+    def __del__(self) -> None:
+        peer = self.pop("peer", None)
+        self.clear()
+        gc.collect()
+        if peer is not None:
+            peer.close()
+
+    def clear(self) -> None:
+        peer = self.pop("peer", None)
+        super().clear()
+        if peer is not None:
+            gc.collect()
+            peer.close()
+
+
+def with_peer_buffer() -> State:
+    """A 4096-byte buffer of another process (filled with 5) and its
+    handle."""
+    acc.set_device_index(0)
+    state = PeerState(peer=Peer())
+    state["handle"] = bytes.fromhex(state["peer"].call(
+        "make", name="b", nbytes=4096, value=5))
+    return state
+
+
+def with_peer_event() -> State:
+    """An interprocess event of another process, recorded, and its
+    handle."""
+    acc.set_device_index(0)
+    state = PeerState(peer=Peer())
+    state["handle"] = bytes.fromhex(state["peer"].call("make_event",
+                                                       name="e"))
+    return state
+
+
+def with_opened_peer_buffer() -> State:
+    state = with_peer_buffer()
+    state["opened"] = acc.Buffer.from_ipc_handle(state["handle"])
+    return state
+
+
+def with_opened_peer_event() -> State:
+    state = with_peer_event()
+    state["opened"] = acc.Event.from_ipc_handle(state["handle"])
+    state["opened"].synchronize()
+    return state
+
+
+def check_peer_bytes(buffer: acc.Buffer) -> None:
+    out = bytearray(buffer.nbytes)
+    buffer.copy_to(out)
+    assert out == b"\5" * buffer.nbytes, "the other process's bytes"
+
+
+def open_peer_buffer(state: State) -> None:
+    """Open the other process's memory, read it and let it go."""
+    opened = acc.Buffer.from_ipc_handle(state["handle"])
+    check_peer_bytes(opened)
+    del opened
+    gc.collect()
+
+
+def open_peer_driver_handle(state: State) -> None:
+    """The same by the driver's own handle (as another library's)."""
+    handle = acc.IpcHandle(state["handle"])
+    opened = acc.Buffer.from_driver_ipc_handle(
+        handle.driver_handle, handle.nbytes, handle.offset)
+    check_peer_bytes(opened)
+    del opened
+    gc.collect()
+
+
+def open_peer_event(state: State) -> None:
+    opened = acc.Event.from_ipc_handle(state["handle"])
+    opened.synchronize()
+    stream = acc.Stream(0)
+    stream.wait_event(opened)
+    stream.synchronize()
+    del opened
+    gc.collect()
+
+
+def drop_opened(state: State) -> None:
+    """Drop what was opened of the other process: its close runs once
+    the work queued on it here has completed (at the settling)."""
+    del state["opened"]
+    gc.collect()
+    acc.synchronize(0)
+    acc.empty_cache()
+
+
+def with_shared_buffer() -> State:
+    """A buffer of this process (filled with 3) and another process to
+    open what it shares: a handle made and never opened would hold the
+    memory for as long as this process lives."""
+    acc.set_device_index(0)
+    state = PeerState(peer=Peer(), b=acc.Buffer(4096))
+    state["b"].fill(3)
+    state["b"].stream.synchronize()
+    return state
+
+
+def with_shared_event() -> State:
+    """A recorded interprocess event and another process to open it."""
+    acc.set_device_index(0)
+    state = PeerState(peer=Peer(), e=acc.Event(interprocess=True))
+    state["e"].record()
+    state["e"].synchronize()
+    return state
+
+
+def share_buffer(state: State) -> None:
+    """Buffer.ipc_handle(), opened by the other process, which reads the
+    bytes (nothing of the buffer was lost) and closes it."""
+    handle = state["b"].ipc_handle()
+    assert handle.kind == "memory", handle
+    peer = state["peer"]
+    assert peer.call("open", name="b", handle=handle.data.hex()) == 4096
+    assert peer.call("read", name="b") == "03" * 4096
+    peer.call("close", name="b")
+
+
+def share_event(state: State) -> None:
+    handle = state["e"].ipc_handle()
+    assert handle.kind == "event", handle
+    peer = state["peer"]
+    peer.call("open_event", name="e", handle=handle.data.hex())
+    peer.call("drop", name="e")
+    assert state["e"].query()
+
+
+class GatedState(dict):
+    """A State holding a closed gate on its stream ("gate"), which opens
+    when the state goes (before the settling waits for the stream)."""
+
+    def __del__(self) -> None:
+        self.pop("gate").open()
+
+    def clear(self) -> None:
+        gate = self.pop("gate", None)
+        if gate is not None:
+            gate.open()
+        super().clear()
+
+
+def with_pending_interprocess_event() -> State:
+    """An interprocess event whose record waits behind a closed gate: a
+    record again cannot reuse its driver event at once (other processes
+    opened that one), so the backend may reset it in stream order."""
+    state = with_stream()
+    gate = make_double().stall(state["s"])
+    state = GatedState(state, gate=gate)
+    state["e"] = acc.Event(interprocess=True)
+    state["e"].record(state["s"])
+    return state
+
+
+def rerecord_pending(state: State) -> None:
+    """The event answers for this record: pending behind the gate."""
+    state["e"].record(state["s"])
+    assert not state["e"].query(), "a record behind a closed gate is done"
+
+
+def first_interprocess_record(state: State) -> None:
+    event = acc.Event(interprocess=True)
+    event.record(state["s"])
+    event.synchronize()
+
+
 def capture_begin(state: State) -> None:
     with state["s"]:
         state["g"].capture_begin()
@@ -424,6 +644,16 @@ ACTIONS: dict[str, Callable[[State], Any]] = {
     "Module(broken code)": build_broken,
     "Module(source)": compile_source,
     "get_kernel(unknown name)": unknown_kernel,
+    "Buffer.ipc_handle()": share_buffer,
+    "Event.ipc_handle()": share_event,
+    "first interprocess event.record()": first_interprocess_record,
+    "interprocess event.record() again while pending": rerecord_pending,
+    "Buffer.from_ipc_handle() of another process": open_peer_buffer,
+    "Buffer.from_driver_ipc_handle() of another process":
+        open_peer_driver_handle,
+    "Event.from_ipc_handle() of another process": open_peer_event,
+    "drop a buffer of another process": drop_opened,
+    "drop an event of another process": drop_opened,
 }
 
 #: the state each action needs
@@ -473,6 +703,16 @@ PREPARE: dict[str, Callable[[], State]] = {
     "Module(broken code)": on_device_0,
     "Module(source)": on_device_0,
     "get_kernel(unknown name)": with_module,
+    "Buffer.ipc_handle()": with_shared_buffer,
+    "Event.ipc_handle()": with_shared_event,
+    "first interprocess event.record()": with_stream,
+    "interprocess event.record() again while pending":
+        with_pending_interprocess_event,
+    "Buffer.from_ipc_handle() of another process": with_peer_buffer,
+    "Buffer.from_driver_ipc_handle() of another process": with_peer_buffer,
+    "Event.from_ipc_handle() of another process": with_peer_event,
+    "drop a buffer of another process": with_opened_peer_buffer,
+    "drop an event of another process": with_opened_peer_event,
 }
 
 

@@ -124,6 +124,15 @@ def test_the_site_tables_match_both_symbol_lists() -> None:
             cls.driver_functions()), cls.__name__
 
 
+def test_the_interprocess_functions_are_among_the_listed() -> None:
+    """One convention: a double's interprocess lists are among its
+    symbol_lists, so that each of their functions needs its sites."""
+    for cls in fake_drivers.DOUBLES.values():
+        assert set(cls.ipc_symbol_lists) <= set(cls.symbol_lists), \
+            cls.__name__
+        assert cls.has("ipc") == bool(cls.ipc_symbol_lists), cls.__name__
+
+
 # Checks --------------------------------------------------------------------
 
 
