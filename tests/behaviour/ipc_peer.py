@@ -94,6 +94,8 @@ def command(c: dict[str, Any]) -> Any:
         e = objects[c["name"]]
         return [e.ipc_handle().data.hex() for _ in range(c["n"])]
     if op == "collect":
+        # This process's work done first: its closes then settle here.
+        accelerator.synchronize()
         accelerator.ipc_collect()
         return accelerator._accelerator._ipc_held()
     if op == "fill_close":
