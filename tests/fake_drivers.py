@@ -809,6 +809,13 @@ class ZeDouble(DriverDouble):
     torch_device_type = 12
     dlpack_device_type = 14
     lacks = {
+        "ipc_rerecord_across_processes": (
+            "OPEN DEFECT (issue 32): a Level Zero interprocess event "
+            "recorded again every round while the other process waits on "
+            "it hung once in about four runs of the 1,000-round ping-pong "
+            "under the sanitizers and the validation layer (the in-order "
+            "reset and re-signal of sharing.c against the other process's "
+            "level-triggered wait); not yet understood"),
         "cuda_stream_protocol": "Level Zero streams are not CUDA streams",
         "blocking_sync": "Level Zero has no blocking-synchronization flag",
         "foreign_capture": "Level Zero has no stream capture: a capture "
