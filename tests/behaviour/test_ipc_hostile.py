@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 
 import accelerator
+# peer and the module's end check are test_ipc's fixtures, shared here.
 from test_ipc import (ENVELOPE, Peer, forged, held, host_of,  # noqa: F401
+                      nothing_held_after_the_module, peer,
                       filled, limbo, wait_until)
 
-# The interprocess driver functions of each double (memory export, open,
-# close; event export, open) and the code each fails with.
+
 @pytest.fixture
 def calls(facts) -> dict[str, Any]:
     """The backend's interprocess driver functions (its double's facts:
@@ -33,25 +34,6 @@ def calls(facts) -> dict[str, Any]:
     names = facts.ipc_functions()
     return dict(zip(("mem_export", "mem_open", "mem_close", "event_export",
                      "event_open"), names), code=facts.unknown_error[0])
-
-
-@pytest.fixture
-def peer() -> Any:
-    p = Peer()
-    yield p
-    if p.proc.poll() is None:
-        p.kill()
-    p._close()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def nothing_held_after_the_module() -> Any:
-    """The module leaves nothing shared behind: what its consumers let go
-    is freed before the next module counts allocations."""
-    yield
-    gc.collect()
-    assert wait_until(lambda: held() == {"blocks": 0, "bytes": 0,
-                                         "events": 0, "imports": 0}), held()
 
 
 def fds() -> int:
