@@ -13,6 +13,7 @@ import gc
 import os
 import random
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -108,20 +109,30 @@ def test_a_failed_event_export_loses_nothing(calls, driver, peer) -> None:
     peer.exit()
 
 
-def test_a_failed_memory_open_can_be_retried(calls, driver, peer) -> None:
-    """FAILS (defect): acc_lease_take spends the handle's pending count
-    before the driver's open; when the open fails the lease is dropped but
-    the count is not given back, so the producer frees memory for which a
-    handle (one the core lets be tried again) is still in flight."""
-    data = bytes.fromhex(peer.call("make", name="b", nbytes=8192, value=0x42))
+def fail_opens(calls: dict[str, Any], driver: Any, site: str,
+               open_it: Callable[[], object]) -> Live:
+    """Make the driver's open (calls[site]) fail five times in a row: each
+    attempt raises RuntimeError and leaves no import, descriptor or driver
+    object behind.  Returns the driver's settled counts from before."""
     before, nfd = settled(driver), fds()
     for _ in range(5):
-        driver.fail(calls["mem_open"], 1, calls["code"])
+        driver.fail(calls[site], 1, calls["code"])
         with pytest.raises(RuntimeError):
-            accelerator.Buffer.from_ipc_handle(data)
+            open_it()
         assert held()["imports"] == 0
     driver.clear_faults()
     assert fds() == nfd and settled(driver) == before
+    return before
+
+
+def test_a_failed_memory_open_can_be_retried(calls, driver, peer) -> None:
+    """A failed driver open spends none of the handle's pending count (the
+    hostile pass found it spent before the open, so the producer freed
+    memory for a handle still in flight): the memory stays held for it and
+    the same handle opens once the driver lets it."""
+    data = bytes.fromhex(peer.call("make", name="b", nbytes=8192, value=0x42))
+    fail_opens(calls, driver, "mem_open",
+               lambda: accelerator.Buffer.from_ipc_handle(data))
     # The failed opens spent no pending handle: the producer still holds
     # its memory for it, and the same handle opens now.
     peer.call("drop", name="b")
@@ -136,14 +147,8 @@ def test_a_failed_memory_open_can_be_retried(calls, driver, peer) -> None:
 
 def test_a_failed_event_open_can_be_retried(calls, driver, peer) -> None:
     data = bytes.fromhex(peer.call("make_event", name="e"))
-    before, nfd = settled(driver), fds()
-    for _ in range(5):
-        driver.fail(calls["event_open"], 1, calls["code"])
-        with pytest.raises(RuntimeError):
-            accelerator.Event.from_ipc_handle(data)
-        assert held()["imports"] == 0
-    driver.clear_faults()
-    assert fds() == nfd and settled(driver) == before
+    before = fail_opens(calls, driver, "event_open",
+                        lambda: accelerator.Event.from_ipc_handle(data))
     e = accelerator.Event.from_ipc_handle(data)
     e.synchronize()
     assert e.query()
