@@ -4,6 +4,10 @@ The allocator holds its locks across fork (pthread_atfork), so a child
 never inherits one taken by a thread that does not exist there: it can
 drop the buffers it inherited (no driver call, nothing reused) and gets
 the clear 'spawn' error from every memory call, without hanging.
+
+It runs uninstrumented only (tests/stages.py PLAIN_ONLY): GCC 12's ASan
+allocator is not fork-safe, and a child forked while a thread mallocs
+hangs inside it, whatever this module does.
 """
 from __future__ import annotations
 
